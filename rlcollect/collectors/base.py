@@ -1,0 +1,189 @@
+"""The API every collector shares (TorchRL's ``BaseCollector`` surface).
+
+Subclasses implement :meth:`BaseCollector.iterator`, :meth:`~BaseCollector.shutdown`,
+:meth:`~BaseCollector.set_seed`, :meth:`~BaseCollector.state_dict`,
+:meth:`~BaseCollector.load_state_dict`, :meth:`~BaseCollector.stats` and
+:meth:`~BaseCollector._update_weights`; iteration, ``next()``, ``len()``, the context manager,
+profiling settings and the many forms of ``update_policy_weights_`` live here.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from tensordict import TensorDictBase
+
+from rlcollect.collectors.profile import ProfileConfig
+from rlcollect.collectors.stats import CollectorStats
+from rlcollect.weights.forms import weight_update_forms
+
+__all__ = ["BaseCollector"]
+
+
+class BaseCollector(abc.ABC):
+    """Base class of the collectors: an iterable of ``[N, T]`` TensorDict batches."""
+
+    total_frames: int
+    frames_per_batch: int
+    requested_frames_per_batch: int
+    _profile_config: ProfileConfig | None = None
+    _iteration_started: bool = False
+    _iterator: Iterator[TensorDictBase | None] | None = None
+
+    # -- iteration -------------------------------------------------------------------------
+    @abc.abstractmethod
+    def iterator(self) -> Iterator[TensorDictBase | None]:
+        """Yield batches until ``total_frames`` are collected (forever if it is -1)."""
+
+    def __iter__(self) -> Iterator[TensorDictBase | None]:
+        self._iteration_started = True
+        try:
+            yield from self.iterator()
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def next(self) -> TensorDictBase | None:
+        """The next batch, or ``None`` once ``total_frames`` are collected."""
+        if self._iterator is None:
+            self._iterator = iter(self)
+        try:
+            return next(self._iterator)
+        except StopIteration:
+            return None
+
+    def __len__(self) -> int:
+        """Number of batches; only for collectors with a finite ``total_frames``."""
+        if self.total_frames > 0:
+            return -(self.total_frames // -self.frames_per_batch)
+        raise RuntimeError("a collector with total_frames=-1 never ends and has no length")
+
+    def __enter__(self) -> BaseCollector:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # -- lifecycle -------------------------------------------------------------------------
+    @abc.abstractmethod
+    def shutdown(
+        self, timeout: float | None = None, close_env: bool = True, raise_on_error: bool = True
+    ) -> None:
+        """Release envs, processes and shared memory; idempotent."""
+
+    def start(self) -> None:
+        """Collect in the background into the replay buffer (see the multi-process collectors)."""
+        raise NotImplementedError(f"{type(self).__name__}.start() needs a replay_buffer")
+
+    @contextlib.contextmanager
+    def pause(self) -> Iterator[None]:
+        """Hold background collection while the context is open."""
+        raise NotImplementedError(f"{type(self).__name__} is not collecting in the background")
+        yield  # pragma: no cover
+
+    def async_shutdown(self, timeout: float | None = None, close_env: bool = True) -> None:
+        """Stop background collection started by :meth:`start`, then shut down."""
+        self.shutdown(timeout=timeout, close_env=close_env)
+
+    @abc.abstractmethod
+    def set_seed(self, seed: int, static_seed: bool = False) -> int:
+        """Seed env ``i`` with ``seed + i`` at its next reset; return ``seed + number of envs``."""
+
+    @abc.abstractmethod
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume collection where it stands."""
+
+    @abc.abstractmethod
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Resume from :meth:`state_dict`."""
+
+    @abc.abstractmethod
+    def stats(self) -> CollectorStats:
+        """Frames, batches, fps, episodes, mean return, restarts, policy lag."""
+
+    # -- weights ---------------------------------------------------------------------------
+    def update_policy_weights_(
+        self,
+        policy_or_weights: Any = None,
+        /,
+        *,
+        weights: Any = None,
+        policy: Any = None,
+        worker_ids: int | list[int] | None = None,
+        model_id: str | None = None,
+        weights_dict: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Bring the collector's weights up to date and bump their version.
+
+        Accepts the reference API's forms: no argument (pull from the policy given at
+        construction), a module, a TensorDict or a dict of weights (positionally, or as
+        ``weights=`` / ``policy=``), ``model_id=`` for another model than ``"policy"``,
+        ``weights_dict={model_id: weights, ...}`` for several models at once, and
+        ``worker_ids=`` to update only some workers.
+
+        Raises:
+            ValueError: forms that exclude each other were combined.
+            KeyError: an unknown model id (the known ones are listed).
+        """
+        forms = weight_update_forms(
+            policy_or_weights, weights=weights, policy=policy, model_id=model_id,
+            weights_dict=weights_dict,
+        )
+        ids = [worker_ids] if isinstance(worker_ids, int) else worker_ids
+        self._update_weights(forms, ids)
+
+    @abc.abstractmethod
+    def _update_weights(self, forms: dict[str, Any], worker_ids: list[int] | None) -> None:
+        """Apply ``{model_id: weights or None}`` to the given workers (all if ``None``)."""
+
+    # -- profiling -------------------------------------------------------------------------
+    def enable_profile(
+        self,
+        *,
+        workers: list[int] | None = None,
+        num_rollouts: int = 3,
+        warmup_rollouts: int = 1,
+        save_path: str | Path | None = None,
+        activities: list[str] | None = None,
+        record_shapes: bool = True,
+        profile_memory: bool = False,
+        with_stack: bool = True,
+        with_flops: bool = False,
+        on_trace_ready: Callable[[Any], None] | None = None,
+    ) -> None:
+        """Profile the first ``num_rollouts`` rollouts (of ``workers``) with ``torch.profiler``.
+
+        Traces are Chrome trace files at ``save_path`` (``{worker_idx}`` is replaced), the
+        first ``warmup_rollouts`` rollouts discarded.
+
+        Raises:
+            RuntimeError: called after iteration started.
+            ValueError: ``num_rollouts <= warmup_rollouts``.
+        """
+        if self._iteration_started:
+            raise RuntimeError("enable_profile() must be called before iterating the collector")
+        self._profile_config = ProfileConfig(
+            workers=[0] if workers is None else list(workers),
+            num_rollouts=num_rollouts,
+            warmup_rollouts=warmup_rollouts,
+            save_path=save_path,
+            activities=["cpu", "cuda"] if activities is None else list(activities),
+            record_shapes=record_shapes,
+            profile_memory=profile_memory,
+            with_stack=with_stack,
+            with_flops=with_flops,
+            on_trace_ready=on_trace_ready,
+        )
+
+    @property
+    def profile_config(self) -> ProfileConfig | None:
+        """The profiling settings, ``None`` unless :meth:`enable_profile` was called."""
+        return self._profile_config
+
+    def __repr__(self) -> str:
+        total = "endless" if self.total_frames < 0 else self.total_frames
+        return f"{type(self).__name__}(frames_per_batch={self.frames_per_batch}, total_frames={total})"

@@ -1,0 +1,324 @@
+"""The single-process collector: envs and policy in this process, batches ``[num_envs, T]``."""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import InteractionType
+
+from rlcollect.collectors._validate import (
+    check_callable,
+    check_device,
+    check_frames,
+    check_positive_int,
+)
+from rlcollect.collectors.base import BaseCollector
+from rlcollect.collectors.profile import RolloutProfiler
+from rlcollect.collectors.stats import CollectorStats
+from rlcollect.data.buffers import BatchBuffers
+from rlcollect.data.layout import BatchLayout, action_fields, observation_fields
+from rlcollect.data.trajectories import TrajectoryIds, split_trajectories
+from rlcollect.envs.factory import EnvSource, make_env_batch
+from rlcollect.policies.adapters import RandomPolicy, interaction_type, make_policy
+from rlcollect.rollout.config import RolloutConfig
+from rlcollect.rollout.episodes import EpisodeTracker
+from rlcollect.rollout.loop import collect_batch
+from rlcollect.weights.forms import apply_weights, as_weights
+
+__all__ = ["Collector"]
+
+
+class Collector(BaseCollector):
+    """Steps ``num_envs`` envs with a policy in this process and yields ``[num_envs, T]`` batches.
+
+    Args:
+        create_env_fn: an env id, a callable returning a ``gymnasium.Env`` or ``VectorEnv``, or a
+            ``VectorEnv``.
+        policy: ``None`` (uniform random actions), an ``nn.Module`` / callable from observations
+            ``[N, *obs]`` to actions ``[N, *act]``, or a TensorDict policy.
+        frames_per_batch: frames per batch, summed over envs; rounded up to a multiple of the
+            number of envs (with a warning).
+        total_frames: frames to collect before iteration stops; -1 for no end.
+        num_envs: copies of a single env stepped in this process.
+        create_env_kwargs: keyword arguments for the env factory.
+        init_random_frames: frames collected with random actions before the policy is used.
+        max_frames_per_traj: truncate episodes after this many steps (None or negative: never).
+        reset_at_each_iter: reset every env before each batch (the previous batch's last frames
+            are marked truncated).
+        set_truncated: mark the last frame of each batch truncated.
+        postproc: applied to each batch before it is yielded.
+        split_trajs: yield batches regrouped by trajectory, see :func:`split_trajectories`.
+        exploration_type: ``"random"``, ``"deterministic"``, ``"mode"`` or ``"mean"``.
+        return_same_td: yield the collector's own buffer (no copy), valid until the next batch.
+        device: default for the three devices below.
+        env_device: where env outputs live (CPU for Gymnasium envs).
+        policy_device: where the policy runs; a copy is made there once if needed.
+        storing_device: where yielded batches live.
+        compile_policy: ``torch.compile`` the policy (``True`` or compile kwargs).
+        pre_collect_hook: called before each batch.
+        post_collect_hook: called with each batch before it is yielded.
+        seed: env ``i`` is reset with ``seed + i`` first; actions spaces, the random policy and
+            torch are seeded from it.
+
+    Example:
+        >>> collector = Collector("CartPole-v1", frames_per_batch=8, total_frames=16,
+        ...                       num_envs=2, seed=0)
+        >>> [batch.batch_size for batch in collector]
+        [torch.Size([2, 4]), torch.Size([2, 4])]
+        >>> collector.stats().frames
+        16
+    """
+
+    def __init__(
+        self,
+        create_env_fn: EnvSource,
+        policy: Any = None,
+        *,
+        frames_per_batch: int,
+        total_frames: int = -1,
+        num_envs: int = 1,
+        create_env_kwargs: dict[str, Any] | None = None,
+        init_random_frames: int | None = 0,
+        max_frames_per_traj: int | None = None,
+        reset_at_each_iter: bool = False,
+        set_truncated: bool = False,
+        postproc: Callable[[TensorDictBase], TensorDictBase] | None = None,
+        split_trajs: bool = False,
+        exploration_type: str | InteractionType = InteractionType.RANDOM,
+        return_same_td: bool = False,
+        device: Any = None,
+        env_device: Any = None,
+        policy_device: Any = None,
+        storing_device: Any = None,
+        compile_policy: bool | dict[str, Any] = False,
+        pre_collect_hook: Callable[[], None] | None = None,
+        post_collect_hook: Callable[[TensorDictBase], None] | None = None,
+        seed: int | None = None,
+    ) -> None:
+        self.requested_frames_per_batch = check_positive_int("frames_per_batch", frames_per_batch)
+        self.total_frames = check_frames("total_frames", total_frames, allow_endless=True)
+        num_envs = check_positive_int("num_envs", num_envs)
+        self.init_random_frames = check_frames("init_random_frames", init_random_frames or 0)
+        if max_frames_per_traj is not None and max_frames_per_traj <= 0:
+            max_frames_per_traj = None
+        self.postproc = check_callable("postproc", postproc)
+        self.pre_collect_hook = check_callable("pre_collect_hook", pre_collect_hook)
+        self.post_collect_hook = check_callable("post_collect_hook", post_collect_hook)
+        self.split_trajs = split_trajs
+        self.return_same_td = return_same_td
+        self.reset_at_each_iter = reset_at_each_iter
+        self.env_device = check_device("env_device", env_device if env_device is not None else device)
+        if self.env_device is not None and self.env_device.type != "cpu":
+            raise ValueError(f"env_device={env_device!r}: Gymnasium envs run on the CPU only")
+        self.policy_device = check_device("policy_device", policy_device or device)
+        self.storing_device = check_device("storing_device", storing_device or device)
+        if create_env_kwargs is not None and not isinstance(create_env_kwargs, Mapping):
+            raise TypeError(f"create_env_kwargs must be a dict, got {type(create_env_kwargs).__name__}")
+        exploration = interaction_type(exploration_type)
+
+        self._envs = make_env_batch(create_env_fn, num_envs, create_env_kwargs, max_frames_per_traj)
+        self.num_envs = self._envs.num_envs
+        num_steps = math.ceil(self.requested_frames_per_batch / self.num_envs)
+        self.frames_per_batch = num_steps * self.num_envs
+        if self.frames_per_batch != self.requested_frames_per_batch:
+            warnings.warn(
+                f"frames_per_batch={frames_per_batch} is not a multiple of the {self.num_envs} "
+                f"envs; collecting {self.frames_per_batch} frames per batch",
+                stacklevel=2,
+            )
+        obs_space, action_space = self._envs.observation_space, self._envs.action_space
+        self._random_policy = RandomPolicy(action_space, self.num_envs)
+        self._policy = (
+            self._random_policy
+            if policy is None
+            else make_policy(
+                policy, obs_space, action_space, self.num_envs,
+                device=self.policy_device, exploration_type=exploration,
+            )
+        )
+        if compile_policy and hasattr(self._policy, "callable"):
+            kwargs = compile_policy if isinstance(compile_policy, dict) else {}
+            self._policy.callable = torch.compile(self._policy.callable, **kwargs)
+        self._user_policy = policy
+        layout = BatchLayout(
+            tuple(observation_fields(obs_space)), action_fields(action_space)[0], self._policy.extras
+        )
+        self._buffers = BatchBuffers.allocate(layout, self.num_envs, num_steps)
+        for part in (self._envs, self._random_policy, self._policy):
+            part.bind(self._buffers)
+        self._config = RolloutConfig(
+            num_steps=num_steps,
+            truncate_last=set_truncated or reset_at_each_iter,
+            exploration_type=exploration,
+        )
+        self._traj_ids = TrajectoryIds(self.num_envs)
+        self._episodes = EpisodeTracker(self.num_envs)
+        self._frames = self._batches = self._policy_version = 0
+        self._collect_seconds = 0.0
+        self._profiler: RolloutProfiler | None = None
+        self._closed = False
+        if seed is None:
+            self._envs.reset(slot=num_steps)
+        else:
+            self.set_seed(seed)
+
+    @property
+    def policy(self) -> Any:
+        """The policy that runs (the device copy where one was made)."""
+        return getattr(self._policy, "callable", None)
+
+    # -- collection ------------------------------------------------------------------------
+    def rollout(self) -> TensorDictBase:
+        """Collect one batch into the collector's buffer and return it (no copy).
+
+        The returned TensorDict is overwritten by the next call: clone it to keep it.
+        """
+        if self._closed:
+            raise RuntimeError("the collector was shut down")
+        if self._profile_config is not None and self._profiler is None:
+            self._profiler = RolloutProfiler(self._profile_config, worker_idx=0)
+        if self._profiler is not None:
+            self._profiler.before_rollout()
+        if self.pre_collect_hook is not None:
+            self.pre_collect_hook()
+        if self.reset_at_each_iter and self._batches > 0:
+            self._envs.reset(slot=self._config.num_steps)
+            self._traj_ids.restart()
+        random = self._frames < self.init_random_frames
+        start = time.perf_counter()
+        collect_batch(
+            self._envs,
+            self._random_policy if random else self._policy,
+            self._buffers,
+            self._config,
+            self._traj_ids,
+            self._episodes,
+            self._policy_version,
+        )
+        self._collect_seconds += time.perf_counter() - start
+        self._frames += self.frames_per_batch
+        self._batches += 1
+        if self._profiler is not None:
+            self._profiler.after_rollout()
+        return self._buffers.batch
+
+    def iterator(self) -> Iterator[TensorDictBase | None]:
+        while self.total_frames < 0 or self._frames < self.total_frames:
+            batch = self.rollout()
+            if not self.return_same_td:
+                batch = batch.clone()
+            if self.storing_device is not None:
+                batch = batch.to(self.storing_device)
+            if self.split_trajs:
+                batch = split_trajectories(batch)
+            if self.postproc is not None:
+                batch = self.postproc(batch)
+            if self.post_collect_hook is not None:
+                self.post_collect_hook(batch)
+            yield batch
+
+    def reset(self) -> None:
+        """Reset every env now (unseeded); the next batch starts new trajectories."""
+        self._envs.reset(slot=self._config.num_steps)
+        self._traj_ids.restart()
+
+    def shutdown(
+        self, timeout: float | None = None, close_env: bool = True, raise_on_error: bool = True
+    ) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._profiler is not None:
+            self._profiler.stop()
+        if close_env:
+            self._envs.close()
+
+    # -- seeding and state -----------------------------------------------------------------
+    def set_seed(self, seed: int, static_seed: bool = False) -> int:
+        """Reset env ``i`` now with ``seed + i``; seed action spaces, random policy and torch.
+
+        Returns:
+            ``seed + num_envs``, the first seed no env of this collector used.
+        """
+        seeds = [seed + i for i in range(self.num_envs)]
+        self._envs.reset(slot=self._config.num_steps, seeds=seeds)
+        self._envs.seed_action_spaces(seeds)
+        self._random_policy.seed(seed)
+        torch.manual_seed(seed)
+        if self._batches:
+            self._traj_ids.restart()
+        return seed + self.num_envs
+
+    def state_dict(self) -> dict[str, Any]:
+        """Counters, trajectory ids, episode sums, RNG states, policy weights and envs."""
+        module = self._policy.module
+        slot = self._config.num_steps
+        return {
+            "frames": self._frames,
+            "batches": self._batches,
+            "policy_version": self._policy_version,
+            "traj_ids": self._traj_ids.state_dict(),
+            "episodes": self._episodes.state_dict(),
+            "envs": self._envs.state_dict(),
+            "pending_obs": {k: v[:, slot].clone() for k, v in self._buffers.obs_ext.items()},
+            "policy": None if module is None else as_weights(module).clone().to_dict(),
+            "rng": {"torch": torch.get_rng_state(), "random_policy": self._random_policy.state_dict()},
+        }
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Continue from :meth:`state_dict`: the next batches equal the uninterrupted run's."""
+        state = state_dict
+        self._frames, self._batches = int(state["frames"]), int(state["batches"])
+        self._policy_version = int(state["policy_version"])
+        self._traj_ids.load_state_dict(state["traj_ids"])
+        self._episodes.load_state_dict(state["episodes"])
+        self._envs.load_state_dict(state["envs"])
+        slot = self._config.num_steps
+        for key, value in state["pending_obs"].items():
+            self._buffers.obs_ext[key][:, slot] = value
+        if state["policy"] is not None and self._policy.module is not None:
+            apply_weights(self._policy.module, as_weights(state["policy"]))
+        torch.set_rng_state(state["rng"]["torch"])
+        self._random_policy.load_state_dict(state["rng"]["random_policy"])
+
+    def stats(self) -> CollectorStats:
+        returns, lengths = self._episodes.returns, self._episodes.lengths
+        return CollectorStats(
+            frames=self._frames,
+            batches=self._batches,
+            fps=self._frames / self._collect_seconds if self._collect_seconds else 0.0,
+            episodes=self._episodes.count,
+            mean_return=float(np.mean(returns)) if returns else math.nan,
+            mean_length=float(np.mean(lengths)) if lengths else math.nan,
+            policy_version=self._policy_version,
+        )
+
+    # -- weights ---------------------------------------------------------------------------
+    def _update_weights(self, forms: dict[str, Any], worker_ids: list[int] | None) -> None:
+        if worker_ids not in (None, [0]):
+            raise ValueError(f"worker_ids={worker_ids}: a single-process collector has worker 0 only")
+        unknown = set(forms) - {"policy"}
+        if unknown:
+            raise KeyError(f"unknown model id(s) {sorted(unknown)}; known: ['policy']")
+        module = self._policy.module
+        source = forms["policy"]
+        if source is None:
+            source = self._user_policy
+        if module is not None and source is not module and source is not None:
+            apply_weights(module, as_weights(source))
+        self._policy_version += 1
+
+    def receive_weights(self, policy_or_weights: Any = None, *, weights: Any = None,
+                        policy: Any = None) -> None:
+        """Apply weights to the running policy (without bumping the version)."""
+        source = next((s for s in (policy_or_weights, weights, policy) if s is not None), None)
+        module = self._policy.module
+        if source is not None and module is not None and source is not module:
+            apply_weights(module, as_weights(source))

@@ -1,0 +1,137 @@
+"""Preallocated batch buffers: one tensor per key, ``[N, T, ...]``, written in place every step.
+
+The buffers are allocated once per collector (in shared memory when workers write them). Env
+adapters write observations, rewards and flags; policy adapters write actions and extras; the
+rollout loop finishes each batch with a few vectorised copies. Observations live in one
+``[N, T + 1, ...]`` tensor per key: slot ``t + 1`` receives the observation after step ``t`` (the
+reset observation when the episode ended), so the policy reads slot ``t`` and slot ``T`` carries
+over to the next batch. ``("next", obs)`` is filled at the end from slots ``1..T``, with the true
+final observations put back where episodes ended.
+
+Example:
+    >>> import torch
+    >>> from rlcollect.data.layout import BatchLayout, Field, get_nested
+    >>> layout = BatchLayout((Field(("observation",), (4,), torch.float32),),
+    ...                      Field(("action",), (), torch.int64))
+    >>> buffers = BatchBuffers.allocate(layout, num_envs=2, num_steps=5)
+    >>> buffers.batch.batch_size, buffers.batch["observation"].shape
+    (torch.Size([2, 5]), torch.Size([2, 5, 4]))
+    >>> buffers.obs_ext["observation"].shape
+    torch.Size([2, 6, 4])
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from rlcollect.data.layout import BatchLayout, Field, get_nested
+
+__all__ = ["BatchBuffers"]
+
+NestedKey = tuple[str, ...]
+
+
+def _key(key: NestedKey) -> str | NestedKey:
+    return key[0] if len(key) == 1 else key
+
+
+class BatchBuffers:
+    """The tensors of one batch and their numpy views.
+
+    Build with :meth:`allocate` (or :meth:`from_storage` over tensors allocated elsewhere, e.g. a
+    worker's slice of a shared-memory batch).
+
+    Attributes:
+        storage: every tensor, batch size ``[N]``: ``"obs_ext"`` (``[N, T + 1, ...]`` per
+            observation key) and ``"batch"`` (``[N, T, ...]``, the batch's own tensors).
+        batch: the batch TensorDict ``[N, T]`` (views into ``storage``), dims ``[None, "time"]``.
+        finals: ``(env, t, final_observation)`` for the episodes that ended in this batch.
+    """
+
+    def __init__(self, storage: TensorDict, layout: BatchLayout, num_steps: int) -> None:
+        self.storage = storage
+        self.layout = layout
+        self.num_envs = int(storage.batch_size[0])
+        self.num_steps = num_steps
+        self.finals: list[tuple[int, int, Any]] = []
+        self.dict_obs = layout.observations[0].key != ("observation",)
+        data = storage.get("batch")
+        obs_ext = storage.get("obs_ext")
+        self.obs_ext = {f.key: obs_ext.get(_key(f.key)) for f in layout.observations}
+        self.next_obs = {f.key: data.get(("next", *f.key)) for f in layout.observations}
+        self.action = data.get("action")
+        self.extras = {f.key: data.get(_key(f.key)) for f in layout.extras}
+        self.reward = data.get(("next", "reward"))
+        self.terminated = data.get(("next", "terminated"))
+        self.truncated = data.get(("next", "truncated"))
+        self.done = data.get(("next", "done"))
+        self.traj_ids = data.get(("collector", "traj_ids"))
+        self.policy_version = data.get("policy_version")
+        batch = data.clone(recurse=False)  # same tensors, own key set
+        for key, tensor in self.obs_ext.items():
+            batch.set(_key(key), tensor[:, :num_steps])
+        batch.names = [None, "time"]
+        self.batch: TensorDict = batch
+        # numpy views for the per-step writes (numpy item writes are much cheaper than torch's)
+        self.obs_ext_np = {k: v.numpy() for k, v in self.obs_ext.items()}
+        self.next_obs_np = {k: v.numpy() for k, v in self.next_obs.items()}
+        self.action_np = self.action.numpy()
+        self.reward_np = self.reward.numpy()
+        self.terminated_np = self.terminated.numpy()
+        self.truncated_np = self.truncated.numpy()
+        self.done_np = self.done.numpy()
+        self.traj_ids_np = self.traj_ids.numpy()
+
+    @staticmethod
+    def allocate_storage(
+        layout: BatchLayout, num_envs: int, num_steps: int, *, shared: bool = False
+    ) -> TensorDict:
+        """Zero-filled storage for ``num_envs`` x ``num_steps`` frames (shared memory if asked)."""
+        n, t = num_envs, num_steps
+
+        def zeros(field: Field, steps: int) -> torch.Tensor:
+            return torch.zeros((n, steps, *field.shape), dtype=field.dtype)
+
+        data = TensorDict(batch_size=[n, t])
+        obs_ext = TensorDict(batch_size=[n, t + 1])
+        for field in layout.observations:
+            obs_ext.set(_key(field.key), zeros(field, t + 1))
+            data.set(("next", *field.key), zeros(field, t))
+        data.set("action", zeros(layout.action, t))
+        for field in layout.extras:
+            data.set(_key(field.key), zeros(field, t))
+        data.set(("next", "reward"), torch.zeros(n, t, 1, dtype=torch.float32))
+        for flag in ("terminated", "truncated", "done"):
+            data.set(("next", flag), torch.zeros(n, t, 1, dtype=torch.bool))
+        data.set(("collector", "traj_ids"), torch.zeros(n, t, dtype=torch.int64))
+        data.set("policy_version", torch.zeros(n, t, dtype=torch.int64))
+        storage = TensorDict({"batch": data, "obs_ext": obs_ext}, batch_size=[n])
+        if shared:
+            storage.share_memory_()
+        return storage
+
+    @classmethod
+    def allocate(
+        cls, layout: BatchLayout, num_envs: int, num_steps: int, *, shared: bool = False
+    ) -> BatchBuffers:
+        """Allocate and wrap new storage (see :meth:`allocate_storage`)."""
+        return cls(cls.allocate_storage(layout, num_envs, num_steps, shared=shared), layout, num_steps)
+
+    def write_obs(self, env: int, slot: int, obs: Any) -> None:
+        """Write one env's (possibly Dict) observation into observation slot ``slot``."""
+        for key, array in self.obs_ext_np.items():
+            array[env, slot] = get_nested(obs, key) if self.dict_obs else obs
+
+    def write_obs_all(self, slot: int, obs: Any) -> None:
+        """Write all envs' batched observation (array, or dict of arrays) into slot ``slot``."""
+        for key, array in self.obs_ext_np.items():
+            array[:, slot] = get_nested(obs, key) if self.dict_obs else obs
+
+    def write_final_obs(self, env: int, t: int, obs: Any) -> None:
+        """Write a true final observation into ``("next", obs)[env, t]``."""
+        for key, array in self.next_obs_np.items():
+            array[env, t] = get_nested(obs, key) if self.dict_obs else obs

@@ -1,0 +1,129 @@
+"""From Gymnasium spaces to the batch layout: which tensors a batch holds, their shapes and dtypes.
+
+A :class:`Field` is one leaf of the batch (``observation``, ``action``, a policy extra). Spaces map
+to fields once, at construction; the rollout loop then only writes into tensors laid out from them.
+
+Example:
+    >>> from gymnasium import spaces
+    >>> [str(f) for f in observation_fields(spaces.Box(-1, 1, (3,)))]
+    ['observation: (3,) torch.float32']
+    >>> space = spaces.Dict({"pos": spaces.Box(-1, 1, (2,)), "id": spaces.Discrete(4)})
+    >>> [str(f) for f in observation_fields(space)]
+    ['id: () torch.int64', 'pos: (2,) torch.float32']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+__all__ = [
+    "BatchLayout",
+    "Field",
+    "RESERVED_KEYS",
+    "action_fields",
+    "get_nested",
+    "observation_fields",
+    "torch_dtype",
+]
+
+#: Keys a Dict observation may not use: the batch itself needs them.
+RESERVED_KEYS = frozenset({"action", "next", "collector", "policy_version"})
+
+_LEAF_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+
+
+@dataclass(frozen=True)
+class Field:
+    """One tensor of a batch: its key (a tuple, nested for Dict spaces), per-frame shape, dtype."""
+
+    key: tuple[str, ...]
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+    def __str__(self) -> str:
+        return f"{'.'.join(self.key)}: {self.shape} {self.dtype}"
+
+
+@dataclass(frozen=True)
+class BatchLayout:
+    """Every per-frame field of a batch besides the fixed ones (reward, flags, ids, version).
+
+    ``observations`` appear twice in a batch (``key`` and ``("next", key)``); ``action`` once;
+    ``extras`` are what a TensorDict policy writes beside the action (``sample_log_prob``, ...).
+    """
+
+    observations: tuple[Field, ...]
+    action: Field
+    extras: tuple[Field, ...] = ()
+
+
+def torch_dtype(dtype: Any) -> torch.dtype:
+    """The torch dtype matching a numpy dtype (``np.float32`` -> ``torch.float32``)."""
+    return torch.from_numpy(np.zeros((), dtype=np.dtype(dtype))).dtype
+
+
+def _leaf_field(key: tuple[str, ...], space: spaces.Space[Any]) -> Field:
+    if isinstance(space, spaces.Discrete):
+        return Field(key, (), torch.int64)
+    if isinstance(space, _LEAF_SPACES):
+        assert space.shape is not None
+        return Field(key, tuple(space.shape), torch_dtype(space.dtype))
+    raise TypeError(
+        f"space {space!r} at key {'.'.join(key) or '<root>'} is not supported: "
+        "use Box, Discrete, MultiDiscrete, MultiBinary, or a Dict of those"
+    )
+
+
+def _fields(space: spaces.Space[Any], prefix: tuple[str, ...]) -> list[Field]:
+    if isinstance(space, spaces.Dict):
+        fields: list[Field] = []
+        for name, subspace in space.spaces.items():
+            fields.extend(_fields(subspace, (*prefix, str(name))))
+        return fields
+    return [_leaf_field(prefix, space)]
+
+
+def observation_fields(space: spaces.Space[Any]) -> list[Field]:
+    """Fields for an observation space: ``observation`` for a leaf, one key per Dict entry.
+
+    Raises:
+        TypeError: for a space other than Box, Discrete, MultiDiscrete, MultiBinary or Dict.
+        ValueError: for a Dict entry named like a reserved batch key.
+    """
+    if not isinstance(space, spaces.Dict):
+        return [_leaf_field(("observation",), space)]
+    fields = _fields(space, ())
+    for field in fields:
+        if field.key[0] in RESERVED_KEYS:
+            raise ValueError(
+                f"observation space Dict key {field.key[0]!r} clashes with a batch key; "
+                f"rename it (reserved: {sorted(RESERVED_KEYS)})"
+            )
+    return fields
+
+
+def action_fields(space: spaces.Space[Any]) -> list[Field]:
+    """The single ``action`` field for an action space.
+
+    Raises:
+        TypeError: for a Dict or any other unsupported action space.
+    """
+    if isinstance(space, spaces.Dict):
+        raise TypeError(
+            f"action space {space!r} is a Dict: action spaces must be Box, Discrete, "
+            "MultiDiscrete or MultiBinary (flatten the Dict with gymnasium.wrappers.FlattenAction)"
+        )
+    return [_leaf_field(("action",), space)]
+
+
+def get_nested(value: Any, key: tuple[str, ...]) -> Any:
+    """``value[key[0]][key[1]]...``: one leaf of a (nested) Dict observation."""
+    for part in key:
+        value = value[part] if isinstance(value, Mapping) else getattr(value, part)
+    return value

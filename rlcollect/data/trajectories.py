@@ -1,0 +1,121 @@
+"""Trajectory ids and trajectory splitting.
+
+Ids are assigned once per batch, vectorised over ``[N, T]``: a trajectory starts at frame 0 of an
+env's first batch and at the frame after every ``done``. New ids are handed out in time order
+(then env order) from a counter that never goes back, so ids are unique, never reused, and
+increase along each env's rows. Several producers (workers) share one id space without talking to
+each other by striding: producer ``p`` of ``P`` only hands out ids ``p, p + P, p + 2P, ...``.
+
+Example:
+    >>> import numpy as np
+    >>> ids = TrajectoryIds(num_envs=2)
+    >>> done = np.array([[False, True, False], [False, False, False]])
+    >>> out = np.zeros((2, 3), dtype=np.int64)
+    >>> ids.assign(done, out)
+    >>> out.tolist()
+    [[0, 0, 2], [1, 1, 1]]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDictBase
+
+__all__ = ["TrajectoryIds", "split_trajectories"]
+
+
+class TrajectoryIds:
+    """Hands out trajectory ids for ``num_envs`` envs, one batch of ``done`` flags at a time.
+
+    Args:
+        num_envs: envs whose frames this allocator labels.
+        stride: number of producers sharing the id space (workers x 1).
+        offset: this producer's index in ``[0, stride)``.
+    """
+
+    def __init__(self, num_envs: int, *, stride: int = 1, offset: int = 0) -> None:
+        if not 0 <= offset < stride:
+            raise ValueError(f"offset must be in [0, stride={stride}), got {offset}")
+        self.stride = stride
+        self.offset = offset
+        self._next = num_envs  # local counter; env n starts with local id n
+        self._current = np.arange(num_envs, dtype=np.int64)
+        self._starting = np.zeros(num_envs, dtype=bool)  # a new trajectory begins at frame 0
+
+    def restart(self, mask: np.ndarray | None = None) -> None:
+        """Start new trajectories at the next frame of the masked envs (all if ``mask`` is None)."""
+        if mask is None:
+            self._starting[:] = True
+        else:
+            self._starting |= mask
+
+    def assign(self, done: np.ndarray, out: np.ndarray) -> None:
+        """Write the ids of a batch with flags ``done [N, T]`` into ``out [N, T]``."""
+        starts = np.empty_like(done)
+        starts[:, 0] = self._starting
+        starts[:, 1:] = done[:, :-1]
+        env_index, time_index = np.nonzero(starts.T)[::-1]  # time-major order
+        local = np.full(done.shape, -1, dtype=np.int64)
+        local[env_index, time_index] = self._next + np.arange(len(env_index))
+        self._next += len(env_index)
+        local[:, 0] = np.maximum(local[:, 0], self._current)
+        np.maximum.accumulate(local, axis=1, out=local)
+        self._current = local[:, -1].copy()
+        self._starting = done[:, -1].copy()
+        np.multiply(local, self.stride, out=out)
+        out += self.offset
+
+    def state_dict(self) -> dict[str, Any]:
+        """Counter, current ids and pending starts: enough to continue the same sequence."""
+        return {
+            "next": self._next,
+            "current": self._current.copy(),
+            "starting": self._starting.copy(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        self._next = int(state["next"])
+        self._current = np.asarray(state["current"], dtype=np.int64).copy()
+        self._starting = np.asarray(state["starting"], dtype=bool).copy()
+
+
+def split_trajectories(batch: TensorDictBase) -> TensorDictBase:
+    """Regroup a ``[N, T]`` batch into ``[num_trajectories, max_len]``, zero-padded along time.
+
+    Rows are trajectories ordered by id; ``("collector", "mask")`` marks the real frames. A
+    trajectory that continues past the batch is kept as the part that is in it.
+
+    Example:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> batch = TensorDict({"x": torch.arange(6.).view(2, 3),
+        ...     ("collector", "traj_ids"): torch.tensor([[0, 0, 2], [1, 1, 1]])}, [2, 3])
+        >>> out = split_trajectories(batch)
+        >>> out["x"].tolist(), out["collector", "mask"].tolist()
+        ([[0.0, 1.0, 0.0], [3.0, 4.0, 5.0], [2.0, 0.0, 0.0]], [[True, True, False], [True, True, True], [True, False, False]])
+    """
+    ids = batch.get(("collector", "traj_ids"))
+    flat = batch.reshape(-1)
+    flat_ids = ids.reshape(-1)
+    # frames of one env are contiguous in time, so sorting by id (stable) keeps time order
+    order = torch.argsort(flat_ids, stable=True)
+    sorted_ids = flat_ids[order]
+    unique_ids, lengths = torch.unique_consecutive(sorted_ids, return_counts=True)
+    num_trajs, max_len = len(unique_ids), int(lengths.max()) if len(lengths) else 0
+    starts = torch.cumsum(lengths, 0) - lengths
+    row = torch.repeat_interleave(torch.arange(num_trajs), lengths)
+    col = torch.arange(len(sorted_ids)) - starts[row]
+    out = flat.apply(
+        lambda x: x.new_zeros(num_trajs, max_len, *x.shape[1:]), batch_size=[num_trajs, max_len]
+    )
+    out[row, col] = flat[order]
+    mask = torch.zeros(num_trajs, max_len, dtype=torch.bool)
+    mask[row, col] = True
+    out.set(("collector", "mask"), mask)
+    out.names = [None, "time"]
+    return out
+

@@ -1,0 +1,83 @@
+"""The interface every env adapter implements: reset and step straight into batch buffers."""
+
+from __future__ import annotations
+
+import abc
+import pickle
+import warnings
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rlcollect.data.buffers import BatchBuffers
+
+__all__ = ["EnvBatch"]
+
+
+class EnvBatch(abc.ABC):
+    """``num_envs`` environments that write their steps into :class:`BatchBuffers` in place.
+
+    Subclasses implement :meth:`reset` and :meth:`step`. Episodes that end are reset in the same
+    step: the true final observation goes to ``buffers.finals`` and the reset observation to the
+    next observation slot. ``max_episode_steps`` truncates episodes on the collector's side.
+    """
+
+    num_envs: int
+    observation_space: gym.Space[Any]
+    action_space: gym.Space[Any]
+
+    def __init__(self, num_envs: int, max_episode_steps: int | None) -> None:
+        self.num_envs = num_envs
+        self.max_episode_steps = max_episode_steps
+        self._limit = max_episode_steps if max_episode_steps is not None else np.iinfo(np.int64).max
+        self._steps = np.zeros(num_envs, dtype=np.int64)  # steps into the current episode
+        self._buffers: BatchBuffers | None = None
+
+    def bind(self, buffers: BatchBuffers) -> None:
+        """Point the adapter at the buffers it writes (called once, before any reset or step)."""
+        self._buffers = buffers
+
+    @abc.abstractmethod
+    def reset(self, slot: int, seeds: list[int] | None = None) -> None:
+        """Reset every env (env ``i`` with ``seeds[i]`` if given); write observations at ``slot``."""
+
+    @abc.abstractmethod
+    def step(self, t: int) -> None:
+        """Step every env with ``action[:, t]``; write step ``t`` and observation slot ``t + 1``."""
+
+    @abc.abstractmethod
+    def seed_action_spaces(self, seeds: list[int]) -> None:
+        """Seed each env's own action space (Gymnasium's convention: env ``i`` with ``s + i``)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Close the envs."""
+
+    @abc.abstractmethod
+    def _picklable_state(self) -> Any:
+        """The objects whose pickle captures the envs' full state."""
+
+    @abc.abstractmethod
+    def _restore_picklable_state(self, state: Any) -> None:
+        """Swap in envs unpickled from :meth:`_picklable_state`."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Episode step counters and, where the envs pickle, the envs themselves."""
+        try:
+            envs: bytes | None = pickle.dumps(self._picklable_state())
+        except Exception as error:  # envs holding handles (sockets, simulators) do not pickle
+            warnings.warn(
+                f"the envs could not be pickled ({error!r}): a state_dict will restore counters "
+                "and weights but not the envs' state",
+                stacklevel=2,
+            )
+            envs = None
+        return {"steps": self._steps.copy(), "envs": envs}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        self._steps[:] = state["steps"]
+        if state["envs"] is not None:
+            self.close()
+            self._restore_picklable_state(pickle.loads(state["envs"]))

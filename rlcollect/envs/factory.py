@@ -1,0 +1,77 @@
+"""Turn what the user passed as an env (id, factory, env, vector env) into an :class:`EnvBatch`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeAlias
+
+import gymnasium as gym
+from gymnasium.vector import VectorEnv
+
+from rlcollect.envs.base import EnvBatch
+from rlcollect.envs.gym_envs import GymEnvs
+from rlcollect.envs.vector import GymVectorEnv
+
+__all__ = ["EnvSource", "make_env_batch"]
+
+#: An env id, a ``gymnasium.Env`` / ``VectorEnv`` factory, or a ``VectorEnv`` instance.
+EnvSource: TypeAlias = "str | Callable[..., Any] | VectorEnv[Any, Any, Any]"
+
+
+def _make_one(source: str | Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    if isinstance(source, str):
+        try:
+            return gym.make(source, **kwargs)
+        except gym.error.Error as error:
+            raise ValueError(f"create_env_fn={source!r} is not a registered Gymnasium env id ({error})") from None
+    return source(**kwargs)
+
+
+def make_env_batch(
+    source: EnvSource,
+    num_envs: int = 1,
+    kwargs: dict[str, Any] | None = None,
+    max_episode_steps: int | None = None,
+) -> EnvBatch:
+    """Build the env batch for ``source``: ``num_envs`` copies of a single env, or a vector env.
+
+    Args:
+        source: an env id (``"CartPole-v1"``), a callable returning a ``gymnasium.Env`` or a
+            ``VectorEnv``, or a ``VectorEnv``.
+        num_envs: copies of a single env to step in this process (must be 1 for a vector env,
+            which brings its own).
+        kwargs: keyword arguments for ``gymnasium.make`` or the callable.
+        max_episode_steps: collector-side episode limit.
+
+    Raises:
+        ValueError: unknown env id, or ``num_envs`` > 1 with a vector env.
+        TypeError: ``source`` or what it returns is not an env.
+
+    Example:
+        >>> make_env_batch("CartPole-v1", num_envs=4).num_envs
+        4
+    """
+    kwargs = dict(kwargs or {})
+    if isinstance(source, VectorEnv):
+        first: Any = source
+    elif isinstance(source, str) or callable(source):
+        first = _make_one(source, kwargs)
+    else:
+        raise TypeError(
+            f"create_env_fn must be an env id, a callable returning a gymnasium Env or VectorEnv, "
+            f"or a VectorEnv; got {type(source).__name__}"
+        )
+    if isinstance(first, VectorEnv):
+        if num_envs != 1:
+            raise ValueError(
+                f"num_envs={num_envs} with a VectorEnv of {first.num_envs} envs: a vector env "
+                "brings its own envs, leave num_envs=1"
+            )
+        return GymVectorEnv(first, max_episode_steps)
+    if not isinstance(first, gym.Env):
+        raise TypeError(
+            f"create_env_fn returned {type(first).__name__}; expected a gymnasium.Env or VectorEnv"
+        )
+    assert not isinstance(source, VectorEnv)
+    envs = [first] + [_make_one(source, kwargs) for _ in range(num_envs - 1)]
+    return GymEnvs(envs, max_episode_steps)

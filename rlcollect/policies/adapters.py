@@ -1,0 +1,305 @@
+"""Policy adapters: read observation slot ``t`` of the buffers, write ``action[:, t]`` (+ extras).
+
+Three kinds, picked once by :func:`make_policy`:
+
+- :class:`RandomPolicy` (``policy=None``): uniform actions from the action space, seeded.
+- :class:`ModulePolicy`: an ``nn.Module`` or callable from observations ``[N, *obs]`` to actions
+  ``[N, *act]``.
+- :class:`TensorDictPolicy`: a ``TensorDictModule`` (or any callable with ``in_keys`` /
+  ``out_keys``) reading its in_keys and writing ``action`` plus extras (``sample_log_prob``, ...).
+
+Each is checked once by a dry step on observations sampled from the space, so a policy whose
+output does not fit the action space fails at construction, not mid-run.
+
+Example:
+    >>> import torch, gymnasium as gym
+    >>> obs_space, act_space = gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2)
+    >>> policy = make_policy(lambda obs: obs.sum(-1).gt(0).long(), obs_space, act_space,
+    ...                      num_envs=3)
+    >>> type(policy).__name__, policy.extras
+    ('ModulePolicy', ())
+"""
+
+from __future__ import annotations
+
+import abc
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium.vector.utils import batch_space
+from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import InteractionType, TensorDictModuleBase, set_interaction_type
+
+from rlcollect.data.buffers import BatchBuffers
+from rlcollect.data.layout import Field, action_fields, observation_fields
+
+__all__ = [
+    "ModulePolicy",
+    "PolicyAdapter",
+    "RandomPolicy",
+    "TensorDictPolicy",
+    "interaction_type",
+    "make_policy",
+]
+
+_EXPLORATION = {t.value: t for t in InteractionType}
+
+
+def interaction_type(value: str | InteractionType | Any) -> InteractionType:
+    """Parse ``exploration_type``: an ``InteractionType`` / TorchRL ``ExplorationType`` or name.
+
+    Raises:
+        ValueError: for anything else, listing the allowed names.
+    """
+    if isinstance(value, InteractionType):
+        return value
+    name = getattr(value, "value", value)
+    if isinstance(name, str) and name.lower() in _EXPLORATION:
+        return _EXPLORATION[name.lower()]
+    raise ValueError(f"exploration_type={value!r} is not one of {sorted(_EXPLORATION)}")
+
+
+class PolicyAdapter(abc.ABC):
+    """Chooses the actions of all envs of a batch at step ``t``, in place in the buffers."""
+
+    #: What the policy writes besides the action (TensorDict policies only).
+    extras: tuple[Field, ...] = ()
+    #: The module that runs (the device copy where there is one), for weight updates.
+    module: torch.nn.Module | None = None
+
+    @abc.abstractmethod
+    def bind(self, buffers: BatchBuffers) -> None:
+        """Point the adapter at the buffers (called once, before :meth:`act`)."""
+
+    @abc.abstractmethod
+    def act(self, t: int) -> None:
+        """Write ``action[:, t]`` (and extras) from observation slot ``t``."""
+
+
+class RandomPolicy(PolicyAdapter):
+    """Uniform random actions for ``num_envs`` envs from ``action_space``, seeded by :meth:`seed`.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> policy = RandomPolicy(gym.spaces.Discrete(3), num_envs=2, seed=0)
+        >>> policy.sample().shape
+        (2,)
+    """
+
+    def __init__(self, action_space: gym.Space[Any], num_envs: int, seed: int | None = None) -> None:
+        self.space = batch_space(action_space, num_envs)
+        self.space.seed(seed)
+
+    def seed(self, seed: int | None) -> None:
+        """Reseed the generator the actions come from."""
+        self.space.seed(seed)
+
+    def sample(self) -> Any:
+        """Actions for all envs, ``[N, *act]``."""
+        return self.space.sample()
+
+    def bind(self, buffers: BatchBuffers) -> None:
+        self._action_np = buffers.action_np
+
+    def act(self, t: int) -> None:
+        self._action_np[:, t] = self.space.sample()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The generator's state."""
+        return copy.deepcopy(self.space.np_random.bit_generator.state)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the generator's state."""
+        self.space.np_random.bit_generator.state = copy.deepcopy(state)
+
+
+def _sample_observations(space: gym.Space[Any], num_envs: int) -> dict[tuple[str, ...], torch.Tensor]:
+    batched = batch_space(space, num_envs)
+    batched.seed(0)
+    sample = batched.sample()
+    out = {}
+    for field in observation_fields(space):
+        value = sample
+        if isinstance(space, gym.spaces.Dict):
+            for part in field.key:
+                value = value[part]
+        out[field.key] = torch.as_tensor(np.asarray(value)).to(field.dtype)
+    return out
+
+
+def _check_action(output: Any, space: gym.Space[Any], num_envs: int) -> None:
+    field = action_fields(space)[0]
+    expected_shape = (num_envs, *field.shape)
+    wants_float = isinstance(space, gym.spaces.Box) and np.issubdtype(space.dtype, np.floating)
+    expected = "a floating dtype" if wants_float else "an integer or bool dtype"
+    if not isinstance(output, torch.Tensor):
+        raise ValueError(
+            f"the policy returned {type(output).__name__}; expected a tensor of shape "
+            f"{expected_shape} with {expected} for action space {space}"
+        )
+    if tuple(output.shape) != expected_shape or output.is_floating_point() != wants_float:
+        raise ValueError(
+            f"the policy's action does not fit action space {space}: got shape "
+            f"{tuple(output.shape)} dtype {output.dtype}, expected shape {expected_shape} "
+            f"with {expected}"
+        )
+
+
+def _on_device(module: Any, device: torch.device | None) -> Any:
+    """``module`` itself if it already lives on ``device``, else a copy moved there (once)."""
+    if device is None or not isinstance(module, torch.nn.Module):
+        return module
+    tensors = list(module.parameters()) + list(module.buffers())
+    if all(t.device == device for t in tensors):
+        return module
+    return copy.deepcopy(module).to(device)
+
+
+class ModulePolicy(PolicyAdapter):
+    """A module or callable mapping observations ``[N, *obs]`` to actions ``[N, *act]``.
+
+    Args:
+        module: the policy; copied once to ``device`` if its parameters live elsewhere (the
+            user's module is never moved).
+        observation_space, action_space: the single env's spaces (checked by a dry step).
+        num_envs: envs stepped together.
+        device: where the policy runs; ``None`` for where it already is.
+    """
+
+    def __init__(
+        self,
+        module: Callable[[torch.Tensor], torch.Tensor],
+        observation_space: gym.Space[Any],
+        action_space: gym.Space[Any],
+        num_envs: int,
+        device: torch.device | None = None,
+    ) -> None:
+        if isinstance(observation_space, gym.spaces.Dict):
+            raise TypeError(
+                f"policy {type(module).__name__} takes a tensor, but observation space "
+                f"{observation_space} is a Dict: use a tensordict.nn.TensorDictModule policy "
+                "whose in_keys name the observation entries"
+            )
+        self.callable = _on_device(module, device)
+        self.module = self.callable if isinstance(self.callable, torch.nn.Module) else None
+        self.device = device
+        sample = next(iter(_sample_observations(observation_space, num_envs).values()))
+        with torch.inference_mode():
+            _check_action(self._forward(sample).cpu(), action_space, num_envs)
+
+    def _forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.device is not None:
+            obs = obs.to(self.device, non_blocking=True)
+        return self.callable(obs)
+
+    def bind(self, buffers: BatchBuffers) -> None:
+        obs = next(iter(buffers.obs_ext.values()))
+        # one view per step, made once: indexing a tensor costs more than the copy itself
+        self._obs_views = [obs[:, t] for t in range(buffers.num_steps)]
+        self._action_views = [buffers.action[:, t] for t in range(buffers.num_steps)]
+        self._direct = self.device is None or self.device.type == "cpu"
+
+    def act(self, t: int) -> None:
+        if self._direct:
+            self._action_views[t].copy_(self.callable(self._obs_views[t]))
+        else:
+            self._action_views[t].copy_(self._forward(self._obs_views[t]))
+
+
+def _leaf_keys(td: TensorDictBase) -> list[tuple[str, ...]]:
+    return [(k,) if isinstance(k, str) else tuple(k) for k in td.keys(True, True)]
+
+
+class TensorDictPolicy(PolicyAdapter):
+    """A TensorDict policy: reads observation keys, writes ``action`` and any extras.
+
+    Extras are found by the dry step: every leaf the policy writes besides ``action`` and the
+    observation keys gets its own buffer and lands in the batch.
+    """
+
+    def __init__(
+        self,
+        module: Callable[[TensorDictBase], TensorDictBase],
+        observation_space: gym.Space[Any],
+        action_space: gym.Space[Any],
+        num_envs: int,
+        device: torch.device | None = None,
+    ) -> None:
+        self.callable = _on_device(module, device)
+        self.module = self.callable if isinstance(self.callable, torch.nn.Module) else None
+        self.device = device
+        self._obs_keys = [f.key for f in observation_fields(observation_space)]
+        sample = TensorDict(_sample_observations(observation_space, num_envs), batch_size=[num_envs])
+        with torch.inference_mode():
+            out = self._forward(sample).cpu()
+        if ("action",) not in _leaf_keys(out):
+            raise ValueError(
+                f"the TensorDict policy wrote keys {_leaf_keys(out)} but no 'action' key"
+            )
+        _check_action(out.get("action"), action_space, num_envs)
+        self.extras = tuple(
+            Field(key, tuple(out.get(key).shape[1:]), out.get(key).dtype)
+            for key in _leaf_keys(out)
+            if key != ("action",) and key not in self._obs_keys
+        )
+
+    def _forward(self, td: TensorDictBase) -> TensorDictBase:
+        if self.device is not None:
+            td = td.to(self.device, non_blocking=True)
+        return self.callable(td)
+
+    def bind(self, buffers: BatchBuffers) -> None:
+        n, steps = buffers.num_envs, buffers.num_steps
+        self._inputs = [
+            TensorDict({k: v[:, t] for k, v in buffers.obs_ext.items()}, batch_size=[n])
+            for t in range(steps)
+        ]
+        self._outputs = [
+            [(("action",), buffers.action[:, t])]
+            + [(key, buffers.extras[key][:, t]) for key in buffers.extras]
+            for t in range(steps)
+        ]
+
+    def act(self, t: int) -> None:
+        out = self._forward(self._inputs[t])
+        for key, view in self._outputs[t]:
+            view.copy_(out.get(key))
+
+
+def _is_tensordict_policy(policy: Any) -> bool:
+    return isinstance(policy, TensorDictModuleBase) or (
+        hasattr(policy, "in_keys") and hasattr(policy, "out_keys")
+    )
+
+
+def make_policy(
+    policy: Any,
+    observation_space: gym.Space[Any],
+    action_space: gym.Space[Any],
+    num_envs: int,
+    *,
+    device: torch.device | None = None,
+    exploration_type: InteractionType = InteractionType.RANDOM,
+    seed: int | None = None,
+) -> PolicyAdapter:
+    """The adapter for ``policy`` (see the module docstring), checked by a dry step.
+
+    Raises:
+        TypeError: ``policy`` is not callable, or takes tensors but observations are a Dict.
+        ValueError: the policy's output does not fit the action space (shapes and dtypes named).
+    """
+    if policy is None:
+        return RandomPolicy(action_space, num_envs, seed)
+    if not callable(policy):
+        raise TypeError(
+            f"policy must be None, an nn.Module, a TensorDictModule or a callable; "
+            f"got {type(policy).__name__}"
+        )
+    with set_interaction_type(exploration_type):
+        if _is_tensordict_policy(policy):
+            return TensorDictPolicy(policy, observation_space, action_space, num_envs, device)
+        return ModulePolicy(policy, observation_space, action_space, num_envs, device)

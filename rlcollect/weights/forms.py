@@ -1,0 +1,85 @@
+"""The forms ``update_policy_weights_`` accepts, reduced to ``{model_id: weights-or-None}``.
+
+Example:
+    >>> import torch
+    >>> forms = weight_update_forms(torch.nn.Linear(2, 1))
+    >>> list(forms), sorted(as_weights(forms["policy"]).keys())
+    (['policy'], ['bias', 'weight'])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+__all__ = ["apply_weights", "as_weights", "weight_update_forms"]
+
+
+def weight_update_forms(
+    policy_or_weights: Any = None,
+    *,
+    weights: Any = None,
+    policy: Any = None,
+    model_id: str | None = None,
+    weights_dict: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Normalise the reference API's calling conventions; ``None`` values mean "pull".
+
+    Raises:
+        ValueError: two forms that exclude each other were given together.
+    """
+    given = {
+        "policy_or_weights": policy_or_weights,
+        "weights": weights,
+        "policy": policy,
+    }
+    named = [name for name, value in given.items() if value is not None]
+    if len(named) > 1:
+        raise ValueError(f"give the weights once: got {' and '.join(named)} together")
+    source = next((given[name] for name in named), None)
+    if weights_dict is not None:
+        if model_id is not None or source is not None:
+            raise ValueError(
+                "weights_dict updates several models at once and excludes model_id, "
+                f"policy_or_weights, weights and policy; got weights_dict with {named or ['model_id']}"
+            )
+        return dict(weights_dict)
+    return {model_id or "policy": source}
+
+
+def as_weights(source: Any) -> TensorDictBase:
+    """Weights as a nested TensorDict: from a module, a TensorDict, or a (state) dict.
+
+    Raises:
+        TypeError: for anything else.
+    """
+    if isinstance(source, torch.nn.Module):
+        return TensorDict.from_module(source).data
+    if isinstance(source, TensorDictBase):
+        return source
+    if isinstance(source, Mapping):
+        td = TensorDict(dict(source))
+        return td.unflatten_keys(".") if any("." in k for k in source) else td
+    raise TypeError(
+        f"weights must be an nn.Module, a TensorDict or a dict of tensors, got {type(source).__name__}"
+    )
+
+
+def apply_weights(module: torch.nn.Module, weights: TensorDictBase) -> None:
+    """Copy ``weights`` into ``module``'s parameters and buffers in place.
+
+    Raises:
+        KeyError: a key of ``weights`` is not a parameter or buffer of ``module``.
+    """
+    target = TensorDict.from_module(module).data
+    unknown = set(weights.keys(True, True)) - set(target.keys(True, True))
+    if unknown:
+        raise KeyError(
+            f"weights hold {sorted(map(str, unknown))} which the module does not have "
+            f"(it has {sorted(map(str, target.keys(True, True)))})"
+        )
+    with torch.no_grad():
+        target.update_(weights)
