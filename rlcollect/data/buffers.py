@@ -10,13 +10,13 @@ final observations put back where episodes ended.
 
 Example:
     >>> import torch
-    >>> from rlcollect.data.layout import BatchLayout, Field, get_nested
+    >>> from rlcollect.data.layout import BatchLayout, Field
     >>> layout = BatchLayout((Field(("observation",), (4,), torch.float32),),
     ...                      Field(("action",), (), torch.int64))
     >>> buffers = BatchBuffers.allocate(layout, num_envs=2, num_steps=5)
     >>> buffers.batch.batch_size, buffers.batch["observation"].shape
     (torch.Size([2, 5]), torch.Size([2, 5, 4]))
-    >>> buffers.obs_ext["observation"].shape
+    >>> buffers.obs_ext[("observation",)].shape  # one slot more: the next batch's first
     torch.Size([2, 6, 4])
 """
 
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 from tensordict import TensorDict
 

@@ -95,8 +95,10 @@ def split_trajectories(batch: TensorDictBase) -> TensorDictBase:
         >>> batch = TensorDict({"x": torch.arange(6.).view(2, 3),
         ...     ("collector", "traj_ids"): torch.tensor([[0, 0, 2], [1, 1, 1]])}, [2, 3])
         >>> out = split_trajectories(batch)
-        >>> out["x"].tolist(), out["collector", "mask"].tolist()
-        ([[0.0, 1.0, 0.0], [3.0, 4.0, 5.0], [2.0, 0.0, 0.0]], [[True, True, False], [True, True, True], [True, False, False]])
+        >>> out["x"].tolist()
+        [[0.0, 1.0, 0.0], [3.0, 4.0, 5.0], [2.0, 0.0, 0.0]]
+        >>> out["collector", "mask"].tolist()
+        [[True, True, False], [True, True, True], [True, False, False]]
     """
     ids = batch.get(("collector", "traj_ids"))
     flat = batch.reshape(-1)

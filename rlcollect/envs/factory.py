@@ -23,7 +23,9 @@ def _make_one(source: str | Callable[..., Any], kwargs: dict[str, Any]) -> Any:
         try:
             return gym.make(source, **kwargs)
         except gym.error.Error as error:
-            raise ValueError(f"create_env_fn={source!r} is not a registered Gymnasium env id ({error})") from None
+            raise ValueError(
+                f"create_env_fn={source!r} is not a registered Gymnasium env id ({error})"
+            ) from None
     return source(**kwargs)
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.envs.base import EnvBatch

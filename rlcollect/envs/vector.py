@@ -75,9 +75,9 @@ class GymVectorEnv(EnvBatch):
         if done.any():
             # envs that already reset themselves (SAME_STEP) hold their final obs in the info
             self_reset = info.get("_final_obs", np.zeros_like(done)) if self._same_step else ~done
-            for i in np.flatnonzero(done):
+            for i in np.flatnonzero(done).tolist():
                 final = info["final_obs"][i] if self_reset[i] else _env_slice(obs, i)
-                buffers.finals.append((int(i), t, final))
+                buffers.finals.append((i, t, final))
             to_reset = done & ~self_reset
             if to_reset.any():
                 obs, _ = self.env.reset(options={"reset_mask": to_reset})

@@ -110,11 +110,11 @@ class RandomPolicy(PolicyAdapter):
 
     def state_dict(self) -> dict[str, Any]:
         """The generator's state."""
-        return copy.deepcopy(self.space.np_random.bit_generator.state)
+        return dict(copy.deepcopy(self.space.np_random.bit_generator.state))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore the generator's state."""
-        self.space.np_random.bit_generator.state = copy.deepcopy(state)
+        self.space.np_random.bit_generator.state = copy.deepcopy(dict(state))
 
 
 def _sample_observations(space: gym.Space[Any], num_envs: int) -> dict[tuple[str, ...], torch.Tensor]:

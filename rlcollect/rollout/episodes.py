@@ -19,7 +19,7 @@ class EpisodeTracker:
         >>> tracker.update(np.ones((1, 3)), np.array([[False, True, False]]))
         >>> tracker.update(np.ones((1, 2)), np.array([[True, False]]))
         >>> list(tracker.returns), list(tracker.lengths)
-        [2.0, 2.0]
+        ([2.0, 2.0], [2, 2])
     """
 
     def __init__(self, num_envs: int, window: int = 100) -> None:
