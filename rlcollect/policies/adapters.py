@@ -189,7 +189,7 @@ class ModulePolicy(PolicyAdapter):
         self.device = device
         sample = next(iter(_sample_observations(observation_space, num_envs).values()))
         with torch.inference_mode():
-            _check_action(self._forward(sample).cpu(), action_space, num_envs)
+            _check_action(self._forward(sample), action_space, num_envs)
 
     def _forward(self, obs: torch.Tensor) -> torch.Tensor:
         if self.device is not None:
@@ -235,7 +235,7 @@ class TensorDictPolicy(PolicyAdapter):
         self._obs_keys = [f.key for f in observation_fields(observation_space)]
         sample = TensorDict(_sample_observations(observation_space, num_envs), batch_size=[num_envs])
         with torch.inference_mode():
-            out = self._forward(sample).cpu()
+            out = self._forward(sample)
         if ("action",) not in _leaf_keys(out):
             raise ValueError(
                 f"the TensorDict policy wrote keys {_leaf_keys(out)} but no 'action' key"
