@@ -25,7 +25,7 @@ from typing import Any
 
 from tensordict import TensorDict, TensorDictBase
 
-from rlcollect.cli.errors import CliError
+from rlcollect.cli.errors import CliError, one_line
 
 __all__ = ["RUN_INFO", "RunWriter", "is_saved_tensordict", "load_run", "prepare_out"]
 
@@ -105,7 +105,7 @@ class RunWriter:
         (self.out / RUN_INFO).write_text(json.dumps(record, indent=2) + "\n")
 
 
-def load_run(path: str | Path) -> tuple[TensorDict, dict[str, Any]]:
+def load_run(path: str | Path) -> tuple[TensorDictBase, dict[str, Any]]:
     """The stored TensorDict of a run folder and its ``run.json`` (``{}`` if there is none).
 
     Raises:
@@ -119,7 +119,9 @@ def load_run(path: str | Path) -> tuple[TensorDict, dict[str, Any]]:
     try:
         stored = TensorDict.load_memmap(folder)
     except Exception as error:  # a damaged folder: say so on one line
-        raise CliError(f"{str(folder)!r} cannot be loaded ({type(error).__name__}: {error})") from None
+        raise CliError(
+            f"{str(folder)!r} cannot be loaded ({type(error).__name__}: {one_line(str(error))})"
+        ) from None
     info_file = folder / RUN_INFO
     info: dict[str, Any] = {}
     if info_file.is_file():

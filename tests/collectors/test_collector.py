@@ -201,7 +201,7 @@ def test_hooks_and_postproc_run_in_order() -> None:
 
     def post(batch: TensorDictBase) -> None:
         calls.append("post")
-        assert "marker" in batch.keys()
+        assert "marker" in batch
 
     collector = Collector("CartPole-v1", None, frames_per_batch=4, total_frames=8, postproc=postproc,
                           pre_collect_hook=lambda: calls.append("pre"), post_collect_hook=post)

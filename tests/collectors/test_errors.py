@@ -83,7 +83,8 @@ def test_policy_output_that_does_not_fit(policy: Any, message: str) -> None:
 
 
 def test_continuous_policy_with_wrong_shape() -> None:
-    with pytest.raises(ValueError, match=r"got shape \(2, 3\) dtype torch.float32, expected shape \(2, 1\)"):
+    message = r"got shape \(2, 3\) dtype torch.float32, expected shape \(2, 1\)"
+    with pytest.raises(ValueError, match=message):
         Collector("Pendulum-v1", lambda obs: obs, frames_per_batch=10, num_envs=2)
 
 
@@ -94,7 +95,8 @@ def test_tensordict_policy_without_action() -> None:
 
 
 def test_tensor_policy_on_dict_observations() -> None:
-    with pytest.raises(TypeError, match="observation space .* is a Dict: use a tensordict.nn.TensorDictModule"):
+    message = "observation space .* is a Dict: use a tensordict.nn.TensorDictModule"
+    with pytest.raises(TypeError, match=message):
         Collector(make_dict_env, TiltPolicy(), frames_per_batch=10)
 
 
@@ -128,7 +130,8 @@ def test_weight_update_errors() -> None:
 
 
 def test_frames_per_batch_rounded_up_with_warning() -> None:
-    with pytest.warns(UserWarning, match="frames_per_batch=10 is not a multiple of the 4 envs; collecting 12"):
+    message = "frames_per_batch=10 is not a multiple of the 4 envs; collecting 12"
+    with pytest.warns(UserWarning, match=message):
         collector = Collector("CartPole-v1", frames_per_batch=10, num_envs=4)
     assert collector.frames_per_batch == 12 and collector.requested_frames_per_batch == 10
     assert np.prod(collector.rollout().shape) == 12
