@@ -101,7 +101,8 @@ def test_tensor_policy_on_dict_observations() -> None:
 
 
 def test_policy_not_callable() -> None:
-    with pytest.raises(TypeError, match="policy must be None, an nn.Module, a TensorDictModule or a callable; got int"):
+    message = "policy must be None, an nn.Module, a TensorDictModule or a callable; got int"
+    with pytest.raises(TypeError, match=message):
         Collector("CartPole-v1", 5, frames_per_batch=10)
 
 
