@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -23,13 +22,10 @@ from rlcollect.collectors.base import BaseCollector
 from rlcollect.collectors.profile import RolloutProfiler
 from rlcollect.collectors.stats import CollectorStats
 from rlcollect.data.buffers import BatchBuffers
-from rlcollect.data.layout import BatchLayout, action_fields, observation_fields
-from rlcollect.data.trajectories import TrajectoryIds, split_trajectories
-from rlcollect.envs.factory import EnvSource, make_env_batch
-from rlcollect.policies.adapters import RandomPolicy, interaction_type, make_policy
-from rlcollect.rollout.config import RolloutConfig
-from rlcollect.rollout.episodes import EpisodeTracker
-from rlcollect.rollout.loop import collect_batch
+from rlcollect.data.trajectories import split_trajectories
+from rlcollect.envs.factory import EnvSource
+from rlcollect.policies.adapters import interaction_type
+from rlcollect.rollout.engine import Rollout, RolloutSpec
 from rlcollect.weights.forms import apply_weights, as_weights
 
 __all__ = ["Collector"]
@@ -66,6 +62,8 @@ class Collector(BaseCollector):
         post_collect_hook: called with each batch before it is yielded.
         seed: env ``i`` is reset with ``seed + i`` first; actions spaces, the random policy and
             torch are seeded from it.
+        models: other modules, by model id, whose weights ``update_policy_weights_`` may update
+            (``"policy"`` is always known).
 
     Example:
         >>> collector = Collector("CartPole-v1", frames_per_batch=8, total_frames=16,
@@ -101,6 +99,7 @@ class Collector(BaseCollector):
         pre_collect_hook: Callable[[], None] | None = None,
         post_collect_hook: Callable[[TensorDictBase], None] | None = None,
         seed: int | None = None,
+        models: Mapping[str, torch.nn.Module] | None = None,
     ) -> None:
         self.requested_frames_per_batch = check_positive_int("frames_per_batch", frames_per_batch)
         self.total_frames = check_frames("total_frames", total_frames, allow_endless=True)
@@ -122,10 +121,24 @@ class Collector(BaseCollector):
         if create_env_kwargs is not None and not isinstance(create_env_kwargs, Mapping):
             raise TypeError(f"create_env_kwargs must be a dict, got {type(create_env_kwargs).__name__}")
         exploration = interaction_type(exploration_type)
-
-        self._envs = make_env_batch(create_env_fn, num_envs, create_env_kwargs, max_frames_per_traj)
-        self.num_envs = self._envs.num_envs
-        num_steps = math.ceil(self.requested_frames_per_batch / self.num_envs)
+        self._rollout = Rollout(
+            RolloutSpec(
+                create_env_fn,
+                policy,
+                num_envs=num_envs,
+                frames_per_batch=self.requested_frames_per_batch,
+                create_env_kwargs=create_env_kwargs,
+                max_frames_per_traj=max_frames_per_traj,
+                truncate_last=set_truncated or reset_at_each_iter,
+                exploration_type=exploration,
+                policy_device=self.policy_device,
+                compile_policy=compile_policy,
+                pre_collect_hook=self.pre_collect_hook,
+                models=dict(models or {}),
+            )
+        )
+        self.num_envs = self._rollout.num_envs
+        num_steps = self._rollout.config.num_steps
         self.frames_per_batch = num_steps * self.num_envs
         if self.frames_per_batch != self.requested_frames_per_batch:
             warnings.warn(
@@ -133,46 +146,16 @@ class Collector(BaseCollector):
                 f"envs; collecting {self.frames_per_batch} frames per batch",
                 stacklevel=2,
             )
-        obs_space, action_space = self._envs.observation_space, self._envs.action_space
-        self._random_policy = RandomPolicy(action_space, self.num_envs)
-        self._policy = (
-            self._random_policy
-            if policy is None
-            else make_policy(
-                policy, obs_space, action_space, self.num_envs,
-                device=self.policy_device, exploration_type=exploration,
-            )
-        )
-        if compile_policy and hasattr(self._policy, "callable"):
-            kwargs = compile_policy if isinstance(compile_policy, dict) else {}
-            self._policy.callable = torch.compile(self._policy.callable, **kwargs)
-        self._user_policy = policy
-        layout = BatchLayout(
-            tuple(observation_fields(obs_space)), action_fields(action_space)[0], self._policy.extras
-        )
-        self._buffers = BatchBuffers.allocate(layout, self.num_envs, num_steps)
-        for part in (self._envs, self._random_policy, self._policy):
-            part.bind(self._buffers)
-        self._config = RolloutConfig(
-            num_steps=num_steps,
-            truncate_last=set_truncated or reset_at_each_iter,
-            exploration_type=exploration,
-        )
-        self._traj_ids = TrajectoryIds(self.num_envs)
-        self._episodes = EpisodeTracker(self.num_envs)
-        self._frames = self._batches = self._policy_version = 0
-        self._collect_seconds = 0.0
+        self._buffers = BatchBuffers.allocate(self._rollout.layout, self.num_envs, num_steps)
+        self._policy_version = 0
         self._profiler: RolloutProfiler | None = None
         self._closed = False
-        if seed is None:
-            self._envs.reset(slot=num_steps)
-        else:
-            self.set_seed(seed)
+        self._rollout.set_seed(seed)
 
     @property
     def policy(self) -> Any:
         """The policy that runs (the device copy where one was made)."""
-        return getattr(self._policy, "callable", None)
+        return getattr(self._rollout.policy, "callable", None)
 
     # -- collection ------------------------------------------------------------------------
     def rollout(self) -> TensorDictBase:
@@ -186,31 +169,20 @@ class Collector(BaseCollector):
             self._profiler = RolloutProfiler(self._profile_config, worker_idx=0)
         if self._profiler is not None:
             self._profiler.before_rollout()
-        if self.pre_collect_hook is not None:
-            self.pre_collect_hook()
-        if self.reset_at_each_iter and self._batches > 0:
-            self._envs.reset(slot=self._config.num_steps)
-            self._traj_ids.restart()
-        random = self._frames < self.init_random_frames
-        start = time.perf_counter()
-        collect_batch(
-            self._envs,
-            self._random_policy if random else self._policy,
+        rollout = self._rollout
+        if self.reset_at_each_iter and rollout.batches > 0:
+            rollout.reset()
+        rollout.collect(
             self._buffers,
-            self._config,
-            self._traj_ids,
-            self._episodes,
-            self._policy_version,
+            random=rollout.frames < self.init_random_frames,
+            policy_version=self._policy_version,
         )
-        self._collect_seconds += time.perf_counter() - start
-        self._frames += self.frames_per_batch
-        self._batches += 1
         if self._profiler is not None:
             self._profiler.after_rollout()
         return self._buffers.batch
 
     def iterator(self) -> Iterator[TensorDictBase | None]:
-        while self.total_frames < 0 or self._frames < self.total_frames:
+        while self.total_frames < 0 or self._rollout.frames < self.total_frames:
             batch = self.rollout()
             if not self.return_same_td:
                 batch = batch.clone()
@@ -226,8 +198,7 @@ class Collector(BaseCollector):
 
     def reset(self) -> None:
         """Reset every env now (unseeded); the next batch starts new trajectories."""
-        self._envs.reset(slot=self._config.num_steps)
-        self._traj_ids.restart()
+        self._rollout.reset()
 
     def shutdown(
         self, timeout: float | None = None, close_env: bool = True, raise_on_error: bool = True
@@ -238,7 +209,7 @@ class Collector(BaseCollector):
         if self._profiler is not None:
             self._profiler.stop()
         if close_env:
-            self._envs.close()
+            self._rollout.close()
 
     # -- seeding and state -----------------------------------------------------------------
     def set_seed(self, seed: int, static_seed: bool = False) -> int:
@@ -247,54 +218,26 @@ class Collector(BaseCollector):
         Returns:
             ``seed + num_envs``, the first seed no env of this collector used.
         """
-        seeds = [seed + i for i in range(self.num_envs)]
-        self._envs.reset(slot=self._config.num_steps, seeds=seeds)
-        self._envs.seed_action_spaces(seeds)
-        self._random_policy.seed(seed)
-        torch.manual_seed(seed)
-        if self._batches:
-            self._traj_ids.restart()
+        self._rollout.set_seed(seed, new_trajectories=self._rollout.batches > 0)
         return seed + self.num_envs
 
     def state_dict(self) -> dict[str, Any]:
-        """Counters, trajectory ids, episode sums, RNG states, policy weights and envs."""
-        module = self._policy.module
-        slot = self._config.num_steps
-        return {
-            "frames": self._frames,
-            "batches": self._batches,
-            "policy_version": self._policy_version,
-            "traj_ids": self._traj_ids.state_dict(),
-            "episodes": self._episodes.state_dict(),
-            "envs": self._envs.state_dict(),
-            "pending_obs": {k: v[:, slot].clone() for k, v in self._buffers.obs_ext.items()},
-            "policy": None if module is None else as_weights(module).clone().to_dict(),
-            "rng": {"torch": torch.get_rng_state(), "random_policy": self._random_policy.state_dict()},
-        }
+        """Counters, trajectory ids, episode sums, RNG states, weights and envs."""
+        return {"policy_version": self._policy_version, "rollout": self._rollout.state_dict()}
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Continue from :meth:`state_dict`: the next batches equal the uninterrupted run's."""
-        state = state_dict
-        self._frames, self._batches = int(state["frames"]), int(state["batches"])
-        self._policy_version = int(state["policy_version"])
-        self._traj_ids.load_state_dict(state["traj_ids"])
-        self._episodes.load_state_dict(state["episodes"])
-        self._envs.load_state_dict(state["envs"])
-        slot = self._config.num_steps
-        for key, value in state["pending_obs"].items():
-            self._buffers.obs_ext[key][:, slot] = value
-        if state["policy"] is not None and self._policy.module is not None:
-            apply_weights(self._policy.module, as_weights(state["policy"]))
-        torch.set_rng_state(state["rng"]["torch"])
-        self._random_policy.load_state_dict(state["rng"]["random_policy"])
+        self._policy_version = int(state_dict["policy_version"])
+        self._rollout.load_state_dict(state_dict["rollout"])
 
     def stats(self) -> CollectorStats:
-        returns, lengths = self._episodes.returns, self._episodes.lengths
+        rollout = self._rollout
+        returns, lengths = rollout.episodes.returns, rollout.episodes.lengths
         return CollectorStats(
-            frames=self._frames,
-            batches=self._batches,
-            fps=self._frames / self._collect_seconds if self._collect_seconds else 0.0,
-            episodes=self._episodes.count,
+            frames=rollout.frames,
+            batches=rollout.batches,
+            fps=rollout.frames / rollout.collect_seconds if rollout.collect_seconds else 0.0,
+            episodes=rollout.episodes.count,
             mean_return=float(np.mean(returns)) if returns else math.nan,
             mean_length=float(np.mean(lengths)) if lengths else math.nan,
             policy_version=self._policy_version,
@@ -304,21 +247,19 @@ class Collector(BaseCollector):
     def _update_weights(self, forms: dict[str, Any], worker_ids: list[int] | None) -> None:
         if worker_ids not in (None, [0]):
             raise ValueError(f"worker_ids={worker_ids}: a single-process collector has worker 0 only")
-        unknown = set(forms) - {"policy"}
-        if unknown:
-            raise KeyError(f"unknown model id(s) {sorted(unknown)}; known: ['policy']")
-        module = self._policy.module
-        source = forms["policy"]
-        if source is None:
-            source = self._user_policy
-        if module is not None and source is not module and source is not None:
-            apply_weights(module, as_weights(source))
+        modules = {model_id: self._rollout.module(model_id) for model_id in forms}  # KeyError first
+        for model_id, source in forms.items():
+            if source is None and model_id == "policy":
+                source = self._rollout.user_policy  # pull from the policy given at construction
+            if source is not None and source is not modules[model_id]:
+                apply_weights(modules[model_id], as_weights(source))
         self._policy_version += 1
 
-    def receive_weights(self, policy_or_weights: Any = None, *, weights: Any = None,
-                        policy: Any = None) -> None:
-        """Apply weights to the running policy (without bumping the version)."""
+    def receive_weights(
+        self, policy_or_weights: Any = None, *, weights: Any = None, policy: Any = None
+    ) -> None:
+        """Apply weights to the running policy without bumping the version."""
         source = next((s for s in (policy_or_weights, weights, policy) if s is not None), None)
-        module = self._policy.module
+        module = self._rollout.models.get("policy")
         if source is not None and module is not None and source is not module:
             apply_weights(module, as_weights(source))

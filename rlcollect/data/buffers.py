@@ -70,6 +70,7 @@ class BatchBuffers:
         self.done = data.get(("next", "done"))
         self.traj_ids = data.get(("collector", "traj_ids"))
         self.policy_version = data.get("policy_version")
+        self.mask: torch.Tensor | None = data.get(("collector", "mask"), None)
         batch = data.clone(recurse=False)  # same tensors, own key set
         for key, tensor in self.obs_ext.items():
             batch.set(_key(key), tensor[:, :num_steps])
@@ -87,9 +88,13 @@ class BatchBuffers:
 
     @staticmethod
     def allocate_storage(
-        layout: BatchLayout, num_envs: int, num_steps: int, *, shared: bool = False
+        layout: BatchLayout, num_envs: int, num_steps: int, *, shared: bool = False, masked: bool = False
     ) -> TensorDict:
-        """Zero-filled storage for ``num_envs`` x ``num_steps`` frames (shared memory if asked)."""
+        """Zero-filled storage for ``num_envs`` x ``num_steps`` frames.
+
+        ``shared`` puts it in shared memory (for workers); ``masked`` adds ``("collector", "mask")``
+        for batches whose collection may stop early (preemption).
+        """
         n, t = num_envs, num_steps
 
         def zeros(field: Field, steps: int) -> torch.Tensor:
@@ -108,6 +113,8 @@ class BatchBuffers:
             data.set(("next", flag), torch.zeros(n, t, 1, dtype=torch.bool))
         data.set(("collector", "traj_ids"), torch.zeros(n, t, dtype=torch.int64))
         data.set("policy_version", torch.zeros(n, t, dtype=torch.int64))
+        if masked:
+            data.set(("collector", "mask"), torch.ones(n, t, dtype=torch.bool))
         storage = TensorDict({"batch": data, "obs_ext": obs_ext}, batch_size=[n])
         if shared:
             storage.share_memory_()
@@ -115,10 +122,11 @@ class BatchBuffers:
 
     @classmethod
     def allocate(
-        cls, layout: BatchLayout, num_envs: int, num_steps: int, *, shared: bool = False
+        cls, layout: BatchLayout, num_envs: int, num_steps: int, *, shared: bool = False, masked: bool = False
     ) -> BatchBuffers:
         """Allocate and wrap new storage (see :meth:`allocate_storage`)."""
-        return cls(cls.allocate_storage(layout, num_envs, num_steps, shared=shared), layout, num_steps)
+        storage = cls.allocate_storage(layout, num_envs, num_steps, shared=shared, masked=masked)
+        return cls(storage, layout, num_steps)
 
     def write_obs(self, env: int, slot: int, obs: Any) -> None:
         """Write one env's (possibly Dict) observation into observation slot ``slot``."""

@@ -34,15 +34,16 @@ class TrajectoryIds:
         num_envs: envs whose frames this allocator labels.
         stride: number of producers sharing the id space (workers x 1).
         offset: this producer's index in ``[0, stride)``.
+        start: first local id (a restarted producer continues where it stopped).
     """
 
-    def __init__(self, num_envs: int, *, stride: int = 1, offset: int = 0) -> None:
+    def __init__(self, num_envs: int, *, stride: int = 1, offset: int = 0, start: int = 0) -> None:
         if not 0 <= offset < stride:
             raise ValueError(f"offset must be in [0, stride={stride}), got {offset}")
         self.stride = stride
         self.offset = offset
-        self._next = num_envs  # local counter; env n starts with local id n
-        self._current = np.arange(num_envs, dtype=np.int64)
+        self._next = start + num_envs  # local counter; env n starts with local id start + n
+        self._current = np.arange(start, start + num_envs, dtype=np.int64)
         self._starting = np.zeros(num_envs, dtype=bool)  # a new trajectory begins at frame 0
 
     def restart(self, mask: np.ndarray | None = None) -> None:
@@ -54,6 +55,8 @@ class TrajectoryIds:
 
     def assign(self, done: np.ndarray, out: np.ndarray) -> None:
         """Write the ids of a batch with flags ``done [N, T]`` into ``out [N, T]``."""
+        if done.shape[1] == 0:
+            return
         starts = np.empty_like(done)
         starts[:, 0] = self._starting
         starts[:, 1:] = done[:, :-1]
@@ -67,6 +70,11 @@ class TrajectoryIds:
         self._starting = done[:, -1].copy()
         np.multiply(local, self.stride, out=out)
         out += self.offset
+
+    @property
+    def next_local_id(self) -> int:
+        """The next local id this allocator would hand out."""
+        return self._next
 
     def state_dict(self) -> dict[str, Any]:
         """Counter, current ids and pending starts: enough to continue the same sequence."""

@@ -71,9 +71,20 @@ class PolicyAdapter(abc.ABC):
     #: The module that runs (the device copy where there is one), for weight updates.
     module: torch.nn.Module | None = None
 
-    @abc.abstractmethod
     def bind(self, buffers: BatchBuffers) -> None:
-        """Point the adapter at the buffers (called once, before :meth:`act`)."""
+        """Point the adapter at ``buffers``; views are made once per buffers and reused.
+
+        A worker alternating between shared-memory slots re-binds every batch, so the per-step
+        views are cached rather than rebuilt.
+        """
+        cache: dict[int, tuple[BatchBuffers, dict[str, Any]]] = self.__dict__.setdefault("_bindings", {})
+        if id(buffers) not in cache:
+            cache[id(buffers)] = (buffers, self._views(buffers))
+        self.__dict__.update(cache[id(buffers)][1])
+
+    @abc.abstractmethod
+    def _views(self, buffers: BatchBuffers) -> dict[str, Any]:
+        """The attributes :meth:`act` reads for ``buffers`` (views into it, made once)."""
 
     @abc.abstractmethod
     def act(self, t: int) -> None:
@@ -90,6 +101,8 @@ class RandomPolicy(PolicyAdapter):
         (2,)
     """
 
+    _action_np: np.ndarray  # [N, T, *act], set by bind()
+
     def __init__(self, action_space: gym.Space[Any], num_envs: int, seed: int | None = None) -> None:
         self.space = batch_space(action_space, num_envs)
         self.space.seed(seed)
@@ -102,8 +115,8 @@ class RandomPolicy(PolicyAdapter):
         """Actions for all envs, ``[N, *act]``."""
         return self.space.sample()
 
-    def bind(self, buffers: BatchBuffers) -> None:
-        self._action_np = buffers.action_np
+    def _views(self, buffers: BatchBuffers) -> dict[str, Any]:
+        return {"_action_np": buffers.action_np}
 
     def act(self, t: int) -> None:
         self._action_np[:, t] = self.space.sample()
@@ -170,6 +183,11 @@ class ModulePolicy(PolicyAdapter):
         device: where the policy runs; ``None`` for where it already is.
     """
 
+    # set by bind(): per-step views of observation slot t and action[:, t]
+    _obs_views: list[torch.Tensor]
+    _action_views: list[torch.Tensor]
+    _direct: bool
+
     def __init__(
         self,
         module: Callable[[torch.Tensor], torch.Tensor],
@@ -196,12 +214,14 @@ class ModulePolicy(PolicyAdapter):
             obs = obs.to(self.device, non_blocking=True)
         return self.callable(obs)
 
-    def bind(self, buffers: BatchBuffers) -> None:
+    def _views(self, buffers: BatchBuffers) -> dict[str, Any]:
         obs = next(iter(buffers.obs_ext.values()))
         # one view per step, made once: indexing a tensor costs more than the copy itself
-        self._obs_views = [obs[:, t] for t in range(buffers.num_steps)]
-        self._action_views = [buffers.action[:, t] for t in range(buffers.num_steps)]
-        self._direct = self.device is None or self.device.type == "cpu"
+        return {
+            "_obs_views": [obs[:, t] for t in range(buffers.num_steps)],
+            "_action_views": [buffers.action[:, t] for t in range(buffers.num_steps)],
+            "_direct": self.device is None or self.device.type == "cpu",
+        }
 
     def act(self, t: int) -> None:
         if self._direct:
@@ -220,6 +240,10 @@ class TensorDictPolicy(PolicyAdapter):
     Extras are found by the dry step: every leaf the policy writes besides ``action`` and the
     observation keys gets its own buffer and lands in the batch.
     """
+
+    # set by bind(): per-step input TensorDicts and (key, output view) pairs
+    _inputs: list[TensorDictBase]
+    _outputs: list[list[tuple[tuple[str, ...], torch.Tensor]]]
 
     def __init__(
         self,
@@ -252,17 +276,18 @@ class TensorDictPolicy(PolicyAdapter):
             td = td.to(self.device, non_blocking=True)
         return self.callable(td)
 
-    def bind(self, buffers: BatchBuffers) -> None:
+    def _views(self, buffers: BatchBuffers) -> dict[str, Any]:
         n, steps = buffers.num_envs, buffers.num_steps
-        self._inputs = [
+        inputs = [
             TensorDict({k: v[:, t] for k, v in buffers.obs_ext.items()}, batch_size=[n])
             for t in range(steps)
         ]
-        self._outputs = [
+        outputs = [
             [(("action",), buffers.action[:, t])]
             + [(key, buffers.extras[key][:, t]) for key in buffers.extras]
             for t in range(steps)
         ]
+        return {"_inputs": inputs, "_outputs": outputs}
 
     def act(self, t: int) -> None:
         out = self._forward(self._inputs[t])

@@ -7,6 +7,7 @@ policy versions, episode statistics) is done once, vectorised, in :func:`finish_
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from tensordict.nn import set_interaction_type
 
@@ -19,11 +20,13 @@ from rlcollect.rollout.episodes import EpisodeTracker
 
 __all__ = ["begin_batch", "collect_batch", "finish_batch"]
 
+Observations = dict[tuple[str, ...], torch.Tensor]
 
-def begin_batch(buffers: BatchBuffers) -> None:
-    """Carry the last observation over to slot 0 and clear the per-batch flags."""
-    for obs in buffers.obs_ext.values():
-        obs[:, 0] = obs[:, buffers.num_steps]
+
+def begin_batch(buffers: BatchBuffers, pending_obs: Observations) -> None:
+    """Put the carried-over observations in slot 0 and clear the per-batch flags."""
+    for key, obs in buffers.obs_ext.items():
+        obs[:, 0] = pending_obs[key]
     buffers.terminated.zero_()
     buffers.truncated.zero_()
     buffers.finals.clear()
@@ -31,23 +34,35 @@ def begin_batch(buffers: BatchBuffers) -> None:
 
 def finish_batch(
     buffers: BatchBuffers,
+    steps: int,
     config: RolloutConfig,
     traj_ids: TrajectoryIds,
     episodes: EpisodeTracker,
     policy_version: int,
+    pending_obs: Observations,
 ) -> None:
-    """Fill what the steps did not write: next observations, done, ids, versions, statistics."""
+    """Fill what the steps did not write: next observations, done, ids, versions, statistics.
+
+    ``steps`` < ``T`` when collection stopped early; the frames after it are masked out.
+    """
     for key, next_obs in buffers.next_obs.items():
-        next_obs.copy_(buffers.obs_ext[key][:, 1:])
+        next_obs[:, :steps] = buffers.obs_ext[key][:, 1 : steps + 1]
+        pending_obs[key].copy_(buffers.obs_ext[key][:, steps])
     for env, t, final_obs in buffers.finals:  # true final observations, not the reset ones
         buffers.write_final_obs(env, t, final_obs)
     torch.logical_or(buffers.terminated, buffers.truncated, out=buffers.done)
-    episodes.update(buffers.reward_np[..., 0], buffers.done_np[..., 0])
-    if config.truncate_last:  # a collector cut: the trajectory ends here for the learner
-        buffers.truncated[:, -1] |= ~buffers.terminated[:, -1]
-        buffers.done[:, -1] = True
-    traj_ids.assign(buffers.done_np[..., 0], buffers.traj_ids_np)
+    done = buffers.done_np[:, :steps, 0]
+    episodes.update(buffers.reward_np[:, :steps, 0], done)
+    if config.truncate_last and steps:  # a collector cut: the trajectory ends here for the learner
+        buffers.truncated[:, steps - 1] |= ~buffers.terminated[:, steps - 1]
+        buffers.done[:, steps - 1] = True
+    traj_ids.assign(done, buffers.traj_ids_np[:, :steps])
     buffers.policy_version.fill_(policy_version)
+    if buffers.mask is not None:
+        buffers.mask[:, :steps] = True
+        buffers.mask[:, steps:] = False
+        buffers.traj_ids[:, steps:] = -1
+        buffers.done[:, steps:] = False
 
 
 def collect_batch(
@@ -58,11 +73,27 @@ def collect_batch(
     traj_ids: TrajectoryIds,
     episodes: EpisodeTracker,
     policy_version: int,
-) -> None:
-    """Fill ``buffers`` with one batch of ``config.num_steps`` steps of every env."""
-    begin_batch(buffers)
+    pending_obs: Observations,
+    stop: np.ndarray | None = None,
+) -> int:
+    """Fill ``buffers`` with one batch; return the steps taken (``T`` unless ``stop[0]`` was set).
+
+    ``stop`` is a one-element flag another process may raise (preemption); without it the loop
+    has nothing to check per step.
+    """
+    begin_batch(buffers, pending_obs)
+    steps = config.num_steps
     with torch.inference_mode(), set_interaction_type(config.exploration_type):
-        for t in range(config.num_steps):
-            policy.act(t)  # action[:, t] <- policy(observation slot t)
-            envs.step(t)  # reward, flags [:, t]; observation slot t + 1 (reset obs if done)
-    finish_batch(buffers, config, traj_ids, episodes, policy_version)
+        if stop is None:
+            for t in range(steps):
+                policy.act(t)  # action[:, t] <- policy(observation slot t)
+                envs.step(t)  # reward, flags [:, t]; observation slot t + 1 (reset obs if done)
+        else:
+            for t in range(steps):
+                if stop[0]:
+                    steps = t
+                    break
+                policy.act(t)
+                envs.step(t)
+    finish_batch(buffers, steps, config, traj_ids, episodes, policy_version, pending_obs)
+    return steps

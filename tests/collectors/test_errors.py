@@ -118,7 +118,7 @@ def test_unsupported_spaces(observation_space: Any, action_space: Any, message: 
 
 def test_weight_update_errors() -> None:
     collector = Collector("CartPole-v1", TiltPolicy(), frames_per_batch=10)
-    with pytest.raises(KeyError, match=r"unknown model id\(s\) \['critic'\]; known: \['policy'\]"):
+    with pytest.raises(KeyError, match=r"unknown model id 'critic'; known: \['policy'\]"):
         collector.update_policy_weights_(TiltPolicy(), model_id="critic")
     with pytest.raises(ValueError, match="give the weights once: got policy_or_weights and weights"):
         collector.update_policy_weights_(TiltPolicy(), weights={"weight": torch.zeros(4)})

@@ -1,0 +1,289 @@
+"""Shared benchmark machinery: contenders in their own processes, interleaved, summarised.
+
+How a measurement goes (see ``/work/shared/BENCHMARKS.md``):
+
+1. Each contender of a workload is built in a fresh process (``multiprocessing`` spawn), so its
+   peak RSS is its own and no contender inherits another's imports, threads or caches. Every
+   process runs torch with one thread.
+2. A contender is a :data:`BatchFn`: a function that collects one batch and returns how many
+   frames (env steps summed over envs) it collected. In its process it runs one warm-up batch,
+   then one calibration batch that fixes how many batches a repetition holds (about
+   ``target_seconds``); slow contenders thus get fewer frames.
+3. The parent asks the contenders for one repetition each in turn (A B C A B C ...). Each
+   repetition runs one untimed warm-up batch, then the timed batches; the worker answers with
+   frames, seconds and its peak RSS so far.
+4. :class:`Summary` gives the median, min and max of the repetitions' frames/s.
+
+Example:
+    >>> Summary.of([3.0, 1.0, 2.0])
+    Summary(median=2.0, min=1.0, max=3.0)
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import multiprocessing as mp
+import os
+import platform
+import resource
+import statistics
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from multiprocessing.connection import Connection
+from typing import Any, TypeVar
+
+__all__ = [
+    "BatchFn",
+    "Builder",
+    "ContenderResult",
+    "Sample",
+    "Summary",
+    "machine_info",
+    "markdown_table",
+    "peak_rss_mb",
+    "run_interleaved",
+]
+
+#: Collects one batch and returns the number of frames it collected.
+BatchFn = Callable[[], int]
+W = TypeVar("W")
+#: Builds a contender for a workload, in the contender's own process (must be picklable).
+Builder = Callable[[W], BatchFn]
+
+_READY_TIMEOUT_S = 300.0  # building a contender: imports, env construction, two batches
+_SAMPLE_TIMEOUT_S = 300.0  # one repetition: a warm-up batch and about target_seconds of batches
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One timed repetition of one contender."""
+
+    frames: int
+    seconds: float
+    peak_rss_mb: float
+
+    @property
+    def fps(self) -> float:
+        """Frames per second of this repetition."""
+        return self.frames / self.seconds
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Median, min and max of a few numbers (the repetitions of a measurement)."""
+
+    median: float
+    min: float
+    max: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Summary:
+        """Summarise ``values`` (at least one)."""
+        return cls(statistics.median(values), min(values), max(values))
+
+    def format(self, digits: int = 0) -> str:
+        """``median [min–max]`` with ``digits`` decimals and thousands separators."""
+        return f"{self.median:,.{digits}f} [{self.min:,.{digits}f}–{self.max:,.{digits}f}]"
+
+
+@dataclass(frozen=True)
+class ContenderResult:
+    """All repetitions of one contender on one workload."""
+
+    name: str
+    samples: tuple[Sample, ...]
+    batches_per_rep: int
+
+    @property
+    def fps(self) -> Summary:
+        """Frames/s over the repetitions."""
+        return Summary.of([s.fps for s in self.samples])
+
+    @property
+    def frames_per_rep(self) -> int:
+        """Frames in one timed repetition."""
+        return self.samples[0].frames
+
+    @property
+    def peak_rss_mb(self) -> float:
+        """Peak RSS of the contender's process (and its waited-for children), in MB."""
+        return max(s.peak_rss_mb for s in self.samples)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict: summary, per-repetition samples and memory."""
+        return {
+            "fps": asdict(self.fps),
+            "frames_per_rep": self.frames_per_rep,
+            "batches_per_rep": self.batches_per_rep,
+            "peak_rss_mb": round(self.peak_rss_mb, 1),
+            "samples": [{**asdict(s), "fps": s.fps} for s in self.samples],
+        }
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process plus the largest of its waited-for children, in MB.
+
+    ``ru_maxrss`` is in kilobytes on Linux. A contender that spawns no processes has no children,
+    so this is the peak RSS of its whole process tree.
+    """
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return (own + children) / 1024
+
+
+def _time_batches(batch: BatchFn, num_batches: int) -> tuple[int, float]:
+    """Run ``num_batches`` batches; return the frames collected and the seconds taken."""
+    start = time.perf_counter()
+    frames = sum(batch() for _ in range(num_batches))
+    return frames, time.perf_counter() - start
+
+
+def _serve(conn: Connection, builder: Builder[Any], workload: Any, target_seconds: float) -> None:
+    """Worker process: build the contender, warm it up, then time repetitions on request."""
+    import torch  # here, not at module level: the parent process never needs torch
+
+    torch.set_num_threads(1)
+    try:
+        batch = builder(workload)
+        batch()  # warm-up: first-call costs (allocation, lazy init) are not measured
+        _, seconds = _time_batches(batch, 1)  # calibration: how many batches fill a repetition
+        num_batches = max(1, round(target_seconds / seconds))
+        conn.send(("ready", num_batches))
+        while conn.recv() == "measure":
+            batch()  # warm-up batch before every repetition
+            frames, seconds = _time_batches(batch, num_batches)
+            conn.send(("sample", Sample(frames, seconds, peak_rss_mb())))
+    except BaseException:
+        conn.send(("error", traceback.format_exc()))
+        raise
+    finally:
+        conn.close()
+
+
+@dataclass
+class _Worker:
+    """The parent's handle on one contender's process."""
+
+    name: str
+    process: mp.process.BaseProcess
+    conn: Connection
+    batches_per_rep: int = 0
+
+    def receive(self, expected: str, timeout: float) -> Any:
+        """The payload of the worker's next message, which must be ``expected``."""
+        if not self.conn.poll(timeout):
+            raise TimeoutError(f"contender {self.name!r} sent nothing within {timeout:.0f} s")
+        try:
+            kind, payload = self.conn.recv()
+        except EOFError:
+            self.process.join(5)
+            raise RuntimeError(
+                f"contender {self.name!r} exited (code {self.process.exitcode}) without a result"
+            ) from None
+        if kind == "error":
+            raise RuntimeError(f"contender {self.name!r} failed:\n{payload}")
+        if kind != expected:
+            raise RuntimeError(f"contender {self.name!r} sent {kind!r}, expected {expected!r}")
+        return payload
+
+    def stop(self) -> None:
+        """Ask the worker to exit; terminate it if it does not within a few seconds."""
+        try:
+            self.conn.send("stop")
+        except (BrokenPipeError, OSError):
+            pass
+        self.process.join(10)
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(5)
+        self.conn.close()
+
+
+def run_interleaved(
+    contenders: dict[str, Builder[W]],
+    workload: W,
+    *,
+    repetitions: int,
+    target_seconds: float,
+    log: Callable[[str], None] = print,
+) -> dict[str, ContenderResult]:
+    """Measure every contender on ``workload``, repetitions interleaved (A B C A B C ...).
+
+    Args:
+        contenders: name -> builder; each builder runs in a fresh spawned process and must be a
+            module-level function (it is pickled by reference), as must ``workload`` be picklable.
+        workload: passed to each builder.
+        repetitions: timed repetitions per contender (the median of them is reported).
+        target_seconds: about how long one repetition lasts.
+        log: progress messages.
+
+    Returns:
+        name -> :class:`ContenderResult`, in the order of ``contenders``.
+    """
+    context = mp.get_context("spawn")
+    workers: list[_Worker] = []
+    try:
+        for name, builder in contenders.items():  # built side by side: building is not timed
+            parent_conn, child_conn = context.Pipe()
+            process = context.Process(
+                target=_serve, args=(child_conn, builder, workload, target_seconds), daemon=True
+            )
+            process.start()
+            child_conn.close()
+            workers.append(_Worker(name, process, parent_conn))
+        for worker in workers:
+            worker.batches_per_rep = worker.receive("ready", _READY_TIMEOUT_S)
+        samples: dict[str, list[Sample]] = {worker.name: [] for worker in workers}
+        for rep in range(repetitions):
+            for worker in workers:
+                worker.conn.send("measure")
+                sample: Sample = worker.receive("sample", _SAMPLE_TIMEOUT_S)
+                samples[worker.name].append(sample)
+                log(f"  rep {rep + 1}/{repetitions} {worker.name:<22} {sample.fps:>12,.0f} frames/s")
+    finally:
+        for worker in workers:
+            worker.stop()
+    return {
+        w.name: ContenderResult(w.name, tuple(samples[w.name]), w.batches_per_rep) for w in workers
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def machine_info() -> dict[str, str]:
+    """Date, CPU count and model, and the versions that matter for these numbers."""
+    info = {
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "nproc": str(len(os.sched_getaffinity(0))),
+        "cpu": _cpu_model(),
+        "python": platform.python_version(),
+    }
+    for package in ("torch", "numpy", "gymnasium", "tensordict", "torchrl", "rlcollect"):
+        info[package] = _version(package)
+    return info
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A GitHub markdown table; columns after the first are right-aligned."""
+    align = [":---"] + ["---:"] * (len(header) - 1)
+    lines = [header, align, *rows]
+    return "\n".join("| " + " | ".join(line) + " |" for line in lines)

@@ -1,0 +1,277 @@
+"""``rlcollect collect``: run a :class:`~rlcollect.Collector` and write every batch to a memmap folder.
+
+The steps, top to bottom: work out the batch size, make one env to read its spaces (and to give an
+unknown ``--env`` a clear error), build the policy from ``--policy``, build the collector, check
+``--out``, then collect with a progress bar, writing batch ``i`` to index ``i`` of the folder.
+
+Example:
+    >>> import tempfile
+    >>> options = CollectOptions(out=tempfile.mkdtemp() + "/run", frames=64, num_envs=2,
+    ...                          seed=0, progress=False)
+    >>> summary = run_collect(options)
+    >>> summary.frames, summary.batches, summary.batch_shape
+    (64, 1, (2, 32))
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+from tensordict import TensorDict
+from tqdm import tqdm
+
+import rlcollect
+from rlcollect.cli.errors import CliError, one_line
+from rlcollect.cli.output import RunWriter, prepare_out
+from rlcollect.cli.policy import build_policy
+from rlcollect.collectors import Collector, CollectorStats
+
+__all__ = ["CollectOptions", "CollectSummary", "format_summary", "frames_per_batch_for", "run_collect"]
+
+#: Steps per env in a batch when ``--frames-per-batch`` is not given.
+DEFAULT_STEPS_PER_BATCH = 128
+
+_BAR_FORMAT = "{desc}{percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} frames [{elapsed}<{remaining}{postfix}]"
+
+
+@dataclass(frozen=True)
+class CollectOptions:
+    """What ``rlcollect collect`` was asked for (the command-line arguments, parsed and checked).
+
+    Attributes:
+        out: the folder that receives the run.
+        env: a Gymnasium env id.
+        frames: frames to collect, summed over envs (rounded up to whole batches).
+        num_envs: copies of the env stepped together.
+        policy: ``"pkg.module:factory"``, or ``None`` for uniform random actions.
+        seed: env ``i`` is reset with ``seed + i`` first; ``None`` for unseeded.
+        frames_per_batch: frames per batch (rounded up to a multiple of ``num_envs``); ``None``
+            for 128 steps per env, or fewer when ``frames`` is smaller.
+        force: overwrite a previous run in ``out``.
+        progress: show a progress bar on stderr (when stderr is a terminal).
+    """
+
+    out: Path | str
+    env: str = "CartPole-v1"
+    frames: int = 100_000
+    num_envs: int = 8
+    policy: str | None = None
+    seed: int | None = None
+    frames_per_batch: int | None = None
+    force: bool = False
+    progress: bool = True
+
+
+@dataclass(frozen=True)
+class CollectSummary:
+    """What a run collected and where it went.
+
+    Attributes:
+        out: the run folder.
+        frames: frames collected and stored (whole batches: at least the frames asked for).
+        batches: batches stored.
+        batches_planned: batches the run was to collect (more than ``batches`` if interrupted).
+        batch_shape: ``(num_envs, T)`` of one batch.
+        seconds: wall-clock seconds of the collection loop, writing included.
+        stats: the collector's own counters at the end (``fps`` counts collection time only).
+    """
+
+    out: Path
+    frames: int
+    batches: int
+    batches_planned: int
+    batch_shape: tuple[int, int]
+    seconds: float
+    stats: CollectorStats
+
+    @property
+    def complete(self) -> bool:
+        """Whether every planned batch was collected."""
+        return self.batches == self.batches_planned
+
+    @property
+    def fps(self) -> float:
+        """Frames per wall-clock second of the loop, writing included."""
+        return self.frames / self.seconds if self.seconds > 0 else 0.0
+
+
+def frames_per_batch_for(frames: int, num_envs: int, requested: int | None) -> int:
+    """The frames per batch to use: a multiple of ``num_envs``.
+
+    Without ``requested``: ``DEFAULT_STEPS_PER_BATCH`` steps per env, or fewer when ``frames``
+    needs fewer. ``requested`` is rounded up to a multiple of ``num_envs``.
+
+    Example:
+        >>> frames_per_batch_for(100_000, 8, None), frames_per_batch_for(100, 8, None)
+        (1024, 104)
+        >>> frames_per_batch_for(100_000, 8, 1000)
+        1000
+        >>> frames_per_batch_for(100_000, 8, 1001)
+        1008
+    """
+    if requested is None:
+        steps = min(DEFAULT_STEPS_PER_BATCH, math.ceil(frames / num_envs))
+    else:
+        steps = math.ceil(requested / num_envs)
+    return steps * num_envs
+
+
+def _env_spaces(env_id: str) -> tuple[gym.Space[Any], gym.Space[Any]]:
+    """The observation and action spaces of one ``env_id`` env (made and closed again)."""
+    try:
+        env = gym.make(env_id)
+    except gym.error.Error as error:
+        raise CliError(
+            f"--env {env_id!r} is not a registered Gymnasium env id ({one_line(str(error))})"
+        ) from None
+    except Exception as error:  # the env's own module failed: still a bad --env for this machine
+        raise CliError(
+            f"--env {env_id!r} cannot be made ({type(error).__name__}: {one_line(str(error))})"
+        ) from None
+    try:
+        return env.observation_space, env.action_space
+    finally:
+        env.close()
+
+
+def _format_return(value: float) -> str:
+    return "n/a" if math.isnan(value) else f"{value:.2f}"
+
+
+def _progress_postfix(stats: CollectorStats) -> str:
+    mean_return = _format_return(stats.mean_return)
+    return f"{stats.fps:,.0f} frames/s, {stats.episodes} episodes, mean return {mean_return}"
+
+
+def run_collect(options: CollectOptions) -> CollectSummary:
+    """Collect ``options.frames`` frames into ``options.out``; see the module docstring.
+
+    A Ctrl-C stops collection after the batch in progress: the batches collected so far stay in
+    the folder (``run.json`` says how many) and the summary has ``complete == False``.
+
+    Raises:
+        CliError: an unknown env, a bad ``--policy``, a policy that does not fit the env, or an
+            unusable ``--out`` folder.
+    """
+    frames_per_batch = frames_per_batch_for(options.frames, options.num_envs, options.frames_per_batch)
+    if options.frames_per_batch is not None and frames_per_batch != options.frames_per_batch:
+        print(
+            f"rlcollect: note: --frames-per-batch {options.frames_per_batch} rounded up to "
+            f"{frames_per_batch}, a multiple of --num-envs {options.num_envs}",
+            file=sys.stderr,
+        )
+    observation_space, action_space = _env_spaces(options.env)
+    policy = None
+    if options.policy is not None:
+        policy = build_policy(options.policy, observation_space, action_space)
+    try:
+        collector = Collector(
+            options.env,
+            policy,
+            frames_per_batch=frames_per_batch,
+            total_frames=options.frames,
+            num_envs=options.num_envs,
+            seed=options.seed,
+        )
+    except (ValueError, TypeError) as error:  # the policy does not fit the env, or a bad setting
+        prefix = f"--policy {options.policy!r}: " if options.policy is not None else ""
+        raise CliError(prefix + one_line(str(error))) from None
+    with collector:
+        out = prepare_out(options.out, force=options.force)
+        writer = RunWriter(out, num_batches=len(collector))
+        bar = tqdm(
+            total=len(collector) * collector.frames_per_batch,
+            desc=options.env + " ",
+            unit="frame",
+            bar_format=_BAR_FORMAT,
+            disable=None if options.progress else True,  # None: off when stderr is not a terminal
+            file=sys.stderr,
+        )
+        start = time.perf_counter()
+        try:
+            for batch in collector:
+                assert batch is not None
+                writer.write(batch)
+                bar.update(collector.frames_per_batch)
+                bar.set_postfix_str(_progress_postfix(collector.stats()), refresh=False)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            seconds = time.perf_counter() - start
+            bar.close()
+        stats = collector.stats()
+        num_envs, steps = collector.num_envs, collector.frames_per_batch // collector.num_envs
+    summary = CollectSummary(
+        out=out,
+        frames=writer.written * frames_per_batch,
+        batches=writer.written,
+        batches_planned=writer.num_batches,
+        batch_shape=(num_envs, steps),
+        seconds=seconds,
+        stats=stats,
+    )
+    writer.finish(_run_info(options, summary))
+    _check_stored_frames(summary)
+    return summary
+
+
+def _run_info(options: CollectOptions, summary: CollectSummary) -> dict[str, Any]:
+    """The record written to ``run.json``."""
+    stats = summary.stats
+    return {
+        "rlcollect_version": rlcollect.__version__,
+        "env": options.env,
+        "num_envs": summary.batch_shape[0],
+        "frames_per_batch": summary.batch_shape[0] * summary.batch_shape[1],
+        "frames_requested": options.frames,
+        "policy": options.policy,
+        "seed": options.seed,
+        "layout": "[batches, envs, time]",
+        "frames": summary.frames,
+        "complete": summary.complete,
+        "seconds": round(summary.seconds, 3),
+        "episodes": stats.episodes,
+        "mean_return_last_100": None if math.isnan(stats.mean_return) else stats.mean_return,
+    }
+
+
+def _check_stored_frames(summary: CollectSummary) -> None:
+    """Load the folder back: it holds ``[batches, envs, T]``, and every frame the collector made."""
+    if summary.batches == 0:
+        return
+    stored = TensorDict.load_memmap(summary.out)
+    expected = (summary.batches_planned, *summary.batch_shape)
+    if tuple(stored.batch_size) != expected:
+        raise RuntimeError(
+            f"{summary.out} holds batch_size {list(stored.batch_size)}, expected {list(expected)}"
+        )
+    if summary.complete and stored.numel() != summary.stats.frames:
+        raise RuntimeError(
+            f"{summary.out} holds {stored.numel()} frames, the collector produced {summary.stats.frames}"
+        )
+
+
+def format_summary(summary: CollectSummary, options: CollectOptions) -> str:
+    """The lines printed after a run: frames, batches, time, speed, episodes, output."""
+    stats = summary.stats
+    num_envs, steps = summary.batch_shape
+    policy = options.policy or "uniform random actions"
+    state = "collected" if summary.complete else "INTERRUPTED after"
+    out = str(summary.out)
+    lines = [
+        f"{state} {summary.frames:,} frames of {options.env} ({num_envs} envs, policy: {policy})",
+        f"  batches    {summary.batches} of {summary.batches_planned}, each [{num_envs} envs, {steps} steps]",
+        f"  seconds    {summary.seconds:.2f}",
+        f"  frames/s   {summary.fps:,.0f} (collection alone: {stats.fps:,.0f})",
+        f"  episodes   {stats.episodes:,} ended, mean return {_format_return(stats.mean_return)} "
+        "(last 100 episodes)",
+        f"  output     {out}  (TensorDict.load_memmap({out!r}): batch_size "
+        f"[{summary.batches_planned}, {num_envs}, {steps}])",
+    ]
+    return "\n".join(lines)

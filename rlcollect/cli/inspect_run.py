@@ -1,0 +1,103 @@
+"""``rlcollect inspect PATH``: what a run folder holds (layout, frames, episodes, how it was made).
+
+Example:
+    >>> import tempfile
+    >>> from rlcollect.cli.collect import CollectOptions, run_collect
+    >>> out = tempfile.mkdtemp() + "/run"
+    >>> _ = run_collect(CollectOptions(out=out, frames=64, num_envs=2, seed=0, progress=False))
+    >>> print(describe_run(out))  # doctest: +ELLIPSIS
+    /.../run: 64 frames, batch_size [1, 2, 32] (batches, envs, time)
+    key                    shape          dtype
+    action                 [1, 2, 32]     torch.int64
+    ...
+    next.reward            [1, 2, 32, 1]  torch.float32
+    ...
+    episodes: ... ended (... terminated, ... truncated), mean return ...
+    made by:  rlcollect collect --env CartPole-v1 --num-envs 2 --frames-per-batch 64 --seed 0 (complete)
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+
+from rlcollect.cli.output import load_run
+
+__all__ = ["describe_run", "episode_summary"]
+
+
+def _leaf_rows(stored: TensorDictBase) -> list[tuple[str, str, str]]:
+    rows = []
+    for key in stored.keys(include_nested=True, leaves_only=True):
+        tensor = stored.get(key)
+        name = key if isinstance(key, str) else ".".join(key)  # nested keys joined with "."
+        rows.append((name, str(list(tensor.shape)), str(tensor.dtype)))
+    return sorted(rows)
+
+
+def episode_summary(stored: TensorDictBase) -> str | None:
+    """Episodes that ended in a ``[..., T]`` run: how many, how they ended, their mean return.
+
+    Every episode that ends in a run also started in it (trajectory ids are never reused), so
+    its return is the sum of the rewards under its trajectory id. ``None`` when the run lacks the
+    ``("next", "done")``, ``("next", "reward")`` or ``("collector", "traj_ids")`` entries.
+    """
+    keys = set(stored.keys(include_nested=True, leaves_only=True))
+    needed = {("next", "done"), ("next", "terminated"), ("next", "reward"), ("collector", "traj_ids")}
+    if not needed <= keys:
+        return None
+    done = stored.get(("next", "done")).reshape(-1).bool()
+    terminated = stored.get(("next", "terminated")).reshape(-1).bool()
+    reward = stored.get(("next", "reward")).reshape(-1).double()
+    traj_ids = stored.get(("collector", "traj_ids")).reshape(-1)
+    ids, index = torch.unique(traj_ids, return_inverse=True)
+    returns = torch.zeros(len(ids), dtype=torch.float64).index_add_(0, index, reward)
+    ended = torch.zeros(len(ids), dtype=torch.bool)
+    ended[index[done]] = True
+    count = int(done.sum())
+    mean = float(returns[ended].mean()) if count else math.nan
+    ended_terminated = int(terminated.sum())  # terminated implies done
+    mean_text = "n/a" if math.isnan(mean) else f"{mean:.2f}"
+    return (
+        f"{count:,} ended ({ended_terminated:,} terminated, {count - ended_terminated:,} truncated), "
+        f"mean return {mean_text}"
+    )
+
+
+def _made_by(info: dict[str, Any]) -> str:
+    command = f"rlcollect collect --env {info.get('env')} --num-envs {info.get('num_envs')}"
+    command += f" --frames-per-batch {info.get('frames_per_batch')}"
+    if info.get("seed") is not None:
+        command += f" --seed {info['seed']}"
+    if info.get("policy"):
+        command += f" --policy {info['policy']}"
+    written, planned = info.get("batches_written"), info.get("batches_planned")
+    state = "complete" if info.get("complete") else f"INTERRUPTED: {written} of {planned} batches written"
+    return f"{command} ({state})"
+
+
+def describe_run(path: str | Path) -> str:
+    """The text ``rlcollect inspect`` prints for the run folder ``path``.
+
+    Raises:
+        CliError: ``path`` is not a saved TensorDict folder.
+    """
+    stored, info = load_run(path)
+    written = info.get("batches_written")
+    if isinstance(written, int) and stored.batch_dims >= 1 and written < stored.batch_size[0]:
+        stored = stored[:written]  # an interrupted run: the batches after these were never written
+    dims = " (batches, envs, time)" if info and stored.batch_dims == 3 else ""
+    lines = [f"{path}: {stored.numel():,} frames, batch_size {list(stored.batch_size)}{dims}"]
+    rows = [("key", "shape", "dtype"), *_leaf_rows(stored)]
+    widths = [max(len(row[i]) for row in rows) + 2 for i in range(2)]
+    lines += [f"{name:<{widths[0]}}{shape:<{widths[1]}}{dtype}" for name, shape, dtype in rows]
+    episodes = episode_summary(stored)
+    if episodes is not None:
+        lines.append(f"episodes: {episodes}")
+    if info:
+        lines.append(f"made by:  {_made_by(info)}")
+    return "\n".join(lines)

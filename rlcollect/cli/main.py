@@ -1,0 +1,164 @@
+"""The ``rlcollect`` command: argument parsing and dispatch to ``collect`` and ``inspect``.
+
+Every bad argument or input ends the same way: one line ``rlcollect: error: <what is wrong>`` on
+stderr and exit status 2, never a traceback. A run stopped with Ctrl-C keeps the batches collected
+so far and exits with 130.
+
+Example:
+    >>> main(["--version"])
+    rlcollect 0.1.0
+    0
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from typing import NoReturn
+
+import rlcollect
+from rlcollect.cli.collect import CollectOptions, format_summary, run_collect
+from rlcollect.cli.errors import CliError, one_line
+from rlcollect.cli.inspect_run import describe_run
+
+__all__ = ["build_parser", "main"]
+
+_PREFIX = "rlcollect: error: "
+
+_COLLECT_EPILOG = """\
+The run folder holds a memory-mapped TensorDict of batch_size [batches, envs, time], read back with
+tensordict.TensorDict.load_memmap(OUT), and run.json describing the run. --policy names a factory
+called as factory(observation_space, action_space) with the single env's Gymnasium spaces; it
+returns an nn.Module or callable from observations [N, *obs] to actions [N, *act], or a TensorDict
+policy. Modules in the current directory can be named.
+
+example: rlcollect collect --env CartPole-v1 --frames 100000 --num-envs 8 --out runs/cartpole --seed 0
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line on stderr, exit status 2 (no usage block)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{_PREFIX}{one_line(message)} (see {self.prog} --help)\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``rlcollect`` parser with its ``collect`` and ``inspect`` subcommands."""
+    parser = _Parser(
+        prog="rlcollect",
+        description="Collect reinforcement-learning experience from Gymnasium envs.",
+    )
+    parser.add_argument("--version", action="version", version=f"rlcollect {rlcollect.__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    collect = commands.add_parser(
+        "collect",
+        help="run a collector and write its batches to a memmap folder",
+        description="Run a Collector on a Gymnasium env and write every batch to a memory-mapped "
+        "TensorDict folder.",
+        epilog=_COLLECT_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    collect.add_argument("--env", default="CartPole-v1", help="Gymnasium env id (default: %(default)s)")
+    collect.add_argument("--frames", type=_positive_int, default=100_000,
+                         help="frames to collect, summed over envs; rounded up to whole batches "
+                         "(default: %(default)s)")
+    collect.add_argument("--num-envs", type=_positive_int, default=8,
+                         help="envs stepped together in this process (default: %(default)s)")
+    collect.add_argument("--out", required=True, help="folder for the run (created; must be new or empty)")
+    collect.add_argument("--policy", metavar="MODULE:FACTORY",
+                         help="policy factory, e.g. my_pkg.policies:make_policy "
+                         "(default: uniform random actions)")
+    collect.add_argument("--seed", type=_seed,
+                         help="env i is first reset with seed + i (default: unseeded)")
+    collect.add_argument("--frames-per-batch", type=_positive_int,
+                         help="frames per batch, a multiple of --num-envs "
+                         "(default: 128 steps per env, fewer if --frames is smaller)")
+    collect.add_argument("--force", action="store_true",
+                         help="overwrite a previous run in --out (other non-empty folders are refused)")
+    collect.add_argument("--no-progress", action="store_true", help="no progress bar")
+    collect.set_defaults(handler=_collect)
+
+    inspect = commands.add_parser(
+        "inspect",
+        help="print the layout, frames and episodes of a run folder",
+        description="Print a run folder's batch layout (keys, shapes, dtypes), frame count and episodes.",
+    )
+    inspect.add_argument("path", help="a folder written by rlcollect collect")
+    inspect.set_defaults(handler=_inspect)
+    return parser
+
+
+def _collect(args: argparse.Namespace) -> int:
+    options = CollectOptions(
+        out=args.out,
+        env=args.env,
+        frames=args.frames,
+        num_envs=args.num_envs,
+        policy=args.policy,
+        seed=args.seed,
+        frames_per_batch=args.frames_per_batch,
+        force=args.force,
+        progress=not args.no_progress,
+    )
+    summary = run_collect(options)
+    print(format_summary(summary, options))
+    if not summary.complete:
+        print(f"rlcollect: interrupted; {summary.out} holds the first {summary.batches} batches",
+              file=sys.stderr)
+        return 130
+    return 0
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    print(describe_run(args.path))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``rlcollect`` command with ``argv`` (default: ``sys.argv[1:]``).
+
+    Returns:
+        The exit status: 0 on success, 2 for a bad argument or input (reported on one line on
+        stderr), 130 for a run interrupted with Ctrl-C.
+    """
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # --help, --version and argument errors
+        return exit_.code if isinstance(exit_.code, int) else 2
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        return handler(args)
+    except CliError as error:
+        print(f"{_PREFIX}{one_line(str(error))}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("rlcollect: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,226 @@
+"""One process's collection: its envs, policies, ids, episode sums and seeds, batch after batch.
+
+A :class:`Rollout` is what the single-process collector runs in the caller's process and what
+every worker process runs for its share of the envs. It is built from a picklable
+:class:`RolloutSpec`; it collects into whatever :class:`BatchBuffers` it is handed (its own, or a
+worker's slice of a shared-memory slot).
+
+Example:
+    >>> from rlcollect.data.buffers import BatchBuffers
+    >>> rollout = Rollout(RolloutSpec("CartPole-v1", num_envs=2, frames_per_batch=6))
+    >>> buffers = BatchBuffers.allocate(rollout.layout, 2, 3)
+    >>> rollout.set_seed(0)
+    >>> rollout.collect(buffers)
+    3
+    >>> buffers.batch["observation"].shape
+    torch.Size([2, 3, 4])
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict.nn import InteractionType
+
+from rlcollect.data.buffers import BatchBuffers
+from rlcollect.data.layout import BatchLayout, action_fields, observation_fields
+from rlcollect.data.trajectories import TrajectoryIds
+from rlcollect.envs.factory import EnvSource, make_env_batch
+from rlcollect.policies.adapters import PolicyAdapter, RandomPolicy, make_policy
+from rlcollect.rollout.config import RolloutConfig
+from rlcollect.rollout.episodes import EpisodeTracker
+from rlcollect.rollout.loop import collect_batch
+
+__all__ = ["Rollout", "RolloutSpec"]
+
+
+@dataclass(frozen=True)
+class RolloutSpec:
+    """Everything needed to build one process's :class:`Rollout` (picklable with cloudpickle).
+
+    Attributes:
+        create_env_fn, create_env_kwargs: the env source and its keyword arguments.
+        policy: the policy (``None`` for random actions); ``policy_factory`` builds it instead.
+        num_envs: copies of a single env in this process (a vector env brings its own).
+        frames_per_batch: frames per batch of this process; steps per batch are this divided by
+            the number of envs, rounded up.
+        max_frames_per_traj: collector-side episode limit.
+        truncate_last: mark each batch's last frame truncated.
+        exploration_type, policy_device, compile_policy: how the policy runs.
+        pre_collect_hook: called before each batch, in the process that collects.
+        models: other modules by model id whose weights can be updated (share objects with the
+            policy or env factory: they are pickled together).
+    """
+
+    create_env_fn: EnvSource
+    policy: Any = None
+    num_envs: int = 1
+    frames_per_batch: int = 1
+    create_env_kwargs: Mapping[str, Any] | None = None
+    policy_factory: Callable[[], Any] | None = None
+    max_frames_per_traj: int | None = None
+    truncate_last: bool = False
+    exploration_type: InteractionType = InteractionType.RANDOM
+    policy_device: torch.device | None = None
+    compile_policy: bool | Mapping[str, Any] = False
+    pre_collect_hook: Callable[[], None] | None = None
+    models: Mapping[str, torch.nn.Module] = field(default_factory=dict)
+
+
+class Rollout:
+    """Collects batches for ``spec.num_envs`` envs into given buffers.
+
+    Args:
+        spec: what to build.
+        env_offset: index of this process's first env among all the collector's envs (seeds).
+        traj_stride, traj_offset, traj_start: trajectory-id space (see ``TrajectoryIds``).
+    """
+
+    def __init__(
+        self,
+        spec: RolloutSpec,
+        *,
+        env_offset: int = 0,
+        traj_stride: int = 1,
+        traj_offset: int = 0,
+        traj_start: int = 0,
+    ) -> None:
+        self.spec = spec
+        self.env_offset = env_offset
+        self.envs = make_env_batch(
+            spec.create_env_fn, spec.num_envs, dict(spec.create_env_kwargs or {}), spec.max_frames_per_traj
+        )
+        self.num_envs = self.envs.num_envs
+        obs_space, action_space = self.envs.observation_space, self.envs.action_space
+        self.random_policy = RandomPolicy(action_space, self.num_envs)
+        self.user_policy = spec.policy_factory() if spec.policy_factory is not None else spec.policy
+        self.policy: PolicyAdapter = (
+            self.random_policy
+            if self.user_policy is None
+            else make_policy(
+                self.user_policy, obs_space, action_space, self.num_envs,
+                device=spec.policy_device, exploration_type=spec.exploration_type,
+            )
+        )
+        if spec.compile_policy and hasattr(self.policy, "callable"):
+            kwargs = dict(spec.compile_policy) if isinstance(spec.compile_policy, Mapping) else {}
+            self.policy.callable = torch.compile(self.policy.callable, **kwargs)
+        self.layout = BatchLayout(
+            tuple(observation_fields(obs_space)), action_fields(action_space)[0], self.policy.extras
+        )
+        self.config = RolloutConfig(
+            num_steps=-(spec.frames_per_batch // -self.num_envs),
+            truncate_last=spec.truncate_last,
+            exploration_type=spec.exploration_type,
+        )
+        self.traj_ids = TrajectoryIds(
+            self.num_envs, stride=traj_stride, offset=traj_offset, start=traj_start
+        )
+        self.episodes = EpisodeTracker(self.num_envs)
+        self.pending_obs = {
+            f.key: torch.zeros((self.num_envs, *f.shape), dtype=f.dtype) for f in self.layout.observations
+        }
+        self._scratch = BatchBuffers.allocate(self.layout, self.num_envs, 1)  # resets write here
+        self.frames = self.batches = 0
+        self.collect_seconds = 0.0
+        self.models: dict[str, torch.nn.Module] = dict(spec.models)
+        if self.policy.module is not None:
+            self.models["policy"] = self.policy.module
+
+    # -- collection ------------------------------------------------------------------------
+    def collect(
+        self,
+        buffers: BatchBuffers,
+        *,
+        random: bool = False,
+        policy_version: int = 0,
+        stop: np.ndarray | None = None,
+    ) -> int:
+        """Collect one batch into ``buffers``; return the steps taken (``T`` unless stopped)."""
+        if self.spec.pre_collect_hook is not None:
+            self.spec.pre_collect_hook()
+        policy = self.random_policy if random else self.policy
+        self.envs.bind(buffers)
+        policy.bind(buffers)
+        start = time.perf_counter()
+        steps = collect_batch(
+            self.envs, policy, buffers, self.config, self.traj_ids, self.episodes, policy_version,
+            self.pending_obs, stop,
+        )
+        self.collect_seconds += time.perf_counter() - start
+        self.frames += steps * self.num_envs
+        self.batches += 1
+        return steps
+
+    def _reset(self, seeds: list[int] | None) -> None:
+        """Reset the envs; their observations become the next batch's first."""
+        self.envs.bind(self._scratch)
+        self.envs.reset(slot=0, seeds=seeds)
+        for key, obs in self._scratch.obs_ext.items():
+            self.pending_obs[key].copy_(obs[:, 0])
+
+    def reset(self) -> None:
+        """Reset every env now (unseeded); the next batch starts new trajectories."""
+        self._reset(None)
+        self.traj_ids.restart()
+
+    def set_seed(self, seed: int | None, *, new_trajectories: bool = False) -> None:
+        """Reset env ``i`` with ``seed + env_offset + i`` and seed the generators from it."""
+        if seed is None:
+            self._reset(None)
+        else:
+            seeds = [seed + self.env_offset + i for i in range(self.num_envs)]
+            self._reset(seeds)
+            self.envs.seed_action_spaces(seeds)
+            self.random_policy.seed(seed + self.env_offset)
+            torch.manual_seed(seed + self.env_offset)
+        if new_trajectories:
+            self.traj_ids.restart()
+
+    # -- weights ---------------------------------------------------------------------------
+    def module(self, model_id: str) -> torch.nn.Module:
+        """The module updated under ``model_id``.
+
+        Raises:
+            KeyError: unknown model id, listing the known ones.
+        """
+        if model_id not in self.models:
+            raise KeyError(f"unknown model id {model_id!r}; known: {sorted(self.models)}")
+        return self.models[model_id]
+
+    # -- state -----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Counters, ids, episode sums, pending observations, RNG states, weights and envs."""
+        return {
+            "frames": self.frames,
+            "batches": self.batches,
+            "traj_ids": self.traj_ids.state_dict(),
+            "episodes": self.episodes.state_dict(),
+            "envs": self.envs.state_dict(),
+            "pending_obs": {k: v.clone() for k, v in self.pending_obs.items()},
+            "models": {k: {n: t.detach().clone() for n, t in m.state_dict().items()}
+                       for k, m in self.models.items()},
+            "rng": {"torch": torch.get_rng_state(), "random_policy": self.random_policy.state_dict()},
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from :meth:`state_dict`: the next batches equal the uninterrupted run's."""
+        self.frames, self.batches = int(state["frames"]), int(state["batches"])
+        self.traj_ids.load_state_dict(state["traj_ids"])
+        self.episodes.load_state_dict(state["episodes"])
+        self.envs.load_state_dict(state["envs"])
+        for key, value in state["pending_obs"].items():
+            self.pending_obs[key].copy_(value)
+        for model_id, weights in state["models"].items():
+            self.module(model_id).load_state_dict(weights)
+        torch.set_rng_state(state["rng"]["torch"])
+        self.random_policy.load_state_dict(state["rng"]["random_policy"])
+
+    def close(self) -> None:
+        """Close the envs."""
+        self.envs.close()
