@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import multiprocessing as mp
 import os
@@ -189,12 +190,13 @@ class _Worker:
             raise RuntimeError(f"contender {self.name!r} sent {kind!r}, expected {expected!r}")
         return payload
 
-    def stop(self) -> None:
-        """Ask the worker to exit; terminate it if it does not within a few seconds."""
-        try:
+    def ask_to_stop(self) -> None:
+        """Tell the worker to exit (it may be gone already)."""
+        with contextlib.suppress(BrokenPipeError, OSError):
             self.conn.send("stop")
-        except (BrokenPipeError, OSError):
-            pass
+
+    def join(self) -> None:
+        """Wait for the worker to exit; terminate it if it does not within a few seconds."""
         self.process.join(10)
         if self.process.is_alive():
             self.process.terminate()
@@ -243,12 +245,12 @@ def run_interleaved(
                 sample: Sample = worker.receive("sample", _SAMPLE_TIMEOUT_S)
                 samples[worker.name].append(sample)
                 log(f"  rep {rep + 1}/{repetitions} {worker.name:<22} {sample.fps:>12,.0f} frames/s")
-    finally:
+    finally:  # all told first, then joined: their exits overlap
         for worker in workers:
-            worker.stop()
-    return {
-        w.name: ContenderResult(w.name, tuple(samples[w.name]), w.batches_per_rep) for w in workers
-    }
+            worker.ask_to_stop()
+        for worker in workers:
+            worker.join()
+    return {w.name: ContenderResult(w.name, tuple(samples[w.name]), w.batches_per_rep) for w in workers}
 
 
 def _cpu_model() -> str:

@@ -77,6 +77,11 @@ WORKLOADS = (
 )
 
 
+def _shape(space: gym.Space[Any]) -> tuple[int, ...]:
+    """The space's shape (``()`` for Discrete)."""
+    return tuple(space.shape or ())
+
+
 # -- the policy (same seeded weights in every contender) ------------------------------------------
 class Argmax(nn.Module):
     """Greedy discrete action from logits: ``[N, A] -> [N]`` int64."""
@@ -99,7 +104,7 @@ class ScaledTanh(nn.Module):
 def make_policy(workload: Workload) -> nn.Module:
     """MLP obs-64-64-out with tanh activations, seeded: argmax (Discrete) or 2 tanh (Box)."""
     env = gym.make(workload.env_id)
-    obs_dim = int(np.prod(env.observation_space.shape))
+    obs_dim = int(np.prod(_shape(env.observation_space)))
     torch.manual_seed(0)
     head: list[nn.Module]
     if isinstance(env.action_space, gym.spaces.Discrete):
@@ -165,8 +170,8 @@ def _hand_loop_one_env(workload: Workload) -> BatchFn:
     env = gym.make(workload.env_id)
     discrete = isinstance(env.action_space, gym.spaces.Discrete)
     steps = workload.steps
-    observations = np.zeros((steps, *env.observation_space.shape), dtype=np.float32)
-    actions = np.zeros((steps, *env.action_space.shape), dtype=np.int64 if discrete else np.float32)
+    observations = np.zeros((steps, *_shape(env.observation_space)), dtype=np.float32)
+    actions = np.zeros((steps, *_shape(env.action_space)), dtype=np.int64 if discrete else np.float32)
     rewards = np.zeros(steps, dtype=np.float32)
     terminateds = np.zeros(steps, dtype=bool)
     truncateds = np.zeros(steps, dtype=bool)
@@ -203,8 +208,8 @@ def _hand_loop_sync_vector_env(workload: Workload) -> BatchFn:
         autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
     )
     steps, n = workload.steps, workload.num_envs
-    observations = np.zeros((steps, n, *envs.single_observation_space.shape), dtype=np.float32)
-    actions = np.zeros((steps, n, *envs.single_action_space.shape), dtype=envs.single_action_space.dtype)
+    observations = np.zeros((steps, n, *_shape(envs.single_observation_space)), dtype=np.float32)
+    actions = np.zeros((steps, n, *_shape(envs.single_action_space)), dtype=envs.single_action_space.dtype)
     rewards = np.zeros((steps, n), dtype=np.float32)
     terminateds = np.zeros((steps, n), dtype=bool)
     truncateds = np.zeros((steps, n), dtype=bool)
@@ -367,7 +372,9 @@ def analyse(workload: Workload, results: dict[str, ContenderResult]) -> dict[str
 
 
 # -- reports -----------------------------------------------------------------------------------------
-def workload_markdown(workload: Workload, results: dict[str, ContenderResult], analysis: dict[str, Any]) -> str:
+def workload_markdown(
+    workload: Workload, results: dict[str, ContenderResult], analysis: dict[str, Any]
+) -> str:
     """The two tables of one workload: frames/s and memory per contender; ratios and targets."""
     labels = _labels(workload)
     title = (
@@ -376,29 +383,36 @@ def workload_markdown(workload: Workload, results: dict[str, ContenderResult], a
     )
     rows = [[labels["limit"], Summary.of(analysis["fps"]["limit"]).format(), "", ""]]
     for name, result in results.items():
-        rows.append([labels[name], result.fps.format(), f"{result.frames_per_rep:,}", f"{result.peak_rss_mb:,.0f}"])
+        rows.append(
+            [labels[name], result.fps.format(), f"{result.frames_per_rep:,}", f"{result.peak_rss_mb:,.0f}"]
+        )
     speed = markdown_table(["contender", "frames/s median [min–max]", "frames / rep", "peak RSS MB"], rows)
     names = {"hand": "hand loop", "torchrl": "TorchRL Collector", "limit": "physical limit"}
     minimums = {t.versus: t for t in analysis["targets"]}
     ratio_rows = []
     for other, label in names.items():
         target = minimums.get(other)
-        ratio_rows.append([
-            f"rlcollect / {label}",
-            analysis["ratios"]["rlcollect"][other].format(),
-            analysis["ratios"]["rlcollect-rollout"][other].format(),
-            f"≥ {target.minimum:g}" if target else "",
-            ("met" if target.met else "**MISSED**") if target else "",
-        ])
+        ratio_rows.append(
+            [
+                f"rlcollect / {label}",
+                analysis["ratios"]["rlcollect"][other].format(),
+                analysis["ratios"]["rlcollect-rollout"][other].format(),
+                f"≥ {target.minimum:g}" if target else "",
+                ("met" if target.met else "**MISSED**") if target else "",
+            ]
+        )
     ratios = markdown_table(
-        ["ratio (medians) [paired min–max]", "iterator", ".rollout()", "target", "iterator meets it"], ratio_rows
+        ["ratio (medians) [paired min–max]", "iterator", ".rollout()", "target", "iterator meets it"],
+        ratio_rows,
     )
     return f"{title}\n\n{speed}\n\n{ratios}\n"
 
 
 def header_markdown(info: dict[str, str], args: argparse.Namespace) -> str:
     """Title, date, machine and method."""
-    versions = ", ".join(f"{k} {info[k]}" for k in ("python", "torch", "numpy", "gymnasium", "tensordict", "torchrl"))
+    versions = ", ".join(
+        f"{k} {info[k]}" for k in ("python", "torch", "numpy", "gymnasium", "tensordict", "torchrl")
+    )
     command = "python -m bench.single_process" + (" --quick" if args.quick else "")
     return (
         "# Single-process collection: rlcollect vs hand loop, TorchRL and the physical limit\n\n"
@@ -418,9 +432,15 @@ def main(argv: list[str] | None = None) -> None:
     """Run the workloads, print the tables, write ``bench/results/single_process[_quick].{md,json}``."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="short smoke run")
-    parser.add_argument("--workload", action="append", choices=[w.name for w in WORKLOADS],
-                        help="run only this workload (repeatable); default: all")
-    parser.add_argument("--repetitions", type=int, help="timed repetitions per contender (default 5, quick 3)")
+    parser.add_argument(
+        "--workload",
+        action="append",
+        choices=[w.name for w in WORKLOADS],
+        help="run only this workload (repeatable); default: all",
+    )
+    parser.add_argument(
+        "--repetitions", type=int, help="timed repetitions per contender (default 5, quick 3)"
+    )
     parser.add_argument("--seconds", type=float, help="seconds per repetition (default 2, quick 0.05)")
     args = parser.parse_args(argv)
     args.repetitions = args.repetitions or (3 if args.quick else 5)
@@ -428,15 +448,18 @@ def main(argv: list[str] | None = None) -> None:
     workloads = [w for w in WORKLOADS if not args.workload or w.name in args.workload]
 
     info = machine_info()
-    sections, report = [header_markdown(info, args)], {"machine": info, "workloads": {}}
+    sections = [header_markdown(info, args)]
+    workload_reports: dict[str, Any] = {}
     print(sections[0])
     for workload in workloads:
         print(f"measuring {workload.name} ...", flush=True)
-        results = run_interleaved(CONTENDERS, workload, repetitions=args.repetitions, target_seconds=args.seconds)
+        results = run_interleaved(
+            CONTENDERS, workload, repetitions=args.repetitions, target_seconds=args.seconds
+        )
         analysis = analyse(workload, results)
         sections.append(workload_markdown(workload, results, analysis))
         print("\n" + sections[-1], flush=True)
-        report["workloads"][workload.name] = {
+        workload_reports[workload.name] = {
             "workload": asdict(workload),
             "contenders": {name: result.to_json() for name, result in results.items()},
             "physical_limit_fps": asdict(Summary.of(analysis["fps"]["limit"])),
@@ -450,6 +473,7 @@ def main(argv: list[str] | None = None) -> None:
     stem = "single_process_quick" if args.quick else "single_process"
     RESULTS_DIR.mkdir(exist_ok=True)
     (RESULTS_DIR / f"{stem}.md").write_text("\n".join(sections))
+    report = {"machine": info, "workloads": workload_reports}
     (RESULTS_DIR / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {RESULTS_DIR / stem}.md and .json")
 

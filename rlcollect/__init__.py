@@ -9,7 +9,14 @@ Example:
     torch.Size([1, 64]) torch.bool
 """
 
-from rlcollect.collectors import BaseCollector, Collector, CollectorStats, ProfileConfig
+from rlcollect.collectors import (
+    BaseCollector,
+    Collector,
+    CollectorStats,
+    MultiAsyncCollector,
+    MultiSyncCollector,
+    ProfileConfig,
+)
 from rlcollect.data import split_trajectories
 
 __version__ = "0.1.0"
@@ -18,6 +25,8 @@ __all__ = [
     "BaseCollector",
     "Collector",
     "CollectorStats",
+    "MultiAsyncCollector",
+    "MultiSyncCollector",
     "ProfileConfig",
     "split_trajectories",
 ]

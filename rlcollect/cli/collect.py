@@ -146,7 +146,7 @@ def _format_return(value: float) -> str:
 
 def _progress_postfix(stats: CollectorStats) -> str:
     mean_return = _format_return(stats.mean_return)
-    return f"{stats.fps:,.0f} frames/s, {stats.episodes} episodes, mean return {mean_return}"
+    return f"{stats.fps:,.0f} frames/s, {stats.episodes:,} episodes, mean return {mean_return}"
 
 
 def run_collect(options: CollectOptions) -> CollectSummary:
@@ -189,6 +189,7 @@ def run_collect(options: CollectOptions) -> CollectSummary:
             total=len(collector) * collector.frames_per_batch,
             desc=options.env + " ",
             unit="frame",
+            unit_scale=True,
             bar_format=_BAR_FORMAT,
             disable=None if options.progress else True,  # None: off when stderr is not a terminal
             file=sys.stderr,

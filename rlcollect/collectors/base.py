@@ -17,8 +17,8 @@ from typing import Any
 
 from tensordict import TensorDictBase
 
-from rlcollect.collectors.profile import ProfileConfig
 from rlcollect.collectors.stats import CollectorStats
+from rlcollect.rollout.profiling import ProfileConfig
 from rlcollect.weights.forms import weight_update_forms
 
 __all__ = ["BaseCollector"]

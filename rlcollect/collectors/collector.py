@@ -19,13 +19,13 @@ from rlcollect.collectors._validate import (
     check_positive_int,
 )
 from rlcollect.collectors.base import BaseCollector
-from rlcollect.collectors.profile import RolloutProfiler
 from rlcollect.collectors.stats import CollectorStats
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.data.trajectories import split_trajectories
 from rlcollect.envs.factory import EnvSource
 from rlcollect.policies.adapters import interaction_type
 from rlcollect.rollout.engine import Rollout, RolloutSpec
+from rlcollect.rollout.profiling import RolloutProfiler
 from rlcollect.weights.forms import apply_weights, as_weights
 
 __all__ = ["Collector"]
@@ -130,6 +130,7 @@ class Collector(BaseCollector):
                 create_env_kwargs=create_env_kwargs,
                 max_frames_per_traj=max_frames_per_traj,
                 truncate_last=set_truncated or reset_at_each_iter,
+                reset_at_each_iter=reset_at_each_iter,
                 exploration_type=exploration,
                 policy_device=self.policy_device,
                 compile_policy=compile_policy,
@@ -170,8 +171,6 @@ class Collector(BaseCollector):
         if self._profiler is not None:
             self._profiler.before_rollout()
         rollout = self._rollout
-        if self.reset_at_each_iter and rollout.batches > 0:
-            rollout.reset()
         rollout.collect(
             self._buffers,
             random=rollout.frames < self.init_random_frames,

@@ -51,6 +51,7 @@ class RolloutSpec:
             the number of envs, rounded up.
         max_frames_per_traj: collector-side episode limit.
         truncate_last: mark each batch's last frame truncated.
+        reset_at_each_iter: reset every env before each batch but the first.
         exploration_type, policy_device, compile_policy: how the policy runs.
         pre_collect_hook: called before each batch, in the process that collects.
         models: other modules by model id whose weights can be updated (share objects with the
@@ -65,6 +66,7 @@ class RolloutSpec:
     policy_factory: Callable[[], Any] | None = None
     max_frames_per_traj: int | None = None
     truncate_last: bool = False
+    reset_at_each_iter: bool = False
     exploration_type: InteractionType = InteractionType.RANDOM
     policy_device: torch.device | None = None
     compile_policy: bool | Mapping[str, Any] = False
@@ -144,6 +146,8 @@ class Rollout:
         """Collect one batch into ``buffers``; return the steps taken (``T`` unless stopped)."""
         if self.spec.pre_collect_hook is not None:
             self.spec.pre_collect_hook()
+        if self.spec.reset_at_each_iter and self.batches > 0:
+            self.reset()
         policy = self.random_policy if random else self.policy
         self.envs.bind(buffers)
         policy.bind(buffers)

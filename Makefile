@@ -1,0 +1,33 @@
+# rlcollect: `make demo`, `make test`, `make lint` on a machine with only Python and pip.
+# `make venv` is keyed on a stamp file: it reinstalls only when pyproject.toml changes.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: venv demo test lint clean
+
+venv: $(STAMP)
+
+# torch is pinned and installed first: that pin is the CPU build (an unpinned torch pulls the
+# multi-GB CUDA build); pip then finds it satisfied when installing rlcollect's dependencies.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install torch==2.13.0
+	$(BIN)/python -m pip install -e ".[dev]"
+	touch $(STAMP)
+
+demo: venv
+	$(BIN)/rlcollect collect --env CartPole-v1 --frames 20000 --num-envs 8 --out runs/demo --seed 0 --force
+	$(BIN)/rlcollect inspect runs/demo
+
+test: venv
+	$(BIN)/python -m pytest
+
+lint: venv
+	$(BIN)/ruff check rlcollect
+	$(BIN)/mypy rlcollect
+
+clean:
+	rm -rf $(VENV) runs/demo

@@ -1,0 +1,35 @@
+"""Policy factories for the ``--policy`` tests: ``factory(observation_space, action_space)``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+NOT_CALLABLE = 42
+
+
+class AlwaysZero(nn.Module):
+    """Action 0 for every env: observations ``[N, *obs]`` -> actions ``[N]``."""
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(observation.shape[0], dtype=torch.int64)
+
+
+def always_zero(observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> nn.Module:
+    """A policy that always picks action 0 of a Discrete action space."""
+    assert isinstance(observation_space, gym.spaces.Box), observation_space
+    assert isinstance(action_space, gym.spaces.Discrete), action_space
+    return AlwaysZero()
+
+
+def broken_factory(observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> nn.Module:
+    """A factory that fails, as one would on a machine it was not written for."""
+    raise RuntimeError("this factory needs a GPU")
+
+
+def wrong_shape(observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> Any:
+    """A policy whose actions do not fit the action space (one float per env)."""
+    return lambda observation: torch.zeros(observation.shape[0], 3)

@@ -1,0 +1,259 @@
+"""The ``rlcollect`` command: runs written to memmap folders, ``inspect``, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from rlcollect import Collector
+from rlcollect.cli.main import main
+
+POLICIES = "tests.cli.policies_for_tests"
+Capsys = pytest.CaptureFixture[str]
+REPO = Path(__file__).resolve().parents[2]
+
+EXPECTED_LAYOUT = {  # key -> (per-frame shape, dtype) for CartPole
+    ("observation",): ((4,), torch.float32),
+    ("action",): ((), torch.int64),
+    ("next", "observation"): ((4,), torch.float32),
+    ("next", "reward"): ((1,), torch.float32),
+    ("next", "terminated"): ((1,), torch.bool),
+    ("next", "truncated"): ((1,), torch.bool),
+    ("next", "done"): ((1,), torch.bool),
+    ("collector", "traj_ids"): ((), torch.int64),
+    ("policy_version",): ((), torch.int64),
+}
+
+
+def collect(out: Path, *extra: str, frames: int = 1000, num_envs: int = 4) -> int:
+    """``rlcollect collect`` on CartPole into ``out``, seeded, without a progress bar."""
+    argv = ["collect", "--env", "CartPole-v1", "--frames", str(frames), "--num-envs", str(num_envs),
+            "--out", str(out), "--seed", "0", "--no-progress", *extra]
+    return main(argv)
+
+
+def leaf_keys(td: TensorDict) -> set[tuple[str, ...]]:
+    return {(k,) if isinstance(k, str) else tuple(k) for k in td.keys(True, True)}
+
+
+@pytest.mark.timeout(60)
+def test_collect_writes_a_memmap_run_that_loads_back(tmp_path: Path, capsys: Capsys) -> None:
+    out = tmp_path / "runs" / "cartpole"
+    assert collect(out, frames=1000, num_envs=4) == 0
+
+    stored = TensorDict.load_memmap(out)
+    # 1000 frames with 4 envs: 250 steps per env, at most 128 per batch -> 2 batches of [4, 128]
+    assert stored.batch_size == torch.Size([2, 4, 128])
+    assert stored.numel() == 1024
+    assert leaf_keys(stored) == set(EXPECTED_LAYOUT)
+    for key, (shape, dtype) in EXPECTED_LAYOUT.items():
+        assert stored.get(key).shape == (2, 4, 128, *shape), key
+        assert stored.get(key).dtype == dtype, key
+
+    info = json.loads((out / "run.json").read_text())
+    assert info["frames"] == 1024 and info["complete"] and info["batches_written"] == 2
+    assert info["env"] == "CartPole-v1" and info["seed"] == 0 and info["policy"] is None
+
+    captured = capsys.readouterr()
+    assert "collected 1,024 frames of CartPole-v1" in captured.out
+    assert f"output     {out}" in captured.out
+    assert captured.err == ""
+
+
+@pytest.mark.timeout(60)
+def test_stored_batches_are_the_collectors_batches(tmp_path: Path) -> None:
+    """Same seed and settings: the folder holds exactly what a Collector yields, batch by batch."""
+    out = tmp_path / "run"
+    assert collect(out, "--frames-per-batch", "96", frames=300, num_envs=3) == 0
+    stored = TensorDict.load_memmap(out)
+
+    collector = Collector("CartPole-v1", frames_per_batch=96, total_frames=300, num_envs=3, seed=0)
+    batches = list(collector)
+    assert stored.batch_size == torch.Size([len(batches), 3, 32])
+    assert stored.numel() == collector.stats().frames == 4 * 96
+    for i, batch in enumerate(batches):
+        assert batch is not None
+        for key in EXPECTED_LAYOUT:
+            assert torch.equal(stored[i].get(key), batch.get(key)), (i, key)
+
+
+@pytest.mark.timeout(60)
+def test_policy_factory_is_used(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    assert collect(out, "--policy", f"{POLICIES}:always_zero", frames=512) == 0
+    stored = TensorDict.load_memmap(out)
+    assert stored.numel() == 512
+    assert (stored["action"] == 0).all()
+    # pushing CartPole left every step ends episodes in about 10 steps
+    assert stored["next", "terminated"].any()
+    assert json.loads((out / "run.json").read_text())["policy"] == f"{POLICIES}:always_zero"
+
+
+@pytest.mark.timeout(60)
+def test_inspect_prints_layout_frames_and_episodes(tmp_path: Path, capsys: Capsys) -> None:
+    out = tmp_path / "run"
+    assert collect(out, frames=512, num_envs=4) == 0
+    capsys.readouterr()
+
+    assert main(["inspect", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert f"{out}: 512 frames, batch_size [1, 4, 128] (batches, envs, time)" in text
+    assert "next.reward         [1, 4, 128, 1]  torch.float32" in text
+    assert "collector.traj_ids  [1, 4, 128]     torch.int64" in text
+    assert "observation         [1, 4, 128, 4]  torch.float32" in text
+    stored = TensorDict.load_memmap(out)
+    ended = int(stored["next", "done"].sum())
+    assert f"episodes: {ended} ended ({ended} terminated, 0 truncated)" in text
+    assert "made by:  rlcollect collect --env CartPole-v1 --num-envs 4" in text
+
+
+@pytest.mark.timeout(60)
+def test_force_overwrites_a_previous_run(tmp_path: Path, capsys: Capsys) -> None:
+    out = tmp_path / "run"
+    assert collect(out, frames=512, num_envs=4) == 0
+    assert collect(out, frames=256, num_envs=2) == 2
+    assert "already holds a run; pass --force to overwrite it" in capsys.readouterr().err
+    assert collect(out, "--force", frames=256, num_envs=2) == 0
+    assert TensorDict.load_memmap(out).batch_size == torch.Size([1, 2, 128])
+
+
+@pytest.mark.timeout(60)
+def test_frames_per_batch_is_rounded_up_to_whole_env_steps(
+    tmp_path: Path, capsys: Capsys
+) -> None:
+    out = tmp_path / "run"
+    assert collect(out, "--frames-per-batch", "100", frames=300, num_envs=3) == 0
+    err = capsys.readouterr().err
+    assert err == "rlcollect: note: --frames-per-batch 100 rounded up to 102, a multiple of --num-envs 3\n"
+    assert TensorDict.load_memmap(out).batch_size == torch.Size([3, 3, 34])
+
+
+# -- bad arguments: one line on stderr, exit status 2 -------------------------------------------
+
+
+def assert_one_line_error(capsys: Capsys, *fragments: str) -> None:
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("rlcollect: error: "), lines[0]
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    assert captured.out == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["--frames", "0"], ["argument --frames: must be a positive integer, got '0'"]),
+        (["--frames", "-5"], ["argument --frames: must be a positive integer, got '-5'"]),
+        (["--frames", "lots"], ["argument --frames: must be a positive integer, got 'lots'"]),
+        (["--num-envs", "0"], ["argument --num-envs: must be a positive integer, got '0'"]),
+        (["--frames-per-batch", "0"], ["argument --frames-per-batch: must be a positive integer"]),
+        (["--seed", "-1"], ["argument --seed: must be an integer >= 0, got '-1'"]),
+        (["--bogus"], ["unrecognized arguments: --bogus"]),
+    ],
+)
+def test_bad_numbers_and_options(
+    tmp_path: Path, capsys: Capsys, args: list[str], fragments: list[str]
+) -> None:
+    assert main(["collect", "--out", str(tmp_path / "run"), *args]) == 2
+    assert_one_line_error(capsys, *fragments)
+    assert not (tmp_path / "run").exists()
+
+
+def test_no_command_and_missing_out(capsys: Capsys) -> None:
+    assert main([]) == 2
+    assert_one_line_error(capsys, "the following arguments are required: COMMAND")
+    assert main(["collect"]) == 2
+    assert_one_line_error(capsys, "the following arguments are required: --out")
+
+
+def test_unknown_env(tmp_path: Path, capsys: Capsys) -> None:
+    out = tmp_path / "run"
+    assert main(["collect", "--env", "NoSuchEnv-v0", "--out", str(out), "--no-progress"]) == 2
+    assert_one_line_error(capsys, "--env 'NoSuchEnv-v0' is not a registered Gymnasium env id")
+    assert not out.exists()
+
+
+def test_out_is_a_file(tmp_path: Path, capsys: Capsys) -> None:
+    target = tmp_path / "taken"
+    target.write_text("not a folder")
+    assert collect(target, frames=64) == 2
+    assert_one_line_error(capsys, f"--out {str(target)!r} is a file, not a folder")
+    assert target.read_text() == "not a folder"
+
+
+def test_out_is_not_writable(tmp_path: Path, capsys: Capsys) -> None:
+    (tmp_path / "file").write_text("")
+    target = tmp_path / "file" / "run"  # a folder below a file can never be created
+    assert collect(target, frames=64) == 2
+    assert_one_line_error(capsys, f"--out {str(target)!r} is not writable")
+
+
+def test_non_empty_folder_is_refused_even_with_force(tmp_path: Path, capsys: Capsys) -> None:
+    target = tmp_path / "mine"
+    target.mkdir()
+    (target / "notes.txt").write_text("keep me")
+    assert collect(target, "--force", frames=64) == 2
+    assert_one_line_error(capsys, "is a non-empty folder that is not an rlcollect run")
+    assert (target / "notes.txt").read_text() == "keep me"
+
+
+@pytest.mark.parametrize(
+    ("spec", "fragments"),
+    [
+        ("no_colon_here", ["--policy 'no_colon_here': expected the form pkg.module:factory"]),
+        ("no_such_module_for_rlcollect:make", ["cannot import module 'no_such_module_for_rlcollect'",
+                                               "ModuleNotFoundError"]),
+        (f"{POLICIES}:missing", [f"module '{POLICIES}' has no attribute 'missing'"]),
+        (f"{POLICIES}:NOT_CALLABLE", ["'NOT_CALLABLE' is a int, not a callable factory"]),
+        (f"{POLICIES}:broken_factory", ["the factory raised RuntimeError: this factory needs a GPU"]),
+        (f"{POLICIES}:wrong_shape", [f"--policy '{POLICIES}:wrong_shape'", "does not fit action space"]),
+    ],
+)
+def test_bad_policy(tmp_path: Path, capsys: Capsys, spec: str, fragments: list[str]) -> None:
+    out = tmp_path / "run"
+    assert collect(out, "--policy", spec, frames=64) == 2
+    assert_one_line_error(capsys, *fragments)
+    assert not out.exists()
+
+
+def test_inspect_of_something_else(tmp_path: Path, capsys: Capsys) -> None:
+    assert main(["inspect", str(tmp_path / "missing")]) == 2
+    assert_one_line_error(capsys, "is not a folder")
+    assert main(["inspect", str(tmp_path)]) == 2
+    assert_one_line_error(capsys, "is not a saved TensorDict folder (no meta.json)")
+
+
+# -- the command as a user runs it ------------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+def test_command_in_a_subprocess(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    collect_cmd = [sys.executable, "-m", "rlcollect.cli.main", "collect", "--frames", "2000",
+                   "--num-envs", "8", "--out", str(out), "--seed", "0",
+                   "--policy", f"{POLICIES}:always_zero"]
+    # run from the repository root: modules in the current directory can be named by --policy
+    done = subprocess.run(collect_cmd, cwd=REPO, capture_output=True, text=True, timeout=100)
+    assert done.returncode == 0, done.stderr
+    assert f"collected 2,048 frames of CartPole-v1 (8 envs, policy: {POLICIES}:always_zero)" in done.stdout
+    stored = TensorDict.load_memmap(out)
+    assert stored.batch_size == torch.Size([2, 8, 128])
+    assert (stored["action"] == 0).all()
+
+    inspect_cmd = [sys.executable, "-m", "rlcollect.cli", "inspect", str(out)]
+    done = subprocess.run(inspect_cmd, cwd=tmp_path, capture_output=True, text=True, timeout=100)
+    assert done.returncode == 0, done.stderr
+    assert "2,048 frames, batch_size [2, 8, 128]" in done.stdout
+
+    bad_cmd = [sys.executable, "-m", "rlcollect.cli", "collect", "--out", str(out), "--frames", "0"]
+    bad = subprocess.run(bad_cmd, cwd=tmp_path, capture_output=True, text=True, timeout=100)
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("rlcollect: error: argument --frames") and bad.stderr.count("\n") == 1

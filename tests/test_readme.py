@@ -1,0 +1,48 @@
+"""The README stays true: its quick start runs as pasted, and its commands exist."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+
+
+def section(title: str) -> str:
+    """The text of the README's ``## title`` section, up to the next ``## `` heading."""
+    text = README.read_text()
+    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text, flags=re.S | re.M)
+    assert match, f"README.md has no '## {title}' section"
+    return match.group(1)
+
+
+def python_blocks(text: str) -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```", text, flags=re.S | re.M)
+
+
+@pytest.mark.timeout(180)
+def test_quick_start_runs_as_pasted(tmp_path: Path) -> None:
+    blocks = python_blocks(section("Quick start"))
+    assert len(blocks) == 1, "the quick start has one python block"
+    script = tmp_path / "quick_start.py"
+    script.write_text(blocks[0])
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=170)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 10 and lines[-1].startswith("batch 9: 10240 frames"), done.stdout
+
+
+def test_benchmark_placeholder_is_there() -> None:
+    assert "<!-- bench:single_process -->" in section("Benchmarks")
+
+
+def test_make_targets_named_in_readme_exist() -> None:
+    makefile = (REPO / "Makefile").read_text()
+    for target in re.findall(r"^make (\w+)", README.read_text(), flags=re.M):
+        assert re.search(rf"^{target}:", makefile, flags=re.M), f"Makefile has no target {target!r}"
