@@ -7,8 +7,8 @@ How a measurement goes (see ``/work/shared/BENCHMARKS.md``):
    process runs torch with one thread.
 2. A contender is a :data:`BatchFn`: a function that collects one batch and returns how many
    frames (env steps summed over envs) it collected. In its process it runs one warm-up batch,
-   then one calibration batch that fixes how many batches a repetition holds (about
-   ``target_seconds``); slow contenders thus get fewer frames.
+   then calibration batches (a fifth of ``target_seconds``) that fix how many batches a
+   repetition holds (about ``target_seconds``); slow contenders thus get fewer frames.
 3. The parent asks the contenders for one repetition each in turn (A B C A B C ...). Each
    repetition runs one untimed warm-up batch, then the timed batches; the worker answers with
    frames, seconds and its peak RSS so far.
@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.metadata
 import multiprocessing as mp
 import os
@@ -34,6 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any, TypeVar
 
 __all__ = [
@@ -43,9 +45,9 @@ __all__ = [
     "Sample",
     "Summary",
     "machine_info",
-    "markdown_table",
     "peak_rss_mb",
     "run_interleaved",
+    "source_digest",
 ]
 
 #: Collects one batch and returns the number of frames it collected.
@@ -54,7 +56,7 @@ W = TypeVar("W")
 #: Builds a contender for a workload, in the contender's own process (must be picklable).
 Builder = Callable[[W], BatchFn]
 
-_READY_TIMEOUT_S = 300.0  # building a contender: imports, env construction, two batches
+_READY_TIMEOUT_S = 300.0  # building a contender: imports, envs, warm-up and calibration
 _SAMPLE_TIMEOUT_S = 300.0  # one repetition: a warm-up batch and about target_seconds of batches
 
 
@@ -142,6 +144,16 @@ def _time_batches(batch: BatchFn, num_batches: int) -> tuple[int, float]:
     return frames, time.perf_counter() - start
 
 
+def _calibrate(batch: BatchFn, target_seconds: float) -> int:
+    """How many batches make a repetition of about ``target_seconds`` (timed over a fifth of it)."""
+    count, start = 0, time.perf_counter()
+    while count == 0 or time.perf_counter() - start < target_seconds / 5:
+        batch()
+        count += 1
+    seconds_per_batch = (time.perf_counter() - start) / count
+    return max(1, round(target_seconds / seconds_per_batch))
+
+
 def _serve(conn: Connection, builder: Builder[Any], workload: Any, target_seconds: float) -> None:
     """Worker process: build the contender, warm it up, then time repetitions on request."""
     import torch  # here, not at module level: the parent process never needs torch
@@ -150,8 +162,7 @@ def _serve(conn: Connection, builder: Builder[Any], workload: Any, target_second
     try:
         batch = builder(workload)
         batch()  # warm-up: first-call costs (allocation, lazy init) are not measured
-        _, seconds = _time_batches(batch, 1)  # calibration: how many batches fill a repetition
-        num_batches = max(1, round(target_seconds / seconds))
+        num_batches = _calibrate(batch, target_seconds)
         conn.send(("ready", num_batches))
         while conn.recv() == "measure":
             batch()  # warm-up batch before every repetition
@@ -271,6 +282,15 @@ def _version(package: str) -> str:
         return "not installed"
 
 
+def source_digest(package_dir: Path) -> str:
+    """Short SHA-256 over a package's ``.py`` files (paths and contents): which code was measured."""
+    digest = hashlib.sha256()
+    for path in sorted(package_dir.rglob("*.py")):
+        digest.update(str(path.relative_to(package_dir)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
 def machine_info() -> dict[str, str]:
     """Date, CPU count and model, and the versions that matter for these numbers."""
     info = {
@@ -282,10 +302,3 @@ def machine_info() -> dict[str, str]:
     for package in ("torch", "numpy", "gymnasium", "tensordict", "torchrl", "rlcollect"):
         info[package] = _version(package)
     return info
-
-
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """A GitHub markdown table; columns after the first are right-aligned."""
-    align = [":---"] + ["---:"] * (len(header) - 1)
-    lines = [header, align, *rows]
-    return "\n".join("| " + " | ".join(line) + " |" for line in lines)

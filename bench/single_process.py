@@ -8,6 +8,8 @@ Contenders, each built in its own process and measured interleaved by :mod:`benc
 - ``env`` and ``policy``: the physical limit's two halves, timed separately: the envs stepped in
   a bare loop with pre-drawn random actions, and the policy's forward alone on a batch of
   ``num_envs`` observations. A frame costs at least its env step plus its share of a forward.
+- ``bare``: the same two halves alternating in one loop, nothing stored: what running env and
+  torch code in turn costs (caches, branch predictors) before any collector does anything.
 - ``hand``: the loop a user writes instead, storing observation, action, reward, terminated and
   truncated into preallocated numpy arrays: ``env.step`` + policy for 1 env, CleanRL's
   ``gymnasium.vector.SyncVectorEnv`` loop for 8 envs.
@@ -25,7 +27,7 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
-import json
+import importlib.util
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
@@ -42,14 +44,18 @@ from bench.harness import (
     ContenderResult,
     Summary,
     machine_info,
-    markdown_table,
     run_interleaved,
+    source_digest,
 )
+from bench.report import Ratio, Target, header_markdown, markdown_table, serial_fps, write_results
 
 __all__ = ["WORKLOADS", "Workload", "main"]
 
 RESULTS_DIR = Path(__file__).parent / "results"
+#: rlcollect's package folder, found without importing it (the parent process stays light)
+RLCOLLECT_DIR = Path(importlib.util.find_spec("rlcollect").origin).parent  # type: ignore[union-attr,arg-type]
 HAND_TARGET = 0.95  # rlcollect / hand loop, every row
+BARE_BUDGET = 1 / 1.1  # DESIGN.md section 3: time beyond env.step + policy under 10 % at 8 envs
 HIDDEN = 64
 
 
@@ -116,9 +122,9 @@ def make_policy(workload: Workload) -> nn.Module:
     return nn.Sequential(nn.Linear(obs_dim, HIDDEN), nn.Tanh(), nn.Linear(HIDDEN, HIDDEN), nn.Tanh(), *head)
 
 
-# -- 1. the physical limit, in two halves ------------------------------------------------------
-def env_alone(workload: Workload) -> BatchFn:
-    """The envs stepped in a bare loop with random actions drawn before timing."""
+# -- 1. the physical limit: its two halves apart, and both in one loop ------------------------------------
+def _envs_and_random_actions(workload: Workload) -> tuple[list[gym.Env[Any, Any]], list[list[Any]]]:
+    """Seeded envs and a batch of random actions for them, drawn now so that drawing is not timed."""
     envs = [gym.make(workload.env_id) for _ in range(workload.num_envs)]
     for i, env in enumerate(envs):
         env.reset(seed=i)
@@ -128,6 +134,19 @@ def env_alone(workload: Workload) -> BatchFn:
         [int(env.action_space.sample()) if discrete else env.action_space.sample() for env in envs]
         for _ in range(workload.steps)
     ]
+    return envs, actions
+
+
+def _observation_batch(workload: Workload) -> torch.Tensor:
+    """``[num_envs, *obs]`` observations sampled from the env's space."""
+    space = gym.make(workload.env_id).observation_space
+    space.seed(0)
+    return torch.as_tensor(np.stack([space.sample() for _ in range(workload.num_envs)]))
+
+
+def env_alone(workload: Workload) -> BatchFn:
+    """The envs stepped in a bare loop with random actions."""
+    envs, actions = _envs_and_random_actions(workload)
 
     def batch() -> int:
         for step_actions in actions:
@@ -142,15 +161,30 @@ def env_alone(workload: Workload) -> BatchFn:
 
 def policy_alone(workload: Workload) -> BatchFn:
     """The policy's forward on one batch of ``num_envs`` observations, once per time step."""
-    policy = make_policy(workload)
-    space = gym.make(workload.env_id).observation_space
-    space.seed(0)
-    obs = torch.as_tensor(np.stack([space.sample() for _ in range(workload.num_envs)]))
+    policy, obs = make_policy(workload), _observation_batch(workload)
 
     def batch() -> int:
         with torch.inference_mode():
             for _ in range(workload.steps):
                 policy(obs)
+        return workload.steps * workload.num_envs
+
+    return batch
+
+
+def bare_loop(workload: Workload) -> BatchFn:
+    """:func:`env_alone` and :func:`policy_alone` alternating in one loop; nothing is stored."""
+    envs, actions = _envs_and_random_actions(workload)
+    policy, obs = make_policy(workload), _observation_batch(workload)
+
+    def batch() -> int:
+        with torch.inference_mode():
+            for step_actions in actions:
+                policy(obs)
+                for env, action in zip(envs, step_actions, strict=True):
+                    _, _, terminated, truncated, _ = env.step(action)
+                    if terminated or truncated:
+                        env.reset()
         return workload.steps * workload.num_envs
 
     return batch
@@ -298,6 +332,7 @@ def rlcollect_rollout(workload: Workload) -> BatchFn:
 CONTENDERS: dict[str, Builder[Workload]] = {
     "env": env_alone,
     "policy": policy_alone,
+    "bare": bare_loop,
     "hand": hand_loop,
     "torchrl": torchrl_collector,
     "rlcollect": rlcollect_iterator,
@@ -309,122 +344,88 @@ def _labels(workload: Workload) -> dict[str, str]:
     hand = "env.step + policy" if workload.num_envs == 1 else "SyncVectorEnv + policy"
     envs = "GymEnv" if workload.num_envs == 1 else f"SerialEnv of {workload.num_envs} GymEnv"
     return {
-        "limit": "physical limit (env + policy)",
+        "limit": "physical limit (env + policy, timed apart)",
         "env": "↳ env alone, random actions",
         "policy": f"↳ policy forward alone, batch {workload.num_envs}",
-        "hand": f"hand loop ({hand})",
+        "bare": "env + policy alternating in one loop, nothing stored",
+        "hand": f"hand loop ({hand}, into numpy arrays)",
         "torchrl": f"TorchRL Collector ({envs})",
         "rlcollect": "**rlcollect Collector, iterator**",
         "rlcollect-rollout": "rlcollect Collector, .rollout()",
     }
 
 
-# -- derived numbers ---------------------------------------------------------------------------------
-def physical_limit(env: ContenderResult, policy: ContenderResult) -> list[float]:
-    """Per repetition pair: frames/s if a frame cost only its env step and its share of a forward."""
-    return [1 / (1 / e.fps + 1 / p.fps) for e, p in zip(env.samples, policy.samples, strict=True)]
-
-
+# -- analysis and report ---------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Ratio:
-    """``value``: ratio of the medians; ``low`` / ``high``: extremes of the per-repetition ratios
-    (repetition ``i`` of both contenders ran next to each other)."""
+class Analysis:
+    """One workload's numbers: frames/s per repetition, ratios of rlcollect to the others, targets."""
 
-    value: float
-    low: float
-    high: float
-
-    @classmethod
-    def of(cls, numerator: list[float], denominator: list[float]) -> Ratio:
-        """Ratio of two contenders' frames/s, repetition by repetition."""
-        paired = [a / b for a, b in zip(numerator, denominator, strict=True)]
-        return cls(Summary.of(numerator).median / Summary.of(denominator).median, min(paired), max(paired))
-
-    def format(self) -> str:
-        return f"{self.value:.2f} [{self.low:.2f}–{self.high:.2f}]"
+    fps: dict[str, list[float]]  # contender (and "limit") -> frames/s per repetition
+    ratios: dict[str, dict[str, Ratio]]  # rlcollect variant -> other contender -> ratio
+    targets: dict[str, Target]  # other contender -> target for the iterator's ratio
 
 
-@dataclass(frozen=True)
-class Target:
-    """A promise: rlcollect / ``versus`` >= ``minimum``."""
-
-    versus: str
-    minimum: float
-    ratio: Ratio
-
-    @property
-    def met(self) -> bool:
-        return self.ratio.value >= self.minimum
-
-
-def analyse(workload: Workload, results: dict[str, ContenderResult]) -> dict[str, Any]:
-    """Frames/s per contender, the physical limit, the ratios and the targets of one workload."""
+def analyse(workload: Workload, results: dict[str, ContenderResult]) -> Analysis:
+    """Frames/s, the physical limit, rlcollect's ratios to the others, and the targets."""
     fps = {name: [s.fps for s in result.samples] for name, result in results.items()}
-    fps["limit"] = physical_limit(results["env"], results["policy"])
+    fps["limit"] = serial_fps(results["env"], results["policy"])
     ratios = {
-        mine: {other: Ratio.of(fps[mine], fps[other]) for other in ("hand", "torchrl", "limit")}
+        mine: {other: Ratio.of(fps[mine], fps[other]) for other in ("hand", "torchrl", "bare", "limit")}
         for mine in ("rlcollect", "rlcollect-rollout")
     }
-    targets = [Target("hand", HAND_TARGET, ratios["rlcollect"]["hand"])]
+    headline = ratios["rlcollect"]
+    targets = {"hand": Target("rlcollect / hand loop", HAND_TARGET, headline["hand"])}
     if workload.torchrl_target is not None:
-        targets.append(Target("torchrl", workload.torchrl_target, ratios["rlcollect"]["torchrl"]))
-    return {"fps": fps, "ratios": ratios, "targets": targets}
+        targets["torchrl"] = Target("rlcollect / TorchRL", workload.torchrl_target, headline["torchrl"])
+    if workload.num_envs > 1:
+        targets["bare"] = Target("rlcollect / bare loop (design budget)", BARE_BUDGET, headline["bare"])
+    return Analysis(fps, ratios, targets)
 
 
-# -- reports -----------------------------------------------------------------------------------------
-def workload_markdown(
-    workload: Workload, results: dict[str, ContenderResult], analysis: dict[str, Any]
-) -> str:
+def workload_markdown(workload: Workload, results: dict[str, ContenderResult], analysis: Analysis) -> str:
     """The two tables of one workload: frames/s and memory per contender; ratios and targets."""
     labels = _labels(workload)
     title = (
         f"### {workload.name}: {workload.env_id}, {workload.num_envs} env(s) in one process, "
         f"{workload.policy}, {workload.frames_per_batch} frames per batch"
     )
-    rows = [[labels["limit"], Summary.of(analysis["fps"]["limit"]).format(), "", ""]]
+    rows = [[labels["limit"], Summary.of(analysis.fps["limit"]).format(), "", ""]]
     for name, result in results.items():
-        rows.append(
-            [labels[name], result.fps.format(), f"{result.frames_per_rep:,}", f"{result.peak_rss_mb:,.0f}"]
-        )
+        rss = f"{result.peak_rss_mb:,.0f}"
+        rows.append([labels[name], result.fps.format(), f"{result.frames_per_rep:,}", rss])
     speed = markdown_table(["contender", "frames/s median [min–max]", "frames / rep", "peak RSS MB"], rows)
-    names = {"hand": "hand loop", "torchrl": "TorchRL Collector", "limit": "physical limit"}
-    minimums = {t.versus: t for t in analysis["targets"]}
+    others = {
+        "hand": "hand loop",
+        "torchrl": "TorchRL Collector",
+        "bare": "bare env + policy loop",
+        "limit": "physical limit",
+    }
     ratio_rows = []
-    for other, label in names.items():
-        target = minimums.get(other)
+    for other, label in others.items():
+        target = analysis.targets.get(other)
         ratio_rows.append(
             [
                 f"rlcollect / {label}",
-                analysis["ratios"]["rlcollect"][other].format(),
-                analysis["ratios"]["rlcollect-rollout"][other].format(),
-                f"≥ {target.minimum:g}" if target else "",
-                ("met" if target.met else "**MISSED**") if target else "",
+                analysis.ratios["rlcollect"][other].format(),
+                analysis.ratios["rlcollect-rollout"][other].format(),
+                "" if target is None else f"≥ {target.minimum:.2f}",
+                "" if target is None else ("met" if target.met else "**missed**"),
             ]
         )
-    ratios = markdown_table(
-        ["ratio (medians) [paired min–max]", "iterator", ".rollout()", "target", "iterator meets it"],
-        ratio_rows,
-    )
-    return f"{title}\n\n{speed}\n\n{ratios}\n"
+    header = ["ratio of medians [paired min–max]", "iterator", ".rollout()", "target", "iterator"]
+    return f"{title}\n\n{speed}\n\n{markdown_table(header, ratio_rows)}\n"
 
 
-def header_markdown(info: dict[str, str], args: argparse.Namespace) -> str:
-    """Title, date, machine and method."""
-    versions = ", ".join(
-        f"{k} {info[k]}" for k in ("python", "torch", "numpy", "gymnasium", "tensordict", "torchrl")
-    )
-    command = "python -m bench.single_process" + (" --quick" if args.quick else "")
+def _method(repetitions: int, seconds: float) -> str:
     return (
-        "# Single-process collection: rlcollect vs hand loop, TorchRL and the physical limit\n\n"
-        f"- date: {info['date']}\n"
-        f"- machine: {info['nproc']} CPUs (`nproc`), {info['cpu']}\n"
-        f"- versions: {versions}, rlcollect {info['rlcollect']}\n"
-        f"- command: `{command}`\n"
-        f"- method: each contender in its own process, torch 1 thread; {args.repetitions} repetitions of "
-        f"about {args.seconds:g} s each, contenders interleaved, each repetition after a warm-up batch; "
-        "frames = env steps summed over envs; median [min–max] over the repetitions. The physical limit "
-        "combines the env-alone and policy-alone repetitions pairwise (1 / (1/env + 1/policy)). Peak RSS "
-        "is each contender's process (no contender here starts child processes).\n"
+        f"each contender in its own process, torch 1 thread; {repetitions} repetitions of about "
+        f"{seconds:g} s each, contenders interleaved, each repetition after a warm-up batch; frames = env "
+        "steps summed over envs; median [min–max] over the repetitions. The physical limit combines the "
+        "env-alone and policy-alone repetitions pairwise (1 / (1/env + 1/policy)). Ratios are of the "
+        "medians, in brackets the lowest and highest ratio of two repetitions that ran side by side. "
+        "Targets: rlcollect ≥ 0.95x the hand loop (every row), ≥ 8x TorchRL (cartpole rows); the design "
+        "budget (DESIGN.md §3, collector time beyond env.step + policy under 10 % at 8 envs) is read "
+        "against the bare loop. Peak RSS: each contender's process (none starts child processes)."
     )
 
 
@@ -438,44 +439,43 @@ def main(argv: list[str] | None = None) -> None:
         choices=[w.name for w in WORKLOADS],
         help="run only this workload (repeatable); default: all",
     )
-    parser.add_argument(
-        "--repetitions", type=int, help="timed repetitions per contender (default 5, quick 3)"
-    )
-    parser.add_argument("--seconds", type=float, help="seconds per repetition (default 2, quick 0.05)")
+    parser.add_argument("--repetitions", type=int, help="repetitions per contender (default 7, quick 3)")
+    parser.add_argument("--seconds", type=float, help="seconds per repetition (default 1.5, quick 0.05)")
     args = parser.parse_args(argv)
-    args.repetitions = args.repetitions or (3 if args.quick else 5)
-    args.seconds = args.seconds or (0.05 if args.quick else 2.0)
+    repetitions = args.repetitions or (3 if args.quick else 7)
+    seconds = args.seconds or (0.05 if args.quick else 1.5)
     workloads = [w for w in WORKLOADS if not args.workload or w.name in args.workload]
+    command = "python -m bench.single_process" + (" --quick" if args.quick else "")
 
     info = machine_info()
-    sections = [header_markdown(info, args)]
-    workload_reports: dict[str, Any] = {}
+    info["rlcollect_sources"] = source_digest(RLCOLLECT_DIR)
+    title = "Single-process collection: rlcollect vs hand loop, TorchRL and the physical limit"
+    sections = [header_markdown(title, info, command, _method(repetitions, seconds))]
     print(sections[0])
+    data: dict[str, Any] = {"machine": info, "repetitions": repetitions, "seconds": seconds, "workloads": {}}
     for workload in workloads:
         print(f"measuring {workload.name} ...", flush=True)
-        results = run_interleaved(
-            CONTENDERS, workload, repetitions=args.repetitions, target_seconds=args.seconds
-        )
+        results = run_interleaved(CONTENDERS, workload, repetitions=repetitions, target_seconds=seconds)
         analysis = analyse(workload, results)
         sections.append(workload_markdown(workload, results, analysis))
         print("\n" + sections[-1], flush=True)
-        workload_reports[workload.name] = {
+        data["workloads"][workload.name] = {
             "workload": asdict(workload),
             "contenders": {name: result.to_json() for name, result in results.items()},
-            "physical_limit_fps": asdict(Summary.of(analysis["fps"]["limit"])),
+            "physical_limit_fps": asdict(Summary.of(analysis.fps["limit"])),
             "ratios": {
-                mine: {other: asdict(r) for other, r in by_other.items()}
-                for mine, by_other in analysis["ratios"].items()
+                mine: {other: asdict(ratio) for other, ratio in by_other.items()}
+                for mine, by_other in analysis.ratios.items()
             },
-            "targets": [{**asdict(t), "met": t.met} for t in analysis["targets"]],
+            "targets": {key: {**asdict(t), "met": t.met} for key, t in analysis.targets.items()},
         }
-
+    if source_digest(RLCOLLECT_DIR) != info["rlcollect_sources"]:
+        warning = "rlcollect's sources changed during this run: its rows may mix versions"
+        print(f"WARNING: {warning}")
+        sections.append(f"**Warning: {warning}.**\n")
+        data["warning"] = warning
     stem = "single_process_quick" if args.quick else "single_process"
-    RESULTS_DIR.mkdir(exist_ok=True)
-    (RESULTS_DIR / f"{stem}.md").write_text("\n".join(sections))
-    report = {"machine": info, "workloads": workload_reports}
-    (RESULTS_DIR / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {RESULTS_DIR / stem}.md and .json")
+    write_results(RESULTS_DIR, stem, "\n".join(sections), data)
 
 
 if __name__ == "__main__":

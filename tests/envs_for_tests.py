@@ -78,3 +78,78 @@ class PendulumPolicy(torch.nn.Module):
 def dict_policy(pos: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
     """Deterministic policy for :class:`DictObsEnv` (for a TensorDictModule)."""
     return ((pos[..., 0] < 0) ^ (count % 3 == 0)).long()
+
+
+class EnvBroke(Exception):
+    """Raised by :class:`CountingEnv` on purpose."""
+
+
+class CountingEnv(gym.Env[np.ndarray, int]):
+    """Observation ``[uid, n]``: ``uid`` is the seed of the first reset, ``n`` the steps since creation.
+
+    Every frame a collector yields can be traced back to one env and one step, so tests can check
+    that each produced frame arrives exactly once. Faults on demand: sleep per step, raise
+    :class:`EnvBroke` at step ``fail_at`` (only while ``fail_marker`` does not exist, if given; the
+    file is created when raising), hang forever at step ``hang_at``.
+    """
+
+    observation_space = spaces.Box(-1e9, 1e9, (2,), np.float64)
+    action_space = spaces.Discrete(2)
+
+    def __init__(
+        self,
+        episode_length: int = 7,
+        step_sleep: float = 0.0,
+        fail_at: int | None = None,
+        fail_marker: str | None = None,
+        hang_at: int | None = None,
+    ) -> None:
+        self.episode_length, self.step_sleep = episode_length, step_sleep
+        self.fail_at, self.fail_marker, self.hang_at = fail_at, fail_marker, hang_at
+        self.uid: int | None = None
+        self.total = 0
+        self.episode_step = 0
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+        super().reset(seed=seed)
+        if self.uid is None:
+            self.uid = -1 if seed is None else seed
+        self.episode_step = 0
+        return np.array([self.uid, self.total], dtype=np.float64), {}
+
+    def step(self, action: int) -> Any:
+        import os
+        import time
+
+        if self.fail_at is not None and self.total == self.fail_at:
+            if self.fail_marker is None or not os.path.exists(self.fail_marker):
+                if self.fail_marker is not None:
+                    open(self.fail_marker, "w").close()
+                raise EnvBroke(f"env {self.uid} broke at step {self.total}")
+        if self.hang_at is not None and self.total == self.hang_at:
+            time.sleep(3600)
+        if self.step_sleep:
+            time.sleep(self.step_sleep)
+        self.total += 1
+        self.episode_step += 1
+        terminated = self.episode_step >= self.episode_length
+        return np.array([self.uid, self.total], dtype=np.float64), float(action), terminated, False, {}
+
+
+class WeightedPolicy(torch.nn.Module):
+    """Action = 1 if ``scale * 1 + offset.bias > 0``: two models (``policy``'s own weight and the
+    ``offset`` submodule) decide the action together."""
+
+    def __init__(self, scale: float = 1.0, offset: float = 0.0) -> None:
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.tensor(scale))
+        self.offset = Offset(offset)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return (self.scale + self.offset.bias > 0).long().expand(obs.shape[0])
+
+
+class Offset(torch.nn.Module):
+    def __init__(self, value: float) -> None:
+        super().__init__()
+        self.bias = torch.nn.Parameter(torch.tensor(value))

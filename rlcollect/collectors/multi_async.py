@@ -38,14 +38,14 @@ class MultiAsyncCollector(MultiCollectorBase):
             if worker not in self._pool.busy() and self._more_wanted(self._frames_in_flight()):
                 self._dispatch(worker, next_slot[worker])
         while self._pool.busy():
-            for worker, report in self._pool.wait(sorted(self._pool.busy())):
-                self._frames += self._account(worker, report)
-                self._batches += 1
-                next_slot[worker] = report.slot ^ 1
-                if self._more_wanted(self._frames_in_flight()):
-                    self._dispatch(worker, next_slot[worker])
-                rows = self._slots[report.slot].batch[worker * envs : (worker + 1) * envs]
-                yield self._deliver(rows)
+            worker, report = self._pool.wait_one(sorted(self._pool.busy()))
+            self._frames += self._account(worker, report)
+            self._batches += 1
+            next_slot[worker] = report.slot ^ 1
+            if self._more_wanted(self._frames_in_flight()):
+                self._dispatch(worker, next_slot[worker])  # it fills its other slot meanwhile
+            rows = self._slots[report.slot].batch[worker * envs : (worker + 1) * envs]
+            yield self._deliver(rows)
 
     def _frames_in_flight(self) -> int:
         return len(self._pool.busy()) * self.frames_per_batch

@@ -171,7 +171,7 @@ class MultiCollectorBase(BaseCollector):
         ]
         self._stop_flags = torch.zeros(num_slots, dtype=torch.uint8).share_memory_()
         context = torch.multiprocessing.get_context(start_method)
-        self._store = WeightStore(self._reference_models, self.num_workers, context)
+        self._store = WeightStore(self._reference_models, self.num_workers)
         setups = [
             WorkerSetup(
                 worker_idx=w, num_workers=self.num_workers, spec_bytes=specs[w],
@@ -234,6 +234,11 @@ class MultiCollectorBase(BaseCollector):
 
     def _more_wanted(self, frames_in_flight: int) -> bool:
         return self.total_frames < 0 or self._frames + frames_in_flight < self.total_frames
+
+    @property
+    def worker_pids(self) -> list[int | None]:
+        """Process ids of the workers (they start with the first batch or ``set_seed``)."""
+        return self._pool.pids()
 
     # -- weights ---------------------------------------------------------------------------
     def _update_weights(self, forms: dict[str, Any], worker_ids: list[int] | None) -> None:

@@ -32,6 +32,8 @@ class EpisodeTracker:
     def update(self, reward: np.ndarray, done: np.ndarray) -> None:
         """Account for a batch: ``reward [N, T]``, ``done [N, T]`` (episode ends only)."""
         num_steps = reward.shape[1]
+        if num_steps == 0:  # a batch preempted before its first step
+            return
         cumulative = np.cumsum(reward, axis=1, dtype=np.float64)
         envs, steps = np.nonzero(done)  # grouped by env, time increasing
         last_env, base_return, base_t, start_return, start_length = -1, 0.0, -1, 0.0, 0

@@ -118,6 +118,10 @@ class WorkerPool:
             self._raise(worker, payload)
         return payload
 
+    def pids(self) -> list[int | None]:
+        """Process ids of the workers (``None`` before start)."""
+        return [p.pid if p is not None else None for p in self._processes]
+
     def busy(self) -> set[int]:
         """Workers with a ``collect`` in flight or a report not yet consumed."""
         return set(self._in_flight) | {w for w, _ in self._stash}
@@ -139,6 +143,12 @@ class WorkerPool:
             self._stash = [(w, r) for w, r in self._stash if w not in workers]
             return stashed
         return self._wait_in_flight([w for w in workers if w in self._in_flight])
+
+    def wait_one(self, workers: Iterable[int]) -> tuple[int, BatchReport]:
+        """Like :meth:`wait`, but one report; the others stay pending (and count as busy)."""
+        first, *rest = self.wait(workers)
+        self._stash = rest + self._stash
+        return first
 
     def _wait_in_flight(self, workers: list[int]) -> list[tuple[int, BatchReport]]:
         if not workers:

@@ -1,0 +1,294 @@
+"""Multi-process collectors: equality with the single-process one, exactly-once delivery,
+weights, faults and restarts, preemption, shutdown without leaks.
+
+Workers are spawned (each imports torch), so each test builds few of them on tiny batches.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import threading
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from rlcollect import Collector, MultiAsyncCollector, MultiSyncCollector
+from tests.envs_for_tests import (
+    CountingEnv,
+    EnvBroke,
+    Offset,
+    TiltPolicy,
+    WeightedPolicy,
+    make_cartpole,
+)
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def child_pids() -> set[int]:
+    """Live children of this process, read from /proc."""
+    pids = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            if int(fields[1]) == os.getpid() and fields[0] != "Z":
+                pids.add(int(entry))
+    return pids
+
+
+def shm_entries() -> set[str]:
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def drop_ids(batch: TensorDictBase) -> TensorDictBase:
+    return batch.exclude(("collector", "traj_ids"))
+
+
+def test_sync_equals_single_process_with_the_same_envs() -> None:
+    single = Collector(make_cartpole, TiltPolicy(), frames_per_batch=4 * 15, num_envs=4, seed=7)
+    expected = [single.next() for _ in range(4)]
+    with MultiSyncCollector(make_cartpole, TiltPolicy(), num_workers=2, num_envs_per_worker=2,
+                            frames_per_batch=4 * 15, total_frames=4 * 60, seed=7) as multi:
+        got = list(multi)
+    assert len(got) == 4
+    for want, have in zip(expected, got, strict=True):
+        assert want is not None and have is not None
+        assert (drop_ids(want) == drop_ids(have)).all()
+    ids = torch.cat(got, dim=1)["collector", "traj_ids"]  # type: ignore[arg-type]
+    done = torch.cat(got, dim=1)["next", "done"][..., 0]  # type: ignore[arg-type]
+    assert torch.equal(ids[:, 1:] != ids[:, :-1], done[:, :-1])
+    rows = {int(t): r for r in range(4) for t in ids[r].unique()}
+    assert len(rows) == len(ids.unique())  # no id in two rows
+
+
+def test_async_delivers_every_frame_exactly_once() -> None:
+    env = functools.partial(CountingEnv, episode_length=5)
+    with MultiAsyncCollector(env, None, num_workers=2, num_envs_per_worker=2, frames_per_batch=12,
+                             total_frames=120, seed=100) as collector:
+        batches = list(collector)
+    assert len(batches) == 10 and all(b.shape == (2, 6) for b in batches)  # type: ignore[union-attr]
+    data = torch.cat([b.reshape(-1) for b in batches])  # type: ignore[union-attr]
+    uid, step = data["observation"][:, 0].long(), data["observation"][:, 1].long()
+    for env_uid in uid.unique().tolist():
+        steps = step[uid == env_uid].sort().values
+        assert torch.equal(steps, torch.arange(len(steps)))  # no frame lost, none twice
+    assert sorted(uid.unique().tolist()) == [100, 101, 102, 103]
+    owners: dict[int, int] = {}
+    for traj, env_uid in zip(data["collector", "traj_ids"].tolist(), uid.tolist(), strict=True):
+        assert owners.setdefault(traj, env_uid) == env_uid  # ids never collide across envs
+
+
+def test_weights_reach_the_workers_with_their_version() -> None:
+    policy = WeightedPolicy(scale=1.0)
+    with MultiSyncCollector("CartPole-v1", policy, num_workers=2, frames_per_batch=8,
+                            models={"offset": policy.offset}) as collector:
+        first = collector.next()
+        assert first is not None and (first["action"] == 1).all()
+        assert (first["policy_version"] == 0).all()
+        # an update of two models at once: each alone would keep action 1, both give 0
+        collector.update_policy_weights_(weights_dict={
+            "policy": TensorDict({"scale": torch.tensor(0.4)}),
+            "offset": Offset(-0.6),
+        })
+        second = collector.next()
+        assert second is not None and (second["action"] == 0).all()
+        assert (second["policy_version"] == 1).all()
+        # worker 1 only: its rows change, worker 0's keep the old weights and version
+        collector.update_policy_weights_(WeightedPolicy(scale=5.0, offset=0.0), worker_ids=[1])
+        third = collector.next()
+        assert third is not None
+        assert (third["action"][0] == 0).all() and (third["action"][1] == 1).all()
+        assert third["policy_version"][:, 0].tolist() == [1, 2]
+        # no argument: pull from the policy given at construction
+        with torch.no_grad():
+            policy.scale.fill_(3.0)
+            policy.offset.bias.fill_(0.0)
+        collector.update_policy_weights_()
+        fourth = collector.next()
+        assert fourth is not None and (fourth["action"] == 1).all()
+        with pytest.raises(KeyError, match=r"unknown model id\(s\) \['critic'\]; known: \['policy', 'offset'\]"):
+            collector.update_policy_weights_(policy, model_id="critic")
+        assert collector.stats().policy_version == 3
+
+
+def test_prefetch_lags_one_version_and_update_at_each_batch() -> None:
+    policy = WeightedPolicy(scale=1.0)
+    with MultiSyncCollector("CartPole-v1", policy, num_workers=2, frames_per_batch=4, prefetch=True,
+                            total_frames=16) as collector:
+        seen = []
+        for index, batch in enumerate(collector):
+            assert batch is not None
+            seen.append(batch["policy_version"].unique().tolist())
+            # batch i was requested after i - 1 updates: the worker used that version or a newer one
+            assert all(index - 1 <= v <= index for v in seen[-1]), seen
+            collector.update_policy_weights_()
+    assert len(seen) == 4
+    with MultiSyncCollector("CartPole-v1", policy, num_workers=2, frames_per_batch=4,
+                            update_at_each_batch=True, total_frames=12) as collector:
+        assert [int(b["policy_version"].max()) for b in collector] == [1, 2, 3]  # type: ignore[index]
+
+
+def test_worker_killed_mid_batch_is_restarted_and_no_batch_is_lost() -> None:
+    env = functools.partial(CountingEnv, episode_length=50, step_sleep=0.01)
+    collector = MultiSyncCollector(env, None, num_workers=2, frames_per_batch=2 * 40, total_frames=4 * 80,
+                                   seed=0, timeout=30)
+    first = collector.next()
+    assert first is not None
+    victim = collector.worker_pids[0]
+    assert victim is not None
+    timer = threading.Timer(0.15, os.kill, (victim, signal.SIGKILL))
+    timer.start()
+    with pytest.warns(RuntimeWarning, match="worker 0 failed .* restarting it with fresh envs"):
+        rest = [b for b in collector]
+    timer.join()
+    assert len(rest) == 3 and all(b.shape == (2, 40) for b in rest)  # type: ignore[union-attr]
+    stats = collector.stats()
+    assert stats.restarts == 1 and stats.workers[0].restarts == 1 and stats.frames == 4 * 80
+    assert collector.worker_pids[0] != victim
+    collector.shutdown()
+
+
+def test_env_error_restarts_worker_then_raises_past_budget(tmp_path: Path) -> None:
+    once = functools.partial(CountingEnv, fail_at=6, fail_marker=str(tmp_path / "failed"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with MultiSyncCollector(once, None, num_workers=2, frames_per_batch=8, total_frames=32,
+                                seed=0) as collector:
+            batches = list(collector)
+    assert len(batches) == 4
+    assert collector.stats().restarts == 1  # the first env to reach step 6 broke, once
+    assert any("failed (env" in str(w.message) and "broke at step 6" in str(w.message) for w in caught)
+
+    always = functools.partial(CountingEnv, fail_at=3)
+    collector = MultiSyncCollector(always, None, num_workers=2, frames_per_batch=8, total_frames=64,
+                                   max_worker_restarts=1)
+    with pytest.raises(EnvBroke, match="broke at step 3") as info, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        list(collector)
+    assert any("raised in rlcollect worker" in note for note in getattr(info.value, "__notes__", []))
+    assert collector._pool.closed  # iteration errors shut the collector down
+
+
+def test_hung_env_does_not_hang_shutdown() -> None:
+    hang = functools.partial(CountingEnv, hang_at=5)
+    before = child_pids()
+    collector = MultiAsyncCollector(hang, None, num_workers=2, frames_per_batch=4, timeout=60)
+    first = collector.next()
+    assert first is not None
+    start = time.monotonic()
+    collector.shutdown(timeout=1.0)
+    assert time.monotonic() - start < 10
+    assert child_pids() <= before
+
+
+def test_preemption_masks_the_late_worker() -> None:
+    slow = functools.partial(CountingEnv, episode_length=1000, step_sleep=0.05)
+    fast = functools.partial(CountingEnv, episode_length=1000)
+    with MultiSyncCollector([fast, slow], None, frames_per_batch=2 * 40, preemptive_threshold=0.5,
+                            total_frames=160, seed=0) as collector:
+        batches = list(collector)
+    for batch in batches:
+        assert batch is not None
+        mask = batch["collector", "mask"]
+        assert mask[0].all() and not mask[1].all()  # the slow worker was cut short
+        kept = int(mask[1].sum())
+        assert mask[1, :kept].all()  # its frames are a prefix
+        assert (batch["collector", "traj_ids"][1, kept:] == -1).all()
+    assert collector.stats().frames == sum(int(b["collector", "mask"].sum()) for b in batches)  # type: ignore[index]
+
+
+def test_seed_state_dict_and_stats() -> None:
+    kwargs: dict[str, Any] = dict(num_workers=2, frames_per_batch=20, seed=3)
+    with MultiSyncCollector(make_cartpole, None, **kwargs) as a:
+        assert a.set_seed(3) == 5
+        first = [a.next() for _ in range(2)]
+        state = a.state_dict()
+        expected = [a.next() for _ in range(2)]
+        stats = a.stats()
+    assert stats.frames == 80 and stats.batches == 4 and len(stats.workers) == 2
+    assert stats.episodes == sum(w.episodes for w in stats.workers)
+    with MultiSyncCollector(make_cartpole, None, **{**kwargs, "seed": 99}) as b:
+        b.load_state_dict(state)
+        resumed = [b.next() for _ in range(2)]
+    for want, have in zip(expected, resumed, strict=True):
+        assert want is not None and have is not None and (want == have).all()
+    assert first[0] is not None and not (first[0]["observation"] == expected[0]["observation"]).all()  # type: ignore[index]
+
+
+def test_profile_traces_only_chosen_workers(tmp_path: Path) -> None:
+    with MultiSyncCollector("CartPole-v1", TiltPolicy(), num_workers=2, frames_per_batch=8,
+                            total_frames=32) as collector:
+        collector.enable_profile(workers=[1], num_rollouts=2, warmup_rollouts=1,
+                                 save_path=tmp_path / "w{worker_idx}.json", with_stack=False)
+        list(collector)
+    assert (tmp_path / "w1.json").exists() and not (tmp_path / "w0.json").exists()
+
+
+def test_no_child_process_or_shared_memory_left_after_shutdown() -> None:
+    before_children, before_shm = child_pids(), shm_entries()
+    collector = MultiSyncCollector("CartPole-v1", TiltPolicy(), num_workers=2, frames_per_batch=8,
+                                   total_frames=16, prefetch=True)
+    threads = torch.get_num_threads()
+    assert len(list(collector)) == 2
+    assert len(child_pids() - before_children) >= 2
+    collector.shutdown()
+    collector.shutdown()  # idempotent
+    assert child_pids() <= before_children
+    assert shm_entries() <= before_shm
+    assert torch.get_num_threads() >= threads  # the parent's thread count is restored
+
+
+def test_exception_in_the_users_loop_shuts_down() -> None:
+    before = child_pids()
+    collector = MultiSyncCollector("CartPole-v1", None, num_workers=2, frames_per_batch=8)
+    with pytest.raises(ZeroDivisionError):
+        for _ in collector:
+            1 / 0  # noqa: B018
+    assert collector._pool.closed and child_pids() <= before
+
+
+def test_construction_errors_name_the_argument() -> None:
+    lock = threading.Lock()
+
+    def unpicklable_env() -> Any:
+        assert lock is not None
+        return CountingEnv()
+
+    with pytest.raises(TypeError, match=r"create_env_fn\[0\] .* cannot be sent to a worker process"):
+        MultiSyncCollector(unpicklable_env, None, num_workers=2, frames_per_batch=8)
+    with pytest.raises(ValueError, match="num_workers is required unless create_env_fn is a list"):
+        MultiSyncCollector("CartPole-v1", None, frames_per_batch=8)
+    with pytest.raises(ValueError, match=r"preemptive_threshold must be in \(0, 1\] or None, got 1.5"):
+        MultiSyncCollector("CartPole-v1", None, num_workers=2, frames_per_batch=8, preemptive_threshold=1.5)
+    with pytest.raises(ValueError, match="start_method='thread' is not one of"):
+        MultiSyncCollector("CartPole-v1", None, num_workers=2, frames_per_batch=8, start_method="thread")
+    with pytest.raises(ValueError, match="create_env_kwargs has 3 entries for num_workers=2"):
+        MultiSyncCollector("CartPole-v1", None, num_workers=2, frames_per_batch=8,
+                           create_env_kwargs=[{}, {}, {}])
+    with pytest.raises(ValueError, match=r"the policy's action does not fit"):
+        MultiSyncCollector("CartPole-v1", lambda obs: obs, num_workers=2, frames_per_batch=8)
+
+
+def test_policy_factory_and_per_worker_env_kwargs() -> None:
+    with MultiAsyncCollector([make_cartpole, make_cartpole], policy_factory=TiltPolicy,
+                             frames_per_batch=6, total_frames=12, seed=1,
+                             create_env_kwargs=[{}, {}]) as collector:
+        batches = list(collector)
+    assert len(batches) == 2
+    for batch in batches:
+        assert batch is not None
+        expected = TiltPolicy()(batch["observation"])
+        assert torch.equal(batch["action"], expected)
+    np.testing.assert_equal(len(collector.worker_pids), 2)
