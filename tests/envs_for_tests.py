@@ -121,11 +121,11 @@ class CountingEnv(gym.Env[np.ndarray, int]):
         import os
         import time
 
-        if self.fail_at is not None and self.total == self.fail_at:
-            if self.fail_marker is None or not os.path.exists(self.fail_marker):
-                if self.fail_marker is not None:
-                    open(self.fail_marker, "w").close()
-                raise EnvBroke(f"env {self.uid} broke at step {self.total}")
+        marked = self.fail_marker is not None and os.path.exists(self.fail_marker)
+        if self.fail_at is not None and self.total == self.fail_at and not marked:
+            if self.fail_marker is not None:
+                open(self.fail_marker, "w").close()
+            raise EnvBroke(f"env {self.uid} broke at step {self.total}")
         if self.hang_at is not None and self.total == self.hang_at:
             time.sleep(3600)
         if self.step_sleep:

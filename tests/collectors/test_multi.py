@@ -118,7 +118,8 @@ def test_weights_reach_the_workers_with_their_version() -> None:
         collector.update_policy_weights_()
         fourth = collector.next()
         assert fourth is not None and (fourth["action"] == 1).all()
-        with pytest.raises(KeyError, match=r"unknown model id\(s\) \['critic'\]; known: \['policy', 'offset'\]"):
+        message = r"unknown model id\(s\) \['critic'\]; known: \['policy', 'offset'\]"
+        with pytest.raises(KeyError, match=message):
             collector.update_policy_weights_(policy, model_id="critic")
         assert collector.stats().policy_version == 3
 
