@@ -1,8 +1,8 @@
 """``rlcollect collect``: run a :class:`~rlcollect.Collector` and write every batch to a memmap folder.
 
-The steps, top to bottom: work out the batch size, make one env to read its spaces (and to give an
-unknown ``--env`` a clear error), build the policy from ``--policy``, build the collector, check
-``--out``, then collect with a progress bar, writing batch ``i`` to index ``i`` of the folder.
+The steps, top to bottom: work out the batch size, check ``--out``, make one env to read its spaces
+(an unknown ``--env`` gets a clear error), build the policy from ``--policy``, build the collector,
+create ``--out``, then collect with a progress bar, writing batch ``i`` to index ``i`` of the folder.
 
 Example:
     >>> import tempfile
@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 import rlcollect
 from rlcollect.cli.errors import CliError, one_line
-from rlcollect.cli.output import RunWriter, prepare_out
+from rlcollect.cli.output import RunWriter, check_out, prepare_out
 from rlcollect.cli.policy import build_policy
 from rlcollect.collectors import Collector, CollectorStats
 
@@ -166,6 +166,7 @@ def run_collect(options: CollectOptions) -> CollectSummary:
             f"{frames_per_batch}, a multiple of --num-envs {options.num_envs}",
             file=sys.stderr,
         )
+    check_out(options.out, force=options.force)  # refuse a bad --out before building anything
     observation_space, action_space = _env_spaces(options.env)
     policy = None
     if options.policy is not None:
@@ -184,7 +185,7 @@ def run_collect(options: CollectOptions) -> CollectSummary:
         raise CliError(prefix + one_line(str(error))) from None
     with collector:
         out = prepare_out(options.out, force=options.force)
-        writer = RunWriter(out, num_batches=len(collector))
+        writer = RunWriter(out, num_batches=len(collector), info=_setup_info(options, collector))
         bar = tqdm(
             total=len(collector) * collector.frames_per_batch,
             desc=options.env + " ",
@@ -210,32 +211,38 @@ def run_collect(options: CollectOptions) -> CollectSummary:
         num_envs, steps = collector.num_envs, collector.frames_per_batch // collector.num_envs
     summary = CollectSummary(
         out=out,
-        frames=writer.written * frames_per_batch,
+        frames=writer.written * collector.frames_per_batch,
         batches=writer.written,
         batches_planned=writer.num_batches,
         batch_shape=(num_envs, steps),
         seconds=seconds,
         stats=stats,
     )
-    writer.finish(_run_info(options, summary))
+    writer.finish(_result_info(summary))
     _check_stored_frames(summary)
     return summary
 
 
-def _run_info(options: CollectOptions, summary: CollectSummary) -> dict[str, Any]:
-    """The record written to ``run.json``."""
-    stats = summary.stats
+def _setup_info(options: CollectOptions, collector: Collector) -> dict[str, Any]:
+    """How the run is made: the first part of ``run.json``."""
     return {
         "rlcollect_version": rlcollect.__version__,
         "env": options.env,
-        "num_envs": summary.batch_shape[0],
-        "frames_per_batch": summary.batch_shape[0] * summary.batch_shape[1],
+        "num_envs": collector.num_envs,
+        "frames_per_batch": collector.frames_per_batch,
         "frames_requested": options.frames,
         "policy": options.policy,
         "seed": options.seed,
         "layout": "[batches, envs, time]",
-        "frames": summary.frames,
+    }
+
+
+def _result_info(summary: CollectSummary) -> dict[str, Any]:
+    """What the run collected: the second part of ``run.json``."""
+    stats = summary.stats
+    return {
         "complete": summary.complete,
+        "frames": summary.frames,
         "seconds": round(summary.seconds, 3),
         "episodes": stats.episodes,
         "mean_return_last_100": None if math.isnan(stats.mean_return) else stats.mean_return,

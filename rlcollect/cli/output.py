@@ -3,21 +3,24 @@
 Batch ``i`` of the collector is written to index ``i`` of the stored TensorDict, so
 ``TensorDict.load_memmap(folder)`` gives all batches stacked on a new first dim. ``run.json``
 beside it records how the run was made (env, seed, policy, counters); ``load_memmap`` ignores it.
+It is written when the run starts and again when it ends, and marks the folder as a run that
+``--force`` may overwrite.
 
 Example:
     >>> import tempfile, torch
     >>> from tensordict import TensorDict
     >>> folder = tempfile.mkdtemp() + "/run"
-    >>> writer = RunWriter(prepare_out(folder, force=False), num_batches=2)
+    >>> writer = RunWriter(prepare_out(folder, force=False), num_batches=2, info={"env": "demo"})
     >>> for i in range(2):
     ...     writer.write(TensorDict({"x": torch.full((3, 4), i)}, batch_size=[3, 4]))
-    >>> writer.finish({"env": "demo"})
+    >>> writer.finish({"complete": True})
     >>> TensorDict.load_memmap(folder)["x"][:, 0, 0].tolist()
     [0, 1]
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from pathlib import Path
@@ -27,35 +30,43 @@ from tensordict import TensorDict, TensorDictBase
 
 from rlcollect.cli.errors import CliError, one_line
 
-__all__ = ["RUN_INFO", "RunWriter", "is_saved_tensordict", "load_run", "prepare_out"]
+__all__ = ["RUN_INFO", "RunWriter", "check_out", "load_run", "prepare_out"]
 
 #: The file beside the memmap that records how the run was made.
 RUN_INFO = "run.json"
 
 
-def is_saved_tensordict(folder: Path) -> bool:
-    """Whether ``folder`` holds a TensorDict saved with ``memmap`` (it has ``meta.json``)."""
-    return (folder / "meta.json").is_file()
+def check_out(path: str | Path, *, force: bool) -> Path:
+    """Check, without touching anything, that ``path`` can receive a run.
 
-
-def prepare_out(path: str | Path, *, force: bool) -> Path:
-    """Check that ``path`` can receive a run and create it (empty).
-
-    ``path`` may be missing or an empty folder. With ``force``, a previous run there (a saved
-    TensorDict folder) is deleted first; any other non-empty folder is refused, ``force`` or not.
+    ``path`` may be missing, an empty folder, or (with ``force``) a previous run's folder (one
+    holding ``run.json``). Any other non-empty folder is refused, ``force`` or not.
 
     Raises:
-        CliError: ``path`` is a file, a non-empty folder, or cannot be created or written.
+        CliError: ``path`` is a file, a non-empty folder other than a run, or a run without ``force``.
     """
     out = Path(path)
     if out.exists() and not out.is_dir():
         raise CliError(f"--out {str(out)!r} is a file, not a folder")
     if out.is_dir() and any(out.iterdir()):
-        if not is_saved_tensordict(out):
-            raise CliError(f"--out {str(out)!r} is a non-empty folder that is not an rlcollect run; "
-                           "choose another folder")
+        if not (out / RUN_INFO).is_file():
+            raise CliError(
+                f"--out {str(out)!r} is a non-empty folder that is not an rlcollect run "
+                "(no run.json); choose another folder"
+            )
         if not force:
             raise CliError(f"--out {str(out)!r} already holds a run; pass --force to overwrite it")
+    return out
+
+
+def prepare_out(path: str | Path, *, force: bool) -> Path:
+    """:func:`check_out`, then delete the previous run (with ``force``) and create ``path`` empty.
+
+    Raises:
+        CliError: as :func:`check_out`, or ``path`` cannot be removed, created or written.
+    """
+    out = check_out(path, force=force)
+    if out.is_dir() and any(out.iterdir()):
         try:
             shutil.rmtree(out)
         except OSError as error:
@@ -76,32 +87,34 @@ class RunWriter:
     Args:
         out: an empty, writable folder (see :func:`prepare_out`).
         num_batches: the number of batches the run yields (``len(collector)``).
+        info: how the run is made, written to ``run.json`` now (with ``"complete": false``).
     """
 
-    def __init__(self, out: Path, num_batches: int) -> None:
+    def __init__(self, out: Path, num_batches: int, info: dict[str, Any]) -> None:
         self.out = out
         self.num_batches = num_batches
         self.written = 0
+        self._info = {**info, "complete": False}
         self._stored: TensorDictBase | None = None
+        self._write_info()
 
     def write(self, batch: TensorDictBase) -> None:
         """Store ``batch`` at the next index (the first call allocates the files)."""
+        if self.written >= self.num_batches:
+            raise IndexError(f"all {self.num_batches} batches are already written")
         if self._stored is None:
             # [num_batches, num_envs, T]: files of the full size, filled batch by batch
             self._stored = batch.expand(self.num_batches, *batch.shape).memmap_like(self.out)
-        if self.written >= self.num_batches:
-            raise IndexError(f"all {self.num_batches} batches are already written")
         self._stored[self.written] = batch
         self.written += 1
 
-    @property
-    def stored(self) -> TensorDictBase | None:
-        """The memory-mapped TensorDict (``None`` before the first batch)."""
-        return self._stored
-
     def finish(self, info: dict[str, Any]) -> None:
-        """Write ``run.json``: ``info`` plus the numbers of batches planned and written."""
-        record = {**info, "batches_planned": self.num_batches, "batches_written": self.written}
+        """Rewrite ``run.json`` with ``info`` added (counters, ``complete``, ...)."""
+        self._info.update(info)
+        self._write_info()
+
+    def _write_info(self) -> None:
+        record = {**self._info, "batches_planned": self.num_batches, "batches_written": self.written}
         (self.out / RUN_INFO).write_text(json.dumps(record, indent=2) + "\n")
 
 
@@ -114,7 +127,7 @@ def load_run(path: str | Path) -> tuple[TensorDictBase, dict[str, Any]]:
     folder = Path(path)
     if not folder.is_dir():
         raise CliError(f"{str(folder)!r} is not a folder")
-    if not is_saved_tensordict(folder):
+    if not (folder / "meta.json").is_file():
         raise CliError(f"{str(folder)!r} is not a saved TensorDict folder (no meta.json)")
     try:
         stored = TensorDict.load_memmap(folder)
@@ -122,11 +135,7 @@ def load_run(path: str | Path) -> tuple[TensorDictBase, dict[str, Any]]:
         raise CliError(
             f"{str(folder)!r} cannot be loaded ({type(error).__name__}: {one_line(str(error))})"
         ) from None
-    info_file = folder / RUN_INFO
-    info: dict[str, Any] = {}
-    if info_file.is_file():
-        try:
-            info = json.loads(info_file.read_text())
-        except (OSError, ValueError):
-            info = {}
+    info: dict[str, Any] = {}  # stays empty for a TensorDict folder written by something else
+    with contextlib.suppress(OSError, ValueError):
+        info = json.loads((folder / RUN_INFO).read_text())
     return stored, info

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -75,19 +76,53 @@ class BaseCollector(abc.ABC):
     ) -> None:
         """Release envs, processes and shared memory; idempotent."""
 
+    # -- background collection into the replay buffer ---------------------------------------
+    replay_buffer: Any = None
+    _background: _Background | None = None
+
     def start(self) -> None:
-        """Collect in the background into the replay buffer (see the multi-process collectors)."""
-        raise NotImplementedError(f"{type(self).__name__}.start() needs a replay_buffer")
+        """Collect into ``replay_buffer`` in the background until :meth:`async_shutdown`.
+
+        A thread drives the collector; with worker processes, the workers write a shared or
+        memmap buffer themselves and the thread only hands out the work.
+
+        Raises:
+            RuntimeError: no ``replay_buffer`` was given, or collection already started.
+        """
+        if self.replay_buffer is None:
+            raise RuntimeError(f"{type(self).__name__}.start() needs replay_buffer= at construction")
+        if self._background is not None:
+            raise RuntimeError("start() was already called")
+        self._iteration_started = True
+        self._background = _Background(self.iterator(), self._quiesce)
 
     @contextlib.contextmanager
-    def pause(self) -> Iterator[None]:
-        """Hold background collection while the context is open."""
-        raise NotImplementedError(f"{type(self).__name__} is not collecting in the background")
-        yield  # pragma: no cover
+    def pause(self, timeout: float = 60.0) -> Iterator[None]:
+        """While the context is open, nothing is written to the replay buffer.
+
+        Entering waits (up to ``timeout`` seconds) for the batches under way to be written.
+        """
+        if self._background is None:
+            raise RuntimeError("pause() needs background collection: call start() first")
+        self._background.hold(timeout)
+        try:
+            yield
+        finally:
+            self._background.release()
 
     def async_shutdown(self, timeout: float | None = None, close_env: bool = True) -> None:
         """Stop background collection started by :meth:`start`, then shut down."""
         self.shutdown(timeout=timeout, close_env=close_env)
+
+    def _stop_background(self, timeout: float | None) -> None:
+        """Stop the background thread, if any (every ``shutdown`` starts with this)."""
+        background, self._background = self._background, None
+        if background is not None:
+            background.stop(10.0 if timeout is None else timeout)
+
+    def _quiesce(self) -> None:
+        """Return once no batch is under way: in one process, none is between two yields."""
+        return
 
     @abc.abstractmethod
     def set_seed(self, seed: int, static_seed: bool = False) -> int:
@@ -187,3 +222,52 @@ class BaseCollector(abc.ABC):
     def __repr__(self) -> str:
         total = "endless" if self.total_frames < 0 else self.total_frames
         return f"{type(self).__name__}(frames_per_batch={self.frames_per_batch}, total_frames={total})"
+
+
+class _Background:
+    """A thread running a collector's iterator, which can be held between batches and stopped."""
+
+    def __init__(self, batches: Iterator[TensorDictBase | None], quiesce: Callable[[], None]) -> None:
+        self._batches, self._quiesce = batches, quiesce
+        self._stop, self._hold = threading.Event(), threading.Event()
+        self._held, self._released = threading.Event(), threading.Event()
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="rlcollect-background", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            for _ in self._batches:
+                if self._stop.is_set():
+                    break
+                if self._hold.is_set():
+                    self._quiesce()
+                    self._held.set()
+                    while not (self._released.wait(0.05) or self._stop.is_set()):
+                        pass
+                    self._released.clear()
+                    self._held.clear()
+        except BaseException as error:  # kept for the caller: raised by hold() / stop()
+            if not self._stop.is_set():  # errors caused by the shutdown itself are not news
+                self.error = error
+        finally:
+            self._held.set()
+
+    def hold(self, timeout: float) -> None:
+        self._hold.set()
+        if not self._held.wait(timeout):
+            self._hold.clear()
+            raise TimeoutError(f"background collection did not pause within {timeout} s")
+        if self.error is not None:
+            raise self.error
+
+    def release(self) -> None:
+        self._hold.clear()
+        self._released.set()
+
+    def stop(self, timeout: float) -> None:
+        self._stop.set()
+        self._released.set()
+        self._thread.join(timeout)
+        if self.error is not None:
+            raise self.error

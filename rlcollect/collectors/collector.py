@@ -19,9 +19,9 @@ from rlcollect.collectors._validate import (
     check_positive_int,
 )
 from rlcollect.collectors.base import BaseCollector
+from rlcollect.collectors.delivery import make_delivery
 from rlcollect.collectors.stats import CollectorStats
 from rlcollect.data.buffers import BatchBuffers
-from rlcollect.data.trajectories import split_trajectories
 from rlcollect.envs.factory import EnvSource
 from rlcollect.policies.adapters import interaction_type
 from rlcollect.rollout.engine import Rollout, RolloutSpec
@@ -64,6 +64,11 @@ class Collector(BaseCollector):
             torch are seeded from it.
         models: other modules, by model id, whose weights ``update_policy_weights_`` may update
             (``"policy"`` is always known).
+        replay_buffer: anything with ``extend(TensorDict)``: batches are written to it (flat,
+            ``[frames]``) and iteration yields ``None``; see also :meth:`start`.
+        trajs_per_batch: yield exactly this many complete episodes per batch, holding partial
+            ones across batches; ``traj_format`` ``"padded"`` (default, ``[n, max_len]`` with
+            ``("collector", "mask")``) or ``"cat"`` (``[sum of lengths]``).
 
     Example:
         >>> collector = Collector("CartPole-v1", frames_per_batch=8, total_frames=16,
@@ -100,6 +105,9 @@ class Collector(BaseCollector):
         post_collect_hook: Callable[[TensorDictBase], None] | None = None,
         seed: int | None = None,
         models: Mapping[str, torch.nn.Module] | None = None,
+        replay_buffer: Any = None,
+        trajs_per_batch: int | None = None,
+        traj_format: str | None = None,
     ) -> None:
         self.requested_frames_per_batch = check_positive_int("frames_per_batch", frames_per_batch)
         self.total_frames = check_frames("total_frames", total_frames, allow_endless=True)
@@ -107,12 +115,7 @@ class Collector(BaseCollector):
         self.init_random_frames = check_frames("init_random_frames", init_random_frames or 0)
         if max_frames_per_traj is not None and max_frames_per_traj <= 0:
             max_frames_per_traj = None
-        self.postproc = check_callable("postproc", postproc)
         self.pre_collect_hook = check_callable("pre_collect_hook", pre_collect_hook)
-        self.post_collect_hook = check_callable("post_collect_hook", post_collect_hook)
-        self.split_trajs = split_trajs
-        self.return_same_td = return_same_td
-        self.reset_at_each_iter = reset_at_each_iter
         self.env_device = check_device("env_device", env_device if env_device is not None else device)
         if self.env_device is not None and self.env_device.type != "cpu":
             raise ValueError(f"env_device={env_device!r}: Gymnasium envs run on the CPU only")
@@ -121,6 +124,13 @@ class Collector(BaseCollector):
         if create_env_kwargs is not None and not isinstance(create_env_kwargs, Mapping):
             raise TypeError(f"create_env_kwargs must be a dict, got {type(create_env_kwargs).__name__}")
         exploration = interaction_type(exploration_type)
+        self.replay_buffer = replay_buffer
+        self._delivery = make_delivery(
+            return_same_td=return_same_td, storing_device=self.storing_device, split_trajs=split_trajs,
+            postproc=check_callable("postproc", postproc),
+            post_collect_hook=check_callable("post_collect_hook", post_collect_hook),
+            replay_buffer=replay_buffer, trajs_per_batch=trajs_per_batch, traj_format=traj_format,
+        )
         self._rollout = Rollout(
             RolloutSpec(
                 create_env_fn,
@@ -173,7 +183,7 @@ class Collector(BaseCollector):
         rollout = self._rollout
         rollout.collect(
             self._buffers,
-            random=rollout.frames < self.init_random_frames,
+            random=self._frames_written() < self.init_random_frames,
             policy_version=self._policy_version,
         )
         if self._profiler is not None:
@@ -182,18 +192,7 @@ class Collector(BaseCollector):
 
     def iterator(self) -> Iterator[TensorDictBase | None]:
         while self.total_frames < 0 or self._rollout.frames < self.total_frames:
-            batch = self.rollout()
-            if not self.return_same_td:
-                batch = batch.clone()
-            if self.storing_device is not None:
-                batch = batch.to(self.storing_device)
-            if self.split_trajs:
-                batch = split_trajectories(batch)
-            if self.postproc is not None:
-                batch = self.postproc(batch)
-            if self.post_collect_hook is not None:
-                self.post_collect_hook(batch)
-            yield batch
+            yield from self._delivery.outputs(self.rollout())
 
     def reset(self) -> None:
         """Reset every env now (unseeded); the next batch starts new trajectories."""
@@ -204,6 +203,7 @@ class Collector(BaseCollector):
     ) -> None:
         if self._closed:
             return
+        self._stop_background(timeout)
         self._closed = True
         if self._profiler is not None:
             self._profiler.stop()
@@ -228,6 +228,10 @@ class Collector(BaseCollector):
         """Continue from :meth:`state_dict`: the next batches equal the uninterrupted run's."""
         self._policy_version = int(state_dict["policy_version"])
         self._rollout.load_state_dict(state_dict["rollout"])
+
+    def _frames_written(self) -> int:
+        """Frames collected, or written to the replay buffer if it counts its writes."""
+        return int(getattr(self.replay_buffer, "write_count", self._rollout.frames))
 
     def stats(self) -> CollectorStats:
         rollout = self._rollout

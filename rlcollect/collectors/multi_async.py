@@ -45,7 +45,7 @@ class MultiAsyncCollector(MultiCollectorBase):
             if self._more_wanted(self._frames_in_flight()):
                 self._dispatch(worker, next_slot[worker])  # it fills its other slot meanwhile
             rows = self._slots[report.slot].batch[worker * envs : (worker + 1) * envs]
-            yield self._deliver(rows)
+            yield from self._delivery.outputs(rows)
 
     def _frames_in_flight(self) -> int:
         return len(self._pool.busy()) * self.frames_per_batch

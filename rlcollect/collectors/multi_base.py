@@ -29,9 +29,9 @@ from rlcollect.collectors._validate import (
     check_positive_int,
 )
 from rlcollect.collectors.base import BaseCollector
+from rlcollect.collectors.delivery import make_delivery
 from rlcollect.collectors.stats import CollectorStats
 from rlcollect.data.buffers import BatchBuffers
-from rlcollect.data.trajectories import split_trajectories
 from rlcollect.envs.factory import EnvSource
 from rlcollect.policies.adapters import interaction_type
 from rlcollect.rollout.engine import Rollout, RolloutSpec
@@ -92,6 +92,9 @@ class MultiCollectorBase(BaseCollector):
         max_worker_restarts: int = 3,
         timeout: float = 60.0,
         start_method: str = "spawn",
+        replay_buffer: Any = None,
+        trajs_per_batch: int | None = None,
+        traj_format: str | None = None,
     ) -> None:
         # -- arguments ----------------------------------------------------------------------
         env_fns = list(create_env_fn) if isinstance(create_env_fn, (list, tuple)) else None
@@ -109,8 +112,6 @@ class MultiCollectorBase(BaseCollector):
         if policy is not None and policy_factory is not None:
             raise ValueError("give policy or policy_factory, not both")
         check_callable("policy_factory", policy_factory)
-        self.postproc = check_callable("postproc", postproc)
-        self.post_collect_hook = check_callable("post_collect_hook", post_collect_hook)
         check_callable("pre_collect_hook", pre_collect_hook)
         if preemptive_threshold is not None and not 0.0 < preemptive_threshold <= 1.0:
             raise ValueError(f"preemptive_threshold must be in (0, 1] or None, got {preemptive_threshold}")
@@ -125,9 +126,16 @@ class MultiCollectorBase(BaseCollector):
         env_device = check_device("env_device", env_device if env_device is not None else device)
         if env_device is not None and env_device.type != "cpu":
             raise ValueError(f"env_device={env_device!r}: Gymnasium envs run on the CPU only")
-        self.storing_device = check_device("storing_device", storing_device or device)
         exploration = interaction_type(exploration_type)
-        self.split_trajs, self.return_same_td = split_trajs, return_same_td
+        self.replay_buffer = replay_buffer
+        self._delivery = make_delivery(
+            return_same_td=return_same_td,
+            storing_device=check_device("storing_device", storing_device or device),
+            split_trajs=split_trajs, postproc=check_callable("postproc", postproc),
+            post_collect_hook=check_callable("post_collect_hook", post_collect_hook),
+            replay_buffer=replay_buffer, trajs_per_batch=trajs_per_batch, traj_format=traj_format,
+            workers_write=True,
+        )
         self.preemptive_threshold, self.prefetch = preemptive_threshold, prefetch
         self.update_at_each_batch = update_at_each_batch
 
@@ -161,6 +169,7 @@ class MultiCollectorBase(BaseCollector):
                 f"create_env_fn[{worker}]": env_fns[worker], "policy": policy,
                 "policy_factory": policy_factory, "pre_collect_hook": pre_collect_hook,
                 "models": dict(models or {}), f"create_env_kwargs[{worker}]": kwargs[worker],
+                "replay_buffer": replay_buffer if self._delivery.written_elsewhere else None,
             })
             specs.append(cloudpickle.dumps(worker_spec))
         num_slots = 2 if (prefetch or not self._sync) else 1
@@ -178,6 +187,7 @@ class MultiCollectorBase(BaseCollector):
                 env_offset=w * envs, seed=seed, traj_start=0,
                 slots=tuple(slot.storage[w * envs:(w + 1) * envs] for slot in self._slots),
                 stop_flags=self._stop_flags, weights=self._store.worker_view(w),
+                replay_buffer=replay_buffer if self._delivery.written_elsewhere else None,
             )
             for w in range(self.num_workers)
         ]
@@ -207,7 +217,8 @@ class MultiCollectorBase(BaseCollector):
     def _dispatch(self, worker: int, slot: int) -> None:
         if self.update_at_each_batch:
             self.update_policy_weights_(worker_ids=[worker])
-        random = self._frames < self.init_random_frames
+        written = int(getattr(self.replay_buffer, "write_count", self._frames))
+        random = written < self.init_random_frames
         self._pool.send(worker, "collect", (slot, random))
 
     def _account(self, worker: int, report: BatchReport) -> int:
@@ -218,19 +229,8 @@ class MultiCollectorBase(BaseCollector):
         self._last_version_lag = int(self._store.versions[worker]) - report.policy_version
         return report.steps * self.num_envs_per_worker
 
-    def _deliver(self, batch: TensorDictBase) -> TensorDictBase:
-        """Copy (unless return_same_td), move, split, post-process; then call the hook."""
-        if not self.return_same_td:
-            batch = batch.clone()
-        if self.storing_device is not None:
-            batch = batch.to(self.storing_device)
-        if self.split_trajs:
-            batch = split_trajectories(batch)
-        if self.postproc is not None:
-            batch = self.postproc(batch)
-        if self.post_collect_hook is not None:
-            self.post_collect_hook(batch)
-        return batch
+    def _quiesce(self) -> None:
+        self._pool.drain()  # batches under way finish (and are written); no new one is handed out
 
     def _more_wanted(self, frames_in_flight: int) -> bool:
         return self.total_frames < 0 or self._frames + frames_in_flight < self.total_frames
@@ -316,6 +316,7 @@ class MultiCollectorBase(BaseCollector):
         self, timeout: float | None = None, close_env: bool = True, raise_on_error: bool = True
     ) -> None:
         """Stop the workers (close, join, terminate, kill, bounded by ``timeout``); idempotent."""
+        self._stop_background(timeout)
         self._finalizer.detach()
         _shutdown(self._pool, self._parent_threads, timeout)
 

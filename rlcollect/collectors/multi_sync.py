@@ -66,7 +66,7 @@ class MultiSyncCollector(MultiCollectorBase):
             self._batches += 1
             if self.prefetch and self._more_wanted(0):
                 self._dispatch_all(slot ^ 1)  # workers fill the other slot while this one is used
-            yield self._deliver(self._slots[slot].batch)
+            yield from self._delivery.outputs(self._slots[slot].batch)
             if self.prefetch:
                 slot ^= 1
             elif self._more_wanted(0):  # after the learner had the batch: its new weights are used

@@ -24,7 +24,13 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-__all__ = ["TrajectoryIds", "split_trajectories"]
+__all__ = [
+    "TrajectoryAssembler",
+    "TrajectoryIds",
+    "flatten_frames",
+    "pad_trajectories",
+    "split_trajectories",
+]
 
 
 class TrajectoryIds:
@@ -129,3 +135,86 @@ def split_trajectories(batch: TensorDictBase) -> TensorDictBase:
     out.names = [None, "time"]
     return out
 
+
+
+class TrajectoryAssembler:
+    """Collects complete trajectories from fixed-frame batches; partial ones wait for their end.
+
+    A trajectory is complete when its last frame is ``done``. Pieces are keyed by trajectory id,
+    which is unique over the whole collector, so rows from any worker can be mixed. Frames masked
+    out by ``("collector", "mask")`` are dropped.
+
+    Example:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> def batch(ids, done):
+        ...     return TensorDict({("collector", "traj_ids"): torch.tensor([ids]),
+        ...                        ("next", "done"): torch.tensor([done])[..., None]}, [1, len(ids)])
+        >>> assembler = TrajectoryAssembler()
+        >>> assembler.add(batch([0, 0, 1], [False, True, False]))
+        >>> assembler.add(batch([1, 1, 2], [False, True, False]))
+        >>> [len(t) for t in assembler.pop(2)]
+        [2, 3]
+        >>> assembler.pop(1) is None
+        True
+    """
+
+    def __init__(self) -> None:
+        self._open: dict[int, list[TensorDictBase]] = {}
+        self._complete: list[TensorDictBase] = []
+
+    def __len__(self) -> int:
+        """Complete trajectories waiting to be popped."""
+        return len(self._complete)
+
+    def add(self, batch: TensorDictBase) -> None:
+        """Split ``batch [N, T]`` along trajectory ids; keep complete trajectories, hold the rest."""
+        ids = batch.get(("collector", "traj_ids"))
+        done = batch.get(("next", "done"))[..., 0]
+        mask = batch.get(("collector", "mask"), None)
+        for row in range(batch.shape[0]):
+            valid = int(mask[row].sum()) if mask is not None else batch.shape[1]
+            row_ids = ids[row, :valid]
+            if valid == 0:
+                continue
+            change = torch.nonzero(row_ids[1:] != row_ids[:-1])[:, 0] + 1
+            bounds = [0, *change.tolist(), valid]
+            for start, end in zip(bounds[:-1], bounds[1:], strict=False):
+                traj = int(row_ids[start])
+                pieces = self._open.setdefault(traj, [])
+                pieces.append(batch[row, start:end])
+                if bool(done[row, end - 1]):
+                    self._complete.append(torch.cat(self._open.pop(traj), 0))
+
+    def pop(self, count: int) -> list[TensorDictBase] | None:
+        """The ``count`` oldest complete trajectories, or ``None`` if fewer are ready."""
+        if len(self._complete) < count:
+            return None
+        out, self._complete = self._complete[:count], self._complete[count:]
+        return out
+
+
+def pad_trajectories(trajectories: list[TensorDictBase]) -> TensorDictBase:
+    """Stack trajectories into ``[len, max_len]``, zero-padded, with ``("collector", "mask")``."""
+    lengths = [len(t) for t in trajectories]
+    num, max_len = len(trajectories), max(lengths)
+    out = trajectories[0].apply(
+        lambda x: x.new_zeros(num, max_len, *x.shape[1:]), batch_size=[num, max_len]
+    )
+    for row, trajectory in enumerate(trajectories):
+        out[row, : lengths[row]] = trajectory
+    out.set(("collector", "mask"), torch.arange(max_len)[None, :] < torch.tensor(lengths)[:, None])
+    out.names = [None, "time"]
+    return out
+
+
+def flatten_frames(batch: TensorDictBase) -> TensorDictBase:
+    """``[N, T]`` (or ``[N, max_len]`` padded) to ``[frames]``, env-major, masked frames dropped.
+
+    Each env's frames stay contiguous in time, the layout slice samplers expect.
+    """
+    flat = batch.reshape(-1)
+    mask = flat.get(("collector", "mask"), None)
+    if mask is not None:
+        flat = flat[mask].exclude(("collector", "mask"))
+    return flat

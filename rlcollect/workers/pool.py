@@ -193,6 +193,8 @@ class WorkerPool:
 
     # -- failures ---------------------------------------------------------------------------
     def _restart(self, worker: int, failure: WorkerFailure | None, reason: str | None = None) -> None:
+        if self.closed:
+            raise RuntimeError("the workers were shut down")
         self._stop(worker)
         self.restarts[worker] += 1
         process = self._processes[worker]

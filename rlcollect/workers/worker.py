@@ -30,6 +30,7 @@ import torch
 from tensordict import TensorDict
 
 from rlcollect.data.buffers import BatchBuffers
+from rlcollect.data.trajectories import flatten_frames
 from rlcollect.rollout.engine import Rollout, RolloutSpec
 from rlcollect.rollout.profiling import ProfileConfig, RolloutProfiler
 from rlcollect.weights.store import WorkerWeights
@@ -51,6 +52,7 @@ class WorkerSetup:
     stop_flags: torch.Tensor  # [num_slots] uint8, raised by the parent to preempt
     weights: WorkerWeights
     profile: ProfileConfig | None = None
+    replay_buffer: Any = None  # a shared / memmap buffer this worker extends itself
 
 
 @dataclass(frozen=True)
@@ -153,6 +155,8 @@ def worker_main(setup: WorkerSetup, conn: Connection) -> None:
                 )
                 if profiler is not None:
                     profiler.after_rollout()
+                if setup.replay_buffer is not None:
+                    setup.replay_buffer.extend(flatten_frames(slots[slot].batch))
                 conn.send(("done", _report(rollout, slot, steps, version, seen_episodes)))
             elif command == "seed":
                 seed, new_trajectories = argument

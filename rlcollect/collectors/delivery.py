@@ -1,0 +1,130 @@
+"""What happens to a collected batch before the user (or the replay buffer) gets it.
+
+One pipeline for every collector: copy (unless ``return_same_td``), move to ``storing_device``,
+regroup (``split_trajs``, or ``trajs_per_batch`` complete episodes), ``postproc``, the post-collect
+hook, then either yield the batch or write it to the replay buffer and yield ``None``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+from tensordict import TensorDictBase
+
+from rlcollect.data.trajectories import (
+    TrajectoryAssembler,
+    flatten_frames,
+    pad_trajectories,
+    split_trajectories,
+)
+
+__all__ = ["Delivery", "make_delivery", "writes_in_workers"]
+
+
+def writes_in_workers(replay_buffer: Any) -> bool:
+    """Whether worker processes can extend ``replay_buffer`` themselves (shared or memmap storage)."""
+    return bool(getattr(replay_buffer, "shared", False))
+
+
+@dataclass
+class Delivery:
+    """The per-batch pipeline; see the module docstring.
+
+    Attributes:
+        replay_buffer: anything with ``extend(TensorDict)``; batches are written flat
+            (``[frames]``, env-major, padding dropped) and ``None`` is yielded.
+        written_elsewhere: the workers already wrote the batch to the buffer: yield ``None``.
+        trajs_per_batch: yield exactly this many complete episodes per batch
+            (``traj_format="padded"``: ``[n, max_len]`` with a mask; ``"cat"``: ``[sum of lengths]``).
+    """
+
+    return_same_td: bool = False
+    storing_device: torch.device | None = None
+    split_trajs: bool = False
+    postproc: Callable[[TensorDictBase], TensorDictBase] | None = None
+    post_collect_hook: Callable[[TensorDictBase], None] | None = None
+    replay_buffer: Any = None
+    written_elsewhere: bool = False
+    trajs_per_batch: int | None = None
+    traj_format: Literal["padded", "cat"] = "padded"
+    _assembler: TrajectoryAssembler = field(default_factory=TrajectoryAssembler, repr=False)
+
+    def outputs(self, batch: TensorDictBase) -> Iterator[TensorDictBase | None]:
+        """What the collector yields for one collected batch: zero, one or more items."""
+        if self.written_elsewhere:
+            yield None
+            return
+        if self.trajs_per_batch is not None:
+            self._assembler.add(batch.clone())  # pieces outlive the collector's buffer
+            while (trajectories := self._assembler.pop(self.trajs_per_batch)) is not None:
+                if self.traj_format == "padded" and self.replay_buffer is None:
+                    yield from self._finish(pad_trajectories(trajectories))
+                else:
+                    yield from self._finish(torch.cat(trajectories, 0))
+            return
+        if not self.return_same_td:
+            batch = batch.clone()
+        if self.split_trajs:
+            batch = split_trajectories(batch)
+        yield from self._finish(batch)
+
+    def _finish(self, out: TensorDictBase) -> Iterator[TensorDictBase | None]:
+        if self.storing_device is not None:
+            out = out.to(self.storing_device)
+        if self.postproc is not None:
+            out = self.postproc(out)
+        if self.post_collect_hook is not None:
+            self.post_collect_hook(out)
+        if self.replay_buffer is None:
+            yield out
+        else:
+            self.replay_buffer.extend(flatten_frames(out))
+            yield None
+
+
+def make_delivery(
+    *,
+    return_same_td: bool,
+    storing_device: torch.device | None,
+    split_trajs: bool,
+    postproc: Callable[[TensorDictBase], TensorDictBase] | None,
+    post_collect_hook: Callable[[TensorDictBase], None] | None,
+    replay_buffer: Any,
+    trajs_per_batch: int | None,
+    traj_format: str | None,
+    workers_write: bool = False,
+) -> Delivery:
+    """Check the delivery arguments (one clear error each) and build the pipeline.
+
+    ``workers_write``: the collector has worker processes, which write a shared buffer themselves.
+    """
+    if replay_buffer is not None and not callable(getattr(replay_buffer, "extend", None)):
+        raise TypeError(
+            f"replay_buffer must have an extend(TensorDict) method, got {type(replay_buffer).__name__}"
+        )
+    if trajs_per_batch is not None and (
+        isinstance(trajs_per_batch, bool) or not isinstance(trajs_per_batch, int) or trajs_per_batch <= 0
+    ):
+        raise ValueError(f"trajs_per_batch must be a positive int or None, got {trajs_per_batch!r}")
+    if traj_format is not None and trajs_per_batch is None:
+        raise ValueError(f"traj_format={traj_format!r} needs trajs_per_batch")
+    if traj_format not in (None, "padded", "cat"):
+        raise ValueError(f"traj_format must be 'padded' or 'cat', got {traj_format!r}")
+    if split_trajs and trajs_per_batch is not None:
+        raise ValueError("split_trajs and trajs_per_batch exclude each other: trajs_per_batch already "
+                         "yields whole trajectories")
+    in_workers = workers_write and trajs_per_batch is None and writes_in_workers(replay_buffer)
+    return Delivery(
+        return_same_td=return_same_td,
+        storing_device=storing_device,
+        split_trajs=split_trajs,
+        postproc=postproc,
+        post_collect_hook=post_collect_hook,
+        replay_buffer=None if in_workers else replay_buffer,
+        written_elsewhere=in_workers,
+        trajs_per_batch=trajs_per_batch,
+        traj_format="cat" if traj_format == "cat" else "padded",
+    )
