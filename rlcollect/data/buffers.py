@@ -57,7 +57,7 @@ class BatchBuffers:
         self.num_envs = int(storage.batch_size[0])
         self.num_steps = num_steps
         self.finals: list[tuple[int, int, Any]] = []
-        self.dict_obs = layout.observations[0].key != ("observation",)
+        self.dict_obs = layout.dict_observations
         data = storage.get("batch")
         obs_ext = storage.get("obs_ext")
         self.obs_ext = {f.key: obs_ext.get(_key(f.key)) for f in layout.observations}

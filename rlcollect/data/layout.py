@@ -61,6 +61,7 @@ class BatchLayout:
     observations: tuple[Field, ...]
     action: Field
     extras: tuple[Field, ...] = ()
+    dict_observations: bool = False  # observations arrive as (nested) dicts, one field per leaf
 
 
 def torch_dtype(dtype: Any) -> torch.dtype:

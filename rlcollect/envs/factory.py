@@ -10,6 +10,7 @@ from gymnasium.vector import VectorEnv
 
 from rlcollect.envs.base import EnvBatch
 from rlcollect.envs.gym_envs import GymEnvs
+from rlcollect.envs.torchrl_env import TorchRLEnv, is_torchrl_env
 from rlcollect.envs.vector import GymVectorEnv
 
 __all__ = ["EnvSource", "make_env_batch"]
@@ -38,8 +39,8 @@ def make_env_batch(
     """Build the env batch for ``source``: ``num_envs`` copies of a single env, or a vector env.
 
     Args:
-        source: an env id (``"CartPole-v1"``), a callable returning a ``gymnasium.Env`` or a
-            ``VectorEnv``, or a ``VectorEnv``.
+        source: an env id (``"CartPole-v1"``), a callable returning a ``gymnasium.Env``, a
+            ``VectorEnv`` or a TorchRL ``EnvBase``, or a ``VectorEnv`` / ``EnvBase`` itself.
         num_envs: copies of a single env to step in this process (must be 1 for a vector env,
             which brings its own).
         kwargs: keyword arguments for ``gymnasium.make`` or the callable.
@@ -54,7 +55,7 @@ def make_env_batch(
         4
     """
     kwargs = dict(kwargs or {})
-    if isinstance(source, VectorEnv):
+    if isinstance(source, VectorEnv) or is_torchrl_env(source):
         first: Any = source
     elif isinstance(source, str) or callable(source):
         first = _make_one(source, kwargs)
@@ -63,6 +64,13 @@ def make_env_batch(
             f"create_env_fn must be an env id, a callable returning a gymnasium Env or VectorEnv, "
             f"or a VectorEnv; got {type(source).__name__}"
         )
+    if is_torchrl_env(first):
+        if num_envs != 1:
+            raise ValueError(
+                f"num_envs={num_envs} with a TorchRL env: batch it with torchrl's SerialEnv or "
+                "ParallelEnv and leave num_envs=1"
+            )
+        return TorchRLEnv(first, max_episode_steps)
     if isinstance(first, VectorEnv):
         if num_envs != 1:
             raise ValueError(

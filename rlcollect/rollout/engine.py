@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 from tensordict.nn import InteractionType
@@ -113,7 +114,8 @@ class Rollout:
             kwargs = dict(spec.compile_policy) if isinstance(spec.compile_policy, Mapping) else {}
             self.policy.callable = torch.compile(self.policy.callable, **kwargs)
         self.layout = BatchLayout(
-            tuple(observation_fields(obs_space)), action_fields(action_space)[0], self.policy.extras
+            tuple(observation_fields(obs_space)), action_fields(action_space)[0], self.policy.extras,
+            dict_observations=isinstance(obs_space, gym.spaces.Dict),
         )
         self.config = RolloutConfig(
             num_steps=-(spec.frames_per_batch // -self.num_envs),

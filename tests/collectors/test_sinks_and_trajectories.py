@@ -88,7 +88,7 @@ def test_trajs_per_batch_cat_format() -> None:
     assert batch is not None and batch.batch_dims == 1
     done = batch["next", "done"][:, 0]
     assert int(done.sum()) == 2 and bool(done[-1])
-    assert "mask" not in batch["collector"].keys()
+    assert ("collector", "mask") not in batch.keys(True)
 
 
 def test_trajs_per_batch_with_a_sink_writes_flat_episodes() -> None:

@@ -1,0 +1,149 @@
+"""A TorchRL ``EnvBase`` (``GymEnv``, ``TransformedEnv``, ``SerialEnv``, ...) as an env batch.
+
+Users keep their TorchRL envs and transforms and swap only the collector. TorchRL is imported
+lazily (``pip install rlcollect[torchrl]``). Specs are mapped to Gymnasium spaces once, at
+construction; each step is ``env.step`` then ``env.maybe_reset`` on the next root, so the true
+final observation comes from ``"next"`` and the reset observation from the new root.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from rlcollect.data.buffers import BatchBuffers
+from rlcollect.envs.base import EnvBatch
+
+__all__ = ["TorchRLEnv", "is_torchrl_env"]
+
+
+def is_torchrl_env(obj: Any) -> bool:
+    """Whether ``obj`` is a TorchRL ``EnvBase`` (without importing TorchRL if it is not loaded)."""
+    import sys
+
+    module = sys.modules.get("torchrl.envs")
+    return module is not None and isinstance(obj, module.EnvBase)
+
+
+def _space(spec: Any, key: str) -> spaces.Space[Any]:
+    from torchrl.data import Binary, Bounded, Categorical, Composite, OneHot, Unbounded
+
+    if isinstance(spec, Composite):
+        return spaces.Dict({k: _space(spec[k], k) for k in spec.keys()})
+    dtype = np.dtype(str(spec.dtype).replace("torch.", ""))
+    shape = tuple(spec.shape)
+    if isinstance(spec, OneHot):
+        raise TypeError(
+            f"{key}: one-hot spec {type(spec).__name__} is not supported; build the env with "
+            "categorical actions (e.g. GymEnv(..., categorical_action_encoding=True))"
+        )
+    if isinstance(spec, Categorical):
+        if shape:
+            return spaces.MultiDiscrete(np.full(shape, spec.space.n))
+        return spaces.Discrete(spec.space.n)
+    if isinstance(spec, Binary):
+        return spaces.MultiBinary(shape)
+    integer = np.issubdtype(dtype, np.integer)
+    # integer counters (step_count) may span int64: keep bounds numpy can sample between
+    limit = np.int64(2**31 - 1) if integer else np.inf
+    if isinstance(spec, Bounded):
+        low = np.maximum(spec.space.low.cpu().numpy(), -limit - 1).astype(dtype)
+        high = np.minimum(spec.space.high.cpu().numpy(), limit).astype(dtype)
+        return spaces.Box(low, high, shape, dtype)  # type: ignore[arg-type]
+    if isinstance(spec, Unbounded):
+        return spaces.Box(-limit - (1 if integer else 0), limit, shape, dtype)  # type: ignore[arg-type]
+    raise TypeError(f"{key}: TorchRL spec {type(spec).__name__} is not supported")
+
+
+class TorchRLEnv(EnvBatch):
+    """Wraps a TorchRL ``EnvBase``; an env with ``batch_size=[N]`` gives ``N`` envs.
+
+    Observation keys are the observation spec's keys (one ``"observation"`` key gives the usual
+    layout, several give a Dict layout); the action is ``"action"``.
+
+    Example:
+        >>> from torchrl.envs import GymEnv  # doctest: +SKIP
+        >>> TorchRLEnv(GymEnv("CartPole-v1", categorical_action_encoding=True)).num_envs  # doctest: +SKIP
+        1
+    """
+
+    def __init__(self, env: Any, max_episode_steps: int | None = None) -> None:
+        batch_size = tuple(env.batch_size)
+        if len(batch_size) > 1:
+            raise ValueError(f"TorchRL env batch_size {batch_size}: only [] or [N] are supported")
+        super().__init__(batch_size[0] if batch_size else 1, max_episode_steps)
+        self.env = env
+        self._batched = bool(batch_size)
+        per_env = (lambda spec: spec[0]) if self._batched else (lambda spec: spec)
+        obs_spec = per_env(env.observation_spec)
+        self._obs_keys = list(obs_spec.keys())
+        obs_space = _space(obs_spec, "observation_spec")
+        assert isinstance(obs_space, spaces.Dict)
+        single = self._obs_keys == ["observation"]
+        self.observation_space = obs_space["observation"] if single else obs_space
+        self.action_space = _space(per_env(env.action_spec), "action_spec")
+        self._root: Any = None
+
+    def bind(self, buffers: BatchBuffers) -> None:
+        super().bind(buffers)
+        self._reward = buffers.reward[..., 0]  # [N, T]
+        self._terminated = buffers.terminated[..., 0]
+        self._truncated = buffers.truncated[..., 0]
+        self._actions = buffers.action
+
+    def _write_root(self, slot: int) -> None:
+        assert self._buffers is not None
+        for key in self._obs_keys:
+            value = self._root.get(key)
+            self._buffers.obs_ext[(key,)][:, slot] = value if self._batched else value.unsqueeze(0)
+
+    def reset(self, slot: int, seeds: list[int] | None = None) -> None:
+        if seeds is not None:
+            self.env.set_seed(seeds[0])  # a batched TorchRL env seeds sub-env i with seed + i
+        self._root = self.env.reset()
+        self._write_root(slot)
+        self._steps[:] = 0
+
+    def step(self, t: int) -> None:
+        buffers = self._buffers
+        assert buffers is not None and self._root is not None
+        action = self._actions[:, t]
+        self._root.set("action", action if self._batched else action[0])
+        out = self.env.step(self._root)
+        nxt = out.get("next")
+        reward = nxt.get("reward").reshape(self.num_envs)
+        terminated = nxt.get("terminated").reshape(self.num_envs)
+        truncated = nxt.get("truncated", torch.zeros_like(terminated)).reshape(self.num_envs)
+        self._steps += 1
+        truncated = truncated | torch.from_numpy(self._steps >= self._limit)
+        self._reward[:, t] = reward
+        self._terminated[:, t] = terminated
+        self._truncated[:, t] = truncated
+        done = terminated | truncated
+        if done.any():
+            for i in torch.nonzero(done)[:, 0].tolist():
+                final = {k: (nxt.get(k)[i] if self._batched else nxt.get(k)).clone() for k in self._obs_keys}
+                buffers.finals.append((i, t, final if len(final) > 1 else next(iter(final.values()))))
+            self._steps[done.numpy()] = 0
+        root = self.env.step_mdp(out)
+        for key in ("done", "terminated", "truncated"):  # collector-side limits count as ends
+            if key in root.keys():
+                root.set(key, (done if key != "terminated" else terminated).reshape(root.get(key).shape))
+        self._root = self.env.maybe_reset(root)
+        self._write_root(t + 1)
+
+    def seed_action_spaces(self, seeds: list[int]) -> None:
+        self.action_space.seed(seeds[0])
+
+    def close(self) -> None:
+        if not self.env.is_closed:
+            self.env.close()
+
+    def _picklable_state(self) -> Any:
+        raise TypeError("TorchRL envs are not pickled into a state_dict")
+
+    def _restore_picklable_state(self, state: Any) -> None:
+        raise TypeError("TorchRL envs are not restored from a state_dict")
