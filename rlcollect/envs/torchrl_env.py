@@ -32,7 +32,7 @@ def _space(spec: Any, key: str) -> spaces.Space[Any]:
     from torchrl.data import Binary, Bounded, Categorical, Composite, OneHot, Unbounded
 
     if isinstance(spec, Composite):
-        return spaces.Dict({k: _space(spec[k], k) for k in spec.keys()})
+        return spaces.Dict({k: _space(spec[k], k) for k in list(spec.keys())})
     dtype = np.dtype(str(spec.dtype).replace("torch.", ""))
     shape = tuple(spec.shape)
     if isinstance(spec, OneHot):
@@ -54,7 +54,7 @@ def _space(spec: Any, key: str) -> spaces.Space[Any]:
         high = np.minimum(spec.space.high.cpu().numpy(), limit).astype(dtype)
         return spaces.Box(low, high, shape, dtype)  # type: ignore[arg-type]
     if isinstance(spec, Unbounded):
-        return spaces.Box(-limit - (1 if integer else 0), limit, shape, dtype)  # type: ignore[arg-type]
+        return spaces.Box(-limit - (1 if integer else 0), limit, shape, dtype)
     raise TypeError(f"{key}: TorchRL spec {type(spec).__name__} is not supported")
 
 
@@ -130,7 +130,7 @@ class TorchRLEnv(EnvBatch):
             self._steps[done.numpy()] = 0
         root = self.env.step_mdp(out)
         for key in ("done", "terminated", "truncated"):  # collector-side limits count as ends
-            if key in root.keys():
+            if key in root:
                 root.set(key, (done if key != "terminated" else terminated).reshape(root.get(key).shape))
         self._root = self.env.maybe_reset(root)
         self._write_root(t + 1)
