@@ -15,7 +15,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install torch==2.13.0
-	$(BIN)/python -m pip install -e ".[dev]"
+	$(BIN)/python -m pip install -e ".[dev,torchrl]"
 	touch $(STAMP)
 
 demo: venv
@@ -26,7 +26,7 @@ test: venv
 	$(BIN)/python -m pytest
 
 lint: venv
-	$(BIN)/ruff check rlcollect
+	$(BIN)/ruff check rlcollect tests bench
 	$(BIN)/mypy rlcollect
 
 clean:

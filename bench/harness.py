@@ -6,9 +6,10 @@ How a measurement goes (see ``/work/shared/BENCHMARKS.md``):
    peak RSS is its own and no contender inherits another's imports, threads or caches. Every
    process runs torch with one thread.
 2. A contender is a :data:`BatchFn`: a function that collects one batch and returns how many
-   frames (env steps summed over envs) it collected. In its process it runs one warm-up batch,
-   then calibration batches (a fifth of ``target_seconds``) that fix how many batches a
-   repetition holds (about ``target_seconds``); slow contenders thus get fewer frames.
+   frames (env steps summed over envs) it collected. In its process it runs one warm-up batch.
+   Once all contenders are built, each in turn runs calibration batches (a fifth of
+   ``target_seconds``) that fix how many batches a repetition holds (about ``target_seconds``);
+   slow contenders thus get fewer frames.
 3. The parent asks the contenders for one repetition each in turn (A B C A B C ...). Each
    repetition runs one untimed warm-up batch, then the timed batches; the worker answers with
    frames, seconds and its peak RSS so far.
@@ -36,7 +37,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 __all__ = [
     "BatchFn",
@@ -56,8 +57,8 @@ W = TypeVar("W")
 #: Builds a contender for a workload, in the contender's own process (must be picklable).
 Builder = Callable[[W], BatchFn]
 
-_READY_TIMEOUT_S = 300.0  # building a contender: imports, envs, warm-up and calibration
-_SAMPLE_TIMEOUT_S = 300.0  # one repetition: a warm-up batch and about target_seconds of batches
+_READY_TIMEOUT_S = 300.0  # building a contender: imports, envs, a warm-up batch
+_SAMPLE_TIMEOUT_S = 300.0  # calibration, or a repetition: a warm-up batch and about target_seconds
 
 
 @dataclass(frozen=True)
@@ -162,12 +163,16 @@ def _serve(conn: Connection, builder: Builder[Any], workload: Any, target_second
     try:
         batch = builder(workload)
         batch()  # warm-up: first-call costs (allocation, lazy init) are not measured
-        num_batches = _calibrate(batch, target_seconds)
-        conn.send(("ready", num_batches))
-        while conn.recv() == "measure":
-            batch()  # warm-up batch before every repetition
-            frames, seconds = _time_batches(batch, num_batches)
-            conn.send(("sample", Sample(frames, seconds, peak_rss_mb())))
+        conn.send(("ready", None))
+        num_batches = 1
+        while (command := conn.recv()) != "stop":
+            if command == "calibrate":  # asked for once all contenders are built: the CPU is quiet
+                num_batches = _calibrate(batch, target_seconds)
+                conn.send(("calibrated", num_batches))
+            else:
+                batch()  # warm-up batch before every repetition
+                frames, seconds = _time_batches(batch, num_batches)
+                conn.send(("sample", Sample(frames, seconds, peak_rss_mb())))
     except BaseException:
         conn.send(("error", traceback.format_exc()))
         raise
@@ -221,6 +226,7 @@ def run_interleaved(
     *,
     repetitions: int,
     target_seconds: float,
+    start_method: Literal["spawn", "fork"] = "spawn",
     log: Callable[[str], None] = print,
 ) -> dict[str, ContenderResult]:
     """Measure every contender on ``workload``, repetitions interleaved (A B C A B C ...).
@@ -231,12 +237,15 @@ def run_interleaved(
         workload: passed to each builder.
         repetitions: timed repetitions per contender (the median of them is reported).
         target_seconds: about how long one repetition lasts.
+        start_method: ``"spawn"`` (fresh interpreters: isolated, peak RSS comparable) or ``"fork"``
+            (starts in milliseconds, for smoke runs: the workers share what the parent imported,
+            so their peak RSS includes it).
         log: progress messages.
 
     Returns:
         name -> :class:`ContenderResult`, in the order of ``contenders``.
     """
-    context = mp.get_context("spawn")
+    context = mp.get_context("fork") if start_method == "fork" else mp.get_context("spawn")
     workers: list[_Worker] = []
     try:
         for name, builder in contenders.items():  # built side by side: building is not timed
@@ -248,7 +257,10 @@ def run_interleaved(
             child_conn.close()
             workers.append(_Worker(name, process, parent_conn))
         for worker in workers:
-            worker.batches_per_rep = worker.receive("ready", _READY_TIMEOUT_S)
+            worker.receive("ready", _READY_TIMEOUT_S)
+        for worker in workers:  # one at a time, as the repetitions will run
+            worker.conn.send("calibrate")
+            worker.batches_per_rep = worker.receive("calibrated", _SAMPLE_TIMEOUT_S)
         samples: dict[str, list[Sample]] = {worker.name: [] for worker in workers}
         for rep in range(repetitions):
             for worker in workers:

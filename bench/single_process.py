@@ -31,7 +31,7 @@ import importlib.util
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -416,7 +416,7 @@ def workload_markdown(workload: Workload, results: dict[str, ContenderResult], a
     return f"{title}\n\n{speed}\n\n{markdown_table(header, ratio_rows)}\n"
 
 
-def _method(repetitions: int, seconds: float) -> str:
+def _method(repetitions: int, seconds: float, quick: bool) -> str:
     return (
         f"each contender in its own process, torch 1 thread; {repetitions} repetitions of about "
         f"{seconds:g} s each, contenders interleaved, each repetition after a warm-up batch; frames = env "
@@ -425,7 +425,13 @@ def _method(repetitions: int, seconds: float) -> str:
         "medians, in brackets the lowest and highest ratio of two repetitions that ran side by side. "
         "Targets: rlcollect ≥ 0.95x the hand loop (every row), ≥ 8x TorchRL (cartpole rows); the design "
         "budget (DESIGN.md §3, collector time beyond env.step + policy under 10 % at 8 envs) is read "
-        "against the bare loop. Peak RSS: each contender's process (none starts child processes)."
+        "against the bare loop. Peak RSS: each contender's process (none starts child processes)"
+        + (
+            "; this quick run forks the contenders from a parent that imported all of them, so their "
+            "peak RSS is not comparable."
+            if quick
+            else "."
+        )
     )
 
 
@@ -450,17 +456,31 @@ def main(argv: list[str] | None = None) -> None:
     info = machine_info()
     info["rlcollect_sources"] = source_digest(RLCOLLECT_DIR)
     title = "Single-process collection: rlcollect vs hand loop, TorchRL and the physical limit"
-    sections = [header_markdown(title, info, command, _method(repetitions, seconds))]
+    sections = [header_markdown(title, info, command, _method(repetitions, seconds, args.quick))]
     print(sections[0])
     data: dict[str, Any] = {"machine": info, "repetitions": repetitions, "seconds": seconds, "workloads": {}}
+    start_method: Literal["spawn", "fork"] = "spawn"
+    if args.quick:  # fork workers from a parent that imported everything: no start-up per contender
+        import torchrl.collectors  # noqa: F401
+        import torchrl.envs  # noqa: F401
+
+        import rlcollect  # noqa: F401
+
+        start_method = "fork"
     for workload in workloads:
         print(f"measuring {workload.name} ...", flush=True)
-        results = run_interleaved(CONTENDERS, workload, repetitions=repetitions, target_seconds=seconds)
+        digest = source_digest(RLCOLLECT_DIR)  # the code its rlcollect workers are about to import...
+        results = run_interleaved(
+            CONTENDERS, workload, repetitions=repetitions, target_seconds=seconds, start_method=start_method
+        )
+        if source_digest(RLCOLLECT_DIR) != digest:  # ... unless it changed while they started
+            digest = f"{digest} (changed while measuring)"
         analysis = analyse(workload, results)
         sections.append(workload_markdown(workload, results, analysis))
         print("\n" + sections[-1], flush=True)
         data["workloads"][workload.name] = {
             "workload": asdict(workload),
+            "rlcollect_sources": digest,
             "contenders": {name: result.to_json() for name, result in results.items()},
             "physical_limit_fps": asdict(Summary.of(analysis.fps["limit"])),
             "ratios": {
@@ -469,8 +489,10 @@ def main(argv: list[str] | None = None) -> None:
             },
             "targets": {key: {**asdict(t), "met": t.met} for key, t in analysis.targets.items()},
         }
-    if source_digest(RLCOLLECT_DIR) != info["rlcollect_sources"]:
-        warning = "rlcollect's sources changed during this run: its rows may mix versions"
+    digests = {name: row["rlcollect_sources"] for name, row in data["workloads"].items()}
+    if len(set(digests.values())) > 1:
+        measured = ", ".join(f"{name} {digest}" for name, digest in digests.items())
+        warning = f"rlcollect's sources changed during this run; rows measured {measured}"
         print(f"WARNING: {warning}")
         sections.append(f"**Warning: {warning}.**\n")
         data["warning"] = warning

@@ -38,6 +38,18 @@ def test_quick_start_runs_as_pasted(tmp_path: Path) -> None:
     assert len(lines) == 10 and lines[-1].startswith("batch 9: 10240 frames"), done.stdout
 
 
+@pytest.mark.timeout(180)
+def test_main_module_guard_example_runs(tmp_path: Path) -> None:
+    blocks = python_blocks(section("Multi-process collection: the main-module guard"))
+    assert len(blocks) == 1 and 'if __name__ == "__main__":' in blocks[0]
+    script = tmp_path / "guarded.py"
+    script.write_text(blocks[0])
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=170)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [f"torch.Size([8, 128]) {1024 * i}" for i in range(1, 5)]
+
+
 def test_benchmark_placeholder_is_there() -> None:
     assert "<!-- bench:single_process -->" in section("Benchmarks")
 

@@ -6,9 +6,9 @@ create ``--out``, then collect with a progress bar, writing batch ``i`` to index
 
 Example:
     >>> import tempfile
-    >>> options = CollectOptions(out=tempfile.mkdtemp() + "/run", frames=64, num_envs=2,
-    ...                          seed=0, progress=False)
-    >>> summary = run_collect(options)
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     options = CollectOptions(out=folder + "/run", frames=64, num_envs=2, seed=0, progress=False)
+    ...     summary = run_collect(options)
     >>> summary.frames, summary.batches, summary.batch_shape
     (64, 1, (2, 32))
 """
@@ -202,7 +202,7 @@ def run_collect(options: CollectOptions) -> CollectSummary:
                 writer.write(batch)
                 bar.update(collector.frames_per_batch)
                 bar.set_postfix_str(_progress_postfix(collector.stats()), refresh=False)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # Ctrl-C: keep the batches written so far; the summary says so
             pass
         finally:
             seconds = time.perf_counter() - start

@@ -3,9 +3,10 @@
 Example:
     >>> import tempfile
     >>> from rlcollect.cli.collect import CollectOptions, run_collect
-    >>> out = tempfile.mkdtemp() + "/run"
-    >>> _ = run_collect(CollectOptions(out=out, frames=64, num_envs=2, seed=0, progress=False))
-    >>> print(describe_run(out))  # doctest: +ELLIPSIS
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     out = folder + "/run"
+    ...     _ = run_collect(CollectOptions(out=out, frames=64, num_envs=2, seed=0, progress=False))
+    ...     print(describe_run(out))  # doctest: +ELLIPSIS
     /.../run: 64 frames, batch_size [1, 2, 32] (batches, envs, time)
     key                    shape          dtype
     action                 [1, 2, 32]     torch.int64

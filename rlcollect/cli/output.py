@@ -9,12 +9,12 @@ It is written when the run starts and again when it ends, and marks the folder a
 Example:
     >>> import tempfile, torch
     >>> from tensordict import TensorDict
-    >>> folder = tempfile.mkdtemp() + "/run"
-    >>> writer = RunWriter(prepare_out(folder, force=False), num_batches=2, info={"env": "demo"})
-    >>> for i in range(2):
-    ...     writer.write(TensorDict({"x": torch.full((3, 4), i)}, batch_size=[3, 4]))
-    >>> writer.finish({"complete": True})
-    >>> TensorDict.load_memmap(folder)["x"][:, 0, 0].tolist()
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     writer = RunWriter(prepare_out(folder + "/run", force=False), num_batches=2, info={})
+    ...     for i in range(2):
+    ...         writer.write(TensorDict({"x": torch.full((3, 4), i)}, batch_size=[3, 4]))
+    ...     writer.finish({"complete": True})
+    ...     print(TensorDict.load_memmap(folder + "/run")["x"][:, 0, 0].tolist())
     [0, 1]
 """
 

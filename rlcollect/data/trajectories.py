@@ -128,6 +128,7 @@ def split_trajectories(batch: TensorDictBase) -> TensorDictBase:
     out = flat.apply(
         lambda x: x.new_zeros(num_trajs, max_len, *x.shape[1:]), batch_size=[num_trajs, max_len]
     )
+    assert out is not None
     out[row, col] = flat[order]
     mask = torch.zeros(num_trajs, max_len, dtype=torch.bool)
     mask[row, col] = True
@@ -201,6 +202,7 @@ def pad_trajectories(trajectories: list[TensorDictBase]) -> TensorDictBase:
     out = trajectories[0].apply(
         lambda x: x.new_zeros(num, max_len, *x.shape[1:]), batch_size=[num, max_len]
     )
+    assert out is not None
     for row, trajectory in enumerate(trajectories):
         out[row, : lengths[row]] = trajectory
     out.set(("collector", "mask"), torch.arange(max_len)[None, :] < torch.tensor(lengths)[:, None])

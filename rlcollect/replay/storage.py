@@ -110,7 +110,8 @@ class Storage:
 
     def _allocate_data(self, template: TensorDictBase) -> TensorDictBase:
         keys = list(template.keys(True, True))
-        tensors = [self._allocate((self.capacity, *t.shape[1:]), t.dtype) for t in template.values(True, True)]
+        tensors = [self._allocate((self.capacity, *t.shape[1:]), t.dtype)
+                   for t in template.values(True, True)]
         return assemble(keys, tensors, self.capacity)
 
     def _refresh(self) -> None:
@@ -180,7 +181,7 @@ class Storage:
     def write_count(self) -> int:
         """Frames ever written (not reduced by overwriting)."""
         self._refresh()
-        return int(self._count[0])
+        return int(self._count.numpy()[0])
 
     def __len__(self) -> int:
         return min(self.write_count, self.capacity)
@@ -279,7 +280,7 @@ class Storage:
     def stamps(self, slots: torch.Tensor) -> torch.Tensor:
         """The stamps of ``slots`` (any shape), read under the lock."""
         with self._lock:
-            return self._stamp[slots]
+            return self._stamp.index_select(0, slots.reshape(-1)).view(slots.shape)
 
     def gather(self, slots: torch.Tensor) -> list[torch.Tensor]:
         """Copies of the frames at ``slots`` (1-D), one tensor per key in :attr:`keys` order."""
@@ -317,7 +318,8 @@ class Storage:
         """Replace the contents with those of :meth:`state_dict`'s ``state`` (same capacity)."""
         if state["capacity"] != self.capacity:
             raise ValueError(
-                f"state holds a storage of capacity {state['capacity']}, this one has capacity={self.capacity}"
+                f"state holds a storage of capacity {state['capacity']}, "
+                f"this one has capacity={self.capacity}"
             )
         data: TensorDictBase | None = state["data"]
         if data is None:

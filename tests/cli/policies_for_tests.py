@@ -33,3 +33,22 @@ def broken_factory(observation_space: gym.Space[Any], action_space: gym.Space[An
 def wrong_shape(observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> Any:
     """A policy whose actions do not fit the action space (one float per env)."""
     return lambda observation: torch.zeros(observation.shape[0], 3)
+
+
+class InterruptAfter(nn.Module):
+    """Action 0, until call number ``calls`` raises ``KeyboardInterrupt`` (a Ctrl-C mid-run)."""
+
+    def __init__(self, calls: int) -> None:
+        super().__init__()
+        self.calls_left = calls
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        self.calls_left -= 1
+        if self.calls_left < 0:
+            raise KeyboardInterrupt
+        return torch.zeros(observation.shape[0], dtype=torch.int64)
+
+
+def interrupt_in_third_batch(observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> nn.Module:
+    """Ctrl-C during the third batch of 32 steps (after the collector's one dry call)."""
+    return InterruptAfter(calls=1 + 2 * 32 + 5)

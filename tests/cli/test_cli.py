@@ -134,6 +134,23 @@ def test_frames_per_batch_is_rounded_up_to_whole_env_steps(
     assert TensorDict.load_memmap(out).batch_size == torch.Size([3, 3, 34])
 
 
+@pytest.mark.timeout(60)
+def test_ctrl_c_keeps_the_batches_collected_so_far(tmp_path: Path, capsys: Capsys) -> None:
+    out = tmp_path / "run"
+    policy = f"{POLICIES}:interrupt_in_third_batch"
+    assert collect(out, "--policy", policy, "--frames-per-batch", "64", frames=640, num_envs=2) == 130
+    captured = capsys.readouterr()
+    assert "INTERRUPTED after 128 frames" in captured.out
+    assert captured.err == f"rlcollect: interrupted; {out} holds the first 2 batches\n"
+    info = json.loads((out / "run.json").read_text())
+    assert info["complete"] is False and info["batches_written"] == 2 and info["batches_planned"] == 10
+    assert main(["inspect", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert f"{out}: 128 frames, batch_size [2, 2, 32]" in text
+    assert "(INTERRUPTED: 2 of 10 batches written)" in text
+    assert collect(out, "--force", frames=64) == 0  # an interrupted run can be overwritten
+
+
 # -- bad arguments: one line on stderr, exit status 2 -------------------------------------------
 
 

@@ -31,7 +31,7 @@ def test_gae_and_ppo_loss_read_our_batch() -> None:
     critic = ValueOperator(MLP(in_features=3, out_features=1, num_cells=[16]), in_keys=["observation"])
     batch = Collector("Pendulum-v1", actor, frames_per_batch=64, num_envs=2, seed=0).next()
     assert batch is not None
-    log_prob_keys = {k for k in batch if "log_prob" in str(k)}
+    log_prob_keys = {k for k in batch.keys() if "log_prob" in str(k)}  # noqa: SIM118
     assert log_prob_keys, "the actor's log-probability lands in the batch"
     gae = GAE(gamma=0.99, lmbda=0.95, value_network=critic)
     with torch.no_grad():

@@ -1,0 +1,250 @@
+"""Samplers: which slots a replay buffer returns. Uniform, prioritized (sum tree) and slices of episodes.
+
+A sampler proposes groups of slots (one slot per group, or ``slice_len`` consecutive slots for the
+slice sampler), accepts or rejects each group given the slots' stamps (see
+:mod:`rlcollect.replay.storage`) and, once the buffer gathered the accepted frames, adds what it
+owes the sample (importance weights, slice ends). Rejected groups are drawn again, so each sampler is
+uniform (or proportional) over the groups it accepts. Every sampler draws from its own seeded
+``torch.Generator``; its state is part of :meth:`Sampler.state_dict`.
+
+Priorities live in the process that samples: a copy of the buffer sent to a worker process gets a
+sampler without them (workers only write).
+
+Example:
+    >>> import torch
+    >>> sampler = UniformSampler(capacity=10, seed=0)
+    >>> slots = sampler.draw(4, size=3)  # 4 groups of one slot among the 3 stored frames
+    >>> slots.shape, bool((slots < 3).all())
+    (torch.Size([4, 1]), True)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from tensordict import TensorDictBase
+
+from rlcollect.replay.storage import Key, Storage
+from rlcollect.replay.sum_tree import SumTree
+
+__all__ = ["PrioritizedSampler", "Sampler", "SliceSampler", "UniformSampler"]
+
+DONE_KEY: Key = ("next", "done")
+END_KEYS: tuple[Key, ...] = (("next", "terminated"), ("next", "truncated"))  # used when no done is stored
+TRAJ_KEY: Key = ("collector", "traj_ids")
+
+
+class Sampler:
+    """Base: uniform over stored slots, one slot per group."""
+
+    kind: ClassVar[str] = ""
+    #: Frames per drawn group.
+    group = 1
+
+    def __init__(self, capacity: int, seed: int | None = None) -> None:
+        self.capacity = capacity
+        self._generator = torch.Generator()
+        if seed is None:
+            self._generator.seed()
+        else:
+            self._generator.manual_seed(seed)
+
+    def sync(self, write_count: int) -> None:
+        """Account for frames written since the last call (``write_count`` frames ever written)."""
+
+    def draws_for(self, missing: int) -> int:
+        """How many groups to propose when ``missing`` are still needed."""
+        return missing
+
+    def draw(self, n: int, size: int) -> torch.Tensor:
+        """``n`` proposed groups of slots, ``[n, group]`` int64, among ``size`` stored frames."""
+        return torch.randint(0, size, (n, 1), generator=self._generator)
+
+    def accept(self, slots: torch.Tensor, stamps: torch.Tensor, storage: Storage) -> torch.Tensor:
+        """Which groups to keep (bool ``[n]``): by default those whose frames are all committed."""
+        return (stamps >= 0).all(1)
+
+    def finish(self, sample: TensorDictBase, slots: torch.Tensor) -> None:
+        """Add to (or amend) ``sample``, the gathered frames of ``slots`` (flat)."""
+
+    def reset(self) -> None:
+        """Forget everything learnt about the stored frames (the buffer was emptied)."""
+
+    def fresh(self) -> Sampler:
+        """The same sampler without per-frame state (priorities), drawing from the same generator state."""
+        copy = self.__class__.__new__(self.__class__)
+        copy.__dict__.update(self.__dict__)
+        copy._generator = torch.Generator()
+        copy._generator.set_state(self._generator.get_state())
+        copy.reset()
+        return copy
+
+    def state_dict(self) -> dict[str, Any]:
+        """The generator state (and per-frame state, in subclasses)."""
+        return {"rng": self._generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s ``state``."""
+        self._generator.set_state(state["rng"])
+
+    def no_sample_message(self, size: int) -> str:
+        """Why nothing could be drawn from ``size`` stored frames."""
+        return f"no committed frame among the {size} stored (writers still copying them?)"
+
+
+class UniformSampler(Sampler):
+    """Every stored frame equally likely, drawn with replacement."""
+
+    kind = "uniform"
+
+
+class PrioritizedSampler(Sampler):
+    """Proportional prioritized replay (Schaul et al., 2016), as TorchRL's ``PrioritizedSampler``.
+
+    Slot ``i`` is drawn with probability ``P(i) = p_i / sum_j p_j``, ``p_i = (priority_i + eps) ** alpha``.
+    New frames get the largest priority ever given (1.0 before any :meth:`update_priority`). The
+    importance weight of a drawn frame, ``(N * P(i)) ** -beta`` normalised by the largest such weight
+    over the ``N`` stored frames, is ``(p_i / min_j p_j) ** -beta``; it goes in the sample's
+    ``"_weight"`` entry (float32).
+    """
+
+    kind = "prioritized"
+
+    def __init__(self, capacity: int, seed: int | None, alpha: float, beta: float, eps: float) -> None:
+        super().__init__(capacity, seed)
+        self.alpha, self.beta, self.eps = alpha, beta, eps
+        self._tree: SumTree | None = None  # allocated on first use: processes that only write never pay
+        self._seen = 0  # write_count the tree accounts for
+        self._max_priority: float | None = None
+
+    @property
+    def tree(self) -> SumTree:
+        """The sum tree of ``p_i`` over the slots."""
+        if self._tree is None:
+            self._tree = SumTree(self.capacity)
+        return self._tree
+
+    def sync(self, write_count: int) -> None:
+        if write_count < self._seen:  # emptied or reloaded behind our back
+            self.reset()
+        new = write_count - self._seen
+        if new == 0:
+            return
+        if new >= self.capacity:
+            slots = np.arange(self.capacity)
+        else:
+            slots = (self._seen + np.arange(new)) % self.capacity
+        default = 1.0 if self._max_priority is None else self._max_priority
+        self.tree.set(slots, np.full(len(slots), (default + self.eps) ** self.alpha))
+        self._seen = write_count
+
+    def draw(self, n: int, size: int) -> torch.Tensor:
+        mass = torch.rand(n, generator=self._generator, dtype=torch.float64).numpy() * self.tree.total
+        return torch.from_numpy(self.tree.find(mass)).view(n, 1)
+
+    def accept(self, slots: torch.Tensor, stamps: torch.Tensor, storage: Storage) -> torch.Tensor:
+        positive = torch.from_numpy(self.tree[slots[:, 0].numpy()] > 0)
+        return (stamps[:, 0] >= 0) & positive
+
+    def finish(self, sample: TensorDictBase, slots: torch.Tensor) -> None:
+        weight = (self.tree[slots.numpy()] / self.tree.min) ** -self.beta
+        sample.set("_weight", torch.from_numpy(weight).to(torch.float32))
+
+    def update_priority(self, slots: np.ndarray, priorities: np.ndarray) -> None:
+        """Give ``slots`` the raw ``priorities`` (e.g. absolute TD errors), non-negative and finite."""
+        if not np.isfinite(priorities).all() or (priorities < 0).any():
+            raise ValueError(f"priorities must be finite and >= 0, got values in [{priorities.min()}, "
+                             f"{priorities.max()}]")
+        leaves = (priorities + self.eps) ** self.alpha
+        if (leaves <= 0).any():
+            raise ValueError(f"a priority of 0 with eps={self.eps} can never be drawn; use eps > 0")
+        self.tree.set(slots, leaves)
+        top = float(priorities.max()) if len(priorities) else -math.inf
+        self._max_priority = top if self._max_priority is None else max(self._max_priority, top)
+
+    def reset(self) -> None:
+        self._tree = None
+        self._seen = 0
+        self._max_priority = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            **super().state_dict(),
+            "seen": self._seen,
+            "max_priority": self._max_priority,
+            "leaves": torch.from_numpy(self.tree.values()),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.reset()
+        leaves = state["leaves"].numpy()
+        slots = np.flatnonzero(leaves)
+        self.tree.set(slots, leaves[slots])
+        self._seen = int(state["seen"])
+        self._max_priority = state["max_priority"]
+
+    def no_sample_message(self, size: int) -> str:
+        return f"no committed frame with a positive priority among the {size} stored"
+
+
+class SliceSampler(Sampler):
+    """Slices of ``slice_len`` consecutive frames of one trajectory, as TorchRL's ``SliceSampler``.
+
+    A slice never crosses an episode end (``("next", "done")``, or ``terminated | truncated`` where no
+    ``done`` is stored, True anywhere but on its last frame), a change of ``("collector", "traj_ids")``
+    nor the circular write boundary (its frames' sequence numbers must be consecutive). Slices are
+    drawn uniformly among the valid ones, with replacement. A sample of ``batch_size`` frames holds
+    ``batch_size // slice_len`` slices, flat and one after the other (``sample.reshape(-1, slice_len)``
+    gives ``[slices, slice_len]``). As in TorchRL, the last frame of each slice is marked
+    ``("next", "truncated")`` (and ``("next", "done")``) in the sample, where these keys exist, so that
+    value estimators do not bootstrap across slices.
+    """
+
+    kind = "slice"
+
+    def __init__(self, capacity: int, seed: int | None, slice_len: int) -> None:
+        super().__init__(capacity, seed)
+        self.group = slice_len
+        self._accept_rate = 1.0  # running estimate: how many proposals to make
+
+    def draws_for(self, missing: int) -> int:
+        return min(math.ceil(1.25 * missing / max(self._accept_rate, 1 / 64)), 64 * missing + 64)
+
+    def draw(self, n: int, size: int) -> torch.Tensor:
+        starts = torch.randint(0, size, (n, 1), generator=self._generator)
+        return (starts + torch.arange(self.group)) % self.capacity
+
+    def accept(self, slots: torch.Tensor, stamps: torch.Tensor, storage: Storage) -> torch.Tensor:
+        n, length = slots.shape
+        ok = (stamps[:, :1] >= 0) & (stamps - stamps[:, :1] == torch.arange(length)).all(1, keepdim=True)
+        ok = ok.squeeze(1)
+        flat = slots.reshape(-1)
+        ends = [storage.leaf(DONE_KEY)]
+        if ends[0] is None:
+            ends = [storage.leaf(key) for key in END_KEYS]
+        for end in ends:
+            if end is not None:
+                ended = end.index_select(0, flat).view(n, length, -1).any(-1)
+                ok &= ~ended[:, :-1].any(1)
+        traj = storage.leaf(TRAJ_KEY)
+        if traj is not None:
+            ids = traj.index_select(0, flat).view(n, length, -1)
+            ok &= (ids == ids[:, :1]).flatten(1).all(1)
+        self._accept_rate = 0.5 * self._accept_rate + 0.5 * float(ok.float().mean())
+        return ok
+
+    def finish(self, sample: TensorDictBase, slots: torch.Tensor) -> None:
+        for key in (("next", "truncated"), DONE_KEY):
+            flag = sample.get(key, None)
+            if flag is not None:
+                flag.view(-1, self.group, *flag.shape[1:])[:, -1] = True
+
+    def no_sample_message(self, size: int) -> str:
+        return (
+            f"no valid slice of slice_len={self.group} among the {size} stored frames: are the stored "
+            "trajectories (between episode ends, traj id changes and the write cursor) shorter than that?"
+        )
