@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import pickle
+import sys
 import warnings
 from typing import Any
 
@@ -30,8 +31,8 @@ class EnvBatch(abc.ABC):
     def __init__(self, num_envs: int, max_episode_steps: int | None) -> None:
         self.num_envs = num_envs
         self.max_episode_steps = max_episode_steps
-        self._limit = max_episode_steps if max_episode_steps is not None else np.iinfo(np.int64).max
-        self._steps = np.zeros(num_envs, dtype=np.int64)  # steps into the current episode
+        self._limit: int = max_episode_steps if max_episode_steps is not None else sys.maxsize
+        self._steps: Any = np.zeros(num_envs, dtype=np.int64)  # steps into the current episode
         self._buffers: BatchBuffers | None = None
 
     def bind(self, buffers: BatchBuffers) -> None:
@@ -73,11 +74,11 @@ class EnvBatch(abc.ABC):
                 stacklevel=2,
             )
             envs = None
-        return {"steps": self._steps.copy(), "envs": envs}
+        return {"steps": np.array(self._steps, dtype=np.int64), "envs": envs}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned."""
-        self._steps[:] = state["steps"]
+        self._steps[:] = np.asarray(state["steps"]).tolist()
         if state["envs"] is not None:
             self.close()
             self._restore_picklable_state(pickle.loads(state["envs"]))

@@ -52,7 +52,7 @@ def _space(spec: Any, key: str) -> spaces.Space[Any]:
     if isinstance(spec, Bounded):
         low = np.maximum(spec.space.low.cpu().numpy(), -limit - 1).astype(dtype)
         high = np.minimum(spec.space.high.cpu().numpy(), limit).astype(dtype)
-        return spaces.Box(low, high, shape, dtype)  # type: ignore[arg-type]
+        return spaces.Box(low, high, shape, dtype)
     if isinstance(spec, Unbounded):
         return spaces.Box(-limit - (1 if integer else 0), limit, shape, dtype)
     raise TypeError(f"{key}: TorchRL spec {type(spec).__name__} is not supported")
