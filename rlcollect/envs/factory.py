@@ -19,8 +19,21 @@ __all__ = ["EnvSource", "make_env_batch"]
 EnvSource: TypeAlias = "str | Callable[..., Any] | VectorEnv[Any, Any, Any]"
 
 
+def _register_optional_envs(env_id: str) -> None:
+    """Register the env ids that optional packages provide (``ALE/...`` from ale-py)."""
+    if env_id.startswith("ALE/"):
+        try:
+            import ale_py
+        except ImportError:
+            raise ValueError(
+                f"create_env_fn={env_id!r} needs ale-py: pip install rlcollect[atari]"
+            ) from None
+        gym.register_envs(ale_py)
+
+
 def _make_one(source: str | Callable[..., Any], kwargs: dict[str, Any]) -> Any:
     if isinstance(source, str):
+        _register_optional_envs(source)
         try:
             return gym.make(source, **kwargs)
         except gym.error.Error as error:
