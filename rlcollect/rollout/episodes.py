@@ -36,15 +36,19 @@ class EpisodeTracker:
             return
         cumulative = np.cumsum(reward, axis=1, dtype=np.float64)
         envs, steps = np.nonzero(done)  # grouped by env, time increasing
-        last_env, base_return, base_t, start_return, start_length = -1, 0.0, -1, 0.0, 0
-        for n, t in zip(envs.tolist(), steps.tolist(), strict=True):
-            if n != last_env:
-                last_env, base_return, base_t = n, 0.0, -1
-                start_return, start_length = float(self._return[n]), int(self._length[n])
-            self.returns.append(start_return + float(cumulative[n, t]) - base_return)
-            self.lengths.append(start_length + t - base_t)
-            base_return, base_t, start_return, start_length = float(cumulative[n, t]), t, 0.0, 0
-            self.count += 1
+        if len(envs):
+            # an episode's sum = what its env carried in (first end of the row only)
+            # + cumulative reward at its end - cumulative reward at the previous end in the row
+            at_end = cumulative[envs, steps]
+            first = np.ones(len(envs), dtype=bool)
+            first[1:] = envs[1:] != envs[:-1]
+            before = np.where(first, 0.0, np.roll(at_end, 1))
+            previous_t = np.where(first, -1, np.roll(steps, 1))
+            returns = np.where(first, self._return[envs], 0.0) + at_end - before
+            lengths = np.where(first, self._length[envs], 0) + steps - previous_t
+            self.returns.extend(returns.tolist())
+            self.lengths.extend(lengths.tolist())
+            self.count += len(envs)
         ended = done.any(axis=1)
         last_t = np.where(ended, num_steps - 1 - np.argmax(done[:, ::-1], axis=1), -1)
         rows = np.arange(len(last_t))

@@ -1,0 +1,41 @@
+"""Episode returns and lengths, counted per batch, equal a step-by-step count over the stream."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlcollect.rollout.episodes import EpisodeTracker
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    num_envs=st.integers(1, 4),
+    num_steps=st.integers(1, 6),
+    batches=st.integers(1, 5),
+    end_rate=st.floats(0.0, 1.0),
+    seed=st.integers(0, 10_000),
+)
+def test_tracker_equals_a_step_by_step_count(
+    num_envs: int, num_steps: int, batches: int, end_rate: float, seed: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    reward = rng.normal(size=(num_envs, num_steps * batches))
+    done = rng.random((num_envs, num_steps * batches)) < end_rate
+    expected = []  # (batch, env, step, return, length): the order the tracker reports in
+    for env in range(num_envs):
+        total, length = 0.0, 0
+        for t in range(num_steps * batches):
+            total, length = total + reward[env, t], length + 1
+            if done[env, t]:
+                expected.append((t // num_steps, env, t, total, length))
+                total, length = 0.0, 0
+    expected.sort()
+    tracker = EpisodeTracker(num_envs, window=10_000)
+    for b in range(batches):
+        window = slice(b * num_steps, (b + 1) * num_steps)
+        tracker.update(reward[:, window], done[:, window])
+    assert tracker.count == len(expected)
+    np.testing.assert_allclose(list(tracker.returns), [e[3] for e in expected])
+    assert list(tracker.lengths) == [e[4] for e in expected]
