@@ -63,16 +63,27 @@ _SAMPLE_TIMEOUT_S = 300.0  # calibration, or a repetition: a warm-up batch and a
 
 @dataclass(frozen=True)
 class Sample:
-    """One timed repetition of one contender."""
+    """One timed repetition of one contender.
+
+    ``cpu_seconds`` is the process's CPU time over the repetition: on a shared machine, where
+    other jobs take the CPU away now and then, frames per CPU second are what a quiet machine's
+    frames per second would be (for these single-threaded contenders).
+    """
 
     frames: int
     seconds: float
+    cpu_seconds: float
     peak_rss_mb: float
 
     @property
     def fps(self) -> float:
-        """Frames per second of this repetition."""
+        """Frames per second of this repetition (wall clock)."""
         return self.frames / self.seconds
+
+    @property
+    def cpu_fps(self) -> float:
+        """Frames per CPU second of this repetition."""
+        return self.frames / self.cpu_seconds
 
 
 @dataclass(frozen=True)
@@ -103,8 +114,13 @@ class ContenderResult:
 
     @property
     def fps(self) -> Summary:
-        """Frames/s over the repetitions."""
+        """Frames/s (wall clock) over the repetitions."""
         return Summary.of([s.fps for s in self.samples])
+
+    @property
+    def cpu_fps(self) -> Summary:
+        """Frames per CPU second over the repetitions."""
+        return Summary.of([s.cpu_fps for s in self.samples])
 
     @property
     def frames_per_rep(self) -> int:
@@ -120,10 +136,11 @@ class ContenderResult:
         """A JSON-ready dict: summary, per-repetition samples and memory."""
         return {
             "fps": asdict(self.fps),
+            "cpu_fps": asdict(self.cpu_fps),
             "frames_per_rep": self.frames_per_rep,
             "batches_per_rep": self.batches_per_rep,
             "peak_rss_mb": round(self.peak_rss_mb, 1),
-            "samples": [{**asdict(s), "fps": s.fps} for s in self.samples],
+            "samples": [{**asdict(s), "fps": s.fps, "cpu_fps": s.cpu_fps} for s in self.samples],
         }
 
 
@@ -138,20 +155,20 @@ def peak_rss_mb() -> float:
     return (own + children) / 1024
 
 
-def _time_batches(batch: BatchFn, num_batches: int) -> tuple[int, float]:
-    """Run ``num_batches`` batches; return the frames collected and the seconds taken."""
-    start = time.perf_counter()
+def _time_batches(batch: BatchFn, num_batches: int) -> tuple[int, float, float]:
+    """Run ``num_batches`` batches; return the frames collected, the seconds and CPU seconds taken."""
+    start, cpu_start = time.perf_counter(), time.process_time()
     frames = sum(batch() for _ in range(num_batches))
-    return frames, time.perf_counter() - start
+    return frames, time.perf_counter() - start, time.process_time() - cpu_start
 
 
 def _calibrate(batch: BatchFn, target_seconds: float) -> int:
     """How many batches make a repetition of about ``target_seconds`` (timed over a fifth of it)."""
-    count, start = 0, time.perf_counter()
-    while count == 0 or time.perf_counter() - start < target_seconds / 5:
+    count, start = 0, time.process_time()  # CPU time: what other jobs take does not shorten reps
+    while count == 0 or time.process_time() - start < target_seconds / 5:
         batch()
         count += 1
-    seconds_per_batch = (time.perf_counter() - start) / count
+    seconds_per_batch = (time.process_time() - start) / count
     return max(1, round(target_seconds / seconds_per_batch))
 
 
@@ -171,8 +188,8 @@ def _serve(conn: Connection, builder: Builder[Any], workload: Any, target_second
                 conn.send(("calibrated", num_batches))
             else:
                 batch()  # warm-up batch before every repetition
-                frames, seconds = _time_batches(batch, num_batches)
-                conn.send(("sample", Sample(frames, seconds, peak_rss_mb())))
+                frames, seconds, cpu_seconds = _time_batches(batch, num_batches)
+                conn.send(("sample", Sample(frames, seconds, cpu_seconds, peak_rss_mb())))
     except BaseException:
         conn.send(("error", traceback.format_exc()))
         raise
@@ -267,7 +284,10 @@ def run_interleaved(
                 worker.conn.send("measure")
                 sample: Sample = worker.receive("sample", _SAMPLE_TIMEOUT_S)
                 samples[worker.name].append(sample)
-                log(f"  rep {rep + 1}/{repetitions} {worker.name:<22} {sample.fps:>12,.0f} frames/s")
+                log(
+                    f"  rep {rep + 1}/{repetitions} {worker.name:<18} {sample.fps:>10,.0f} frames/s "
+                    f"{sample.cpu_fps:>10,.0f} frames/CPU-s"
+                )
     finally:  # all told first, then joined: their exits overlap
         for worker in workers:
             worker.ask_to_stop()

@@ -4,6 +4,8 @@ Example:
     >>> ratio = Ratio.of([10.0, 12.0, 11.0], [10.0, 10.0, 10.0])
     >>> ratio.format()
     '1.10 [1.00–1.20]'
+    >>> serial_fps([10.0, 20.0], [10.0, 20.0])  # two halves at 10 frames/s: 5 frames/s together
+    [5.0, 10.0]
     >>> Target("rlcollect / hand loop", 0.95, ratio).met
     True
 """
@@ -16,26 +18,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.harness import ContenderResult, Summary
+from bench.harness import Summary
 
 __all__ = ["Ratio", "Target", "header_markdown", "markdown_table", "serial_fps", "write_results"]
 
 
-def serial_fps(*parts: ContenderResult) -> list[float]:
+def serial_fps(*parts: Sequence[float]) -> list[float]:
     """Per repetition: frames/s if every frame paid for each part once (``1 / sum(1 / fps)``).
 
-    The parts' repetition ``i`` ran side by side, so they are combined pairwise.
+    Each part is given as frames/s per repetition; repetition ``i`` of the parts ran side by side.
     """
-    return [1 / sum(1 / s.fps for s in samples) for samples in zip(*(p.samples for p in parts), strict=True)]
+    return [1 / sum(1 / fps for fps in rep) for rep in zip(*parts, strict=True)]
 
 
 @dataclass(frozen=True)
 class Ratio:
-    """How two contenders compare on one workload.
+    """How two contenders compare on one workload, from repetitions that ran side by side.
+
+    Repetition ``i`` of both contenders ran next to each other, under the same conditions of a
+    shared machine, so the ratio is taken pair by pair.
 
     Attributes:
-        value: ratio of the median frames/s.
-        low, high: lowest and highest ratio of two repetitions that ran side by side.
+        value: median of the paired ratios.
+        low, high: lowest and highest paired ratio.
     """
 
     value: float
@@ -45,9 +50,8 @@ class Ratio:
     @classmethod
     def of(cls, numerator: Sequence[float], denominator: Sequence[float]) -> Ratio:
         """Ratio of two contenders' frames/s, given per repetition."""
-        paired = [a / b for a, b in zip(numerator, denominator, strict=True)]
-        median = Summary.of(numerator).median / Summary.of(denominator).median
-        return cls(median, min(paired), max(paired))
+        paired = Summary.of([a / b for a, b in zip(numerator, denominator, strict=True)])
+        return cls(paired.median, paired.min, paired.max)
 
     def format(self) -> str:
         """``value [low–high]``."""
@@ -56,7 +60,7 @@ class Ratio:
 
 @dataclass(frozen=True)
 class Target:
-    """A minimum for a ratio (met on the ratio of the medians)."""
+    """A minimum for a ratio (met by the median of its paired ratios)."""
 
     name: str
     minimum: float
@@ -64,7 +68,7 @@ class Target:
 
     @property
     def met(self) -> bool:
-        """Whether the ratio of the medians reaches the minimum."""
+        """Whether the ratio's median reaches the minimum."""
         return self.ratio.value >= self.minimum
 
 

@@ -6,8 +6,9 @@ Workloads (``/work/shared/BENCHMARKS.md``): ``cartpole-1`` (CartPole-v1, 1 env),
 Contenders, each built in its own process and measured interleaved by :mod:`bench.harness`:
 
 - ``env`` and ``policy``: the physical limit's two halves, timed separately: the envs stepped in
-  a bare loop with pre-drawn random actions, and the policy's forward alone on a batch of
-  ``num_envs`` observations. A frame costs at least its env step plus its share of a forward.
+  a bare loop with pre-recorded actions (the policy's own, so that episodes last as long as in the
+  other contenders), and the policy's forward alone on a batch of ``num_envs`` observations. A
+  frame costs at least its env step plus its share of a forward.
 - ``bare``: the same two halves alternating in one loop, nothing stored: what running env and
   torch code in turn costs (caches, branch predictors) before any collector does anything.
 - ``hand``: the loop a user writes instead, storing observation, action, reward, terminated and
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
@@ -123,17 +125,26 @@ def make_policy(workload: Workload) -> nn.Module:
 
 
 # -- 1. the physical limit: its two halves apart, and both in one loop ------------------------------------
-def _envs_and_random_actions(workload: Workload) -> tuple[list[gym.Env[Any, Any]], list[list[Any]]]:
-    """Seeded envs and a batch of random actions for them, drawn now so that drawing is not timed."""
+def _envs_and_policy_actions(workload: Workload) -> tuple[list[gym.Env[Any, Any]], list[list[Any]]]:
+    """Seeded envs and one batch of actions that the policy chose for them, recorded before timing.
+
+    Replayed, they give the envs the policy's episode lengths, hence its reset rate: with random
+    actions CartPole's episodes last about 22 steps, with this (seeded, untrained) policy about 9,
+    and a reset costs more than a step, so random actions would flatter the env's cost.
+    """
     envs = [gym.make(workload.env_id) for _ in range(workload.num_envs)]
-    for i, env in enumerate(envs):
-        env.reset(seed=i)
-        env.action_space.seed(i)
+    obs = np.stack([env.reset(seed=i)[0] for i, env in enumerate(envs)])
     discrete = isinstance(envs[0].action_space, gym.spaces.Discrete)
-    actions = [
-        [int(env.action_space.sample()) if discrete else env.action_space.sample() for env in envs]
-        for _ in range(workload.steps)
-    ]
+    policy = make_policy(workload)
+    actions = []
+    with torch.inference_mode():
+        for _ in range(workload.steps):
+            chosen = policy(torch.as_tensor(obs)).numpy()
+            actions.append([int(a) if discrete else np.array(a) for a in chosen])
+            for i, (env, action) in enumerate(zip(envs, actions[-1], strict=True)):
+                obs[i], _, terminated, truncated, _ = env.step(action)
+                if terminated or truncated:
+                    obs[i], _ = env.reset()
     return envs, actions
 
 
@@ -145,8 +156,8 @@ def _observation_batch(workload: Workload) -> torch.Tensor:
 
 
 def env_alone(workload: Workload) -> BatchFn:
-    """The envs stepped in a bare loop with random actions."""
-    envs, actions = _envs_and_random_actions(workload)
+    """The envs stepped in a bare loop, replaying actions the policy chose (see above)."""
+    envs, actions = _envs_and_policy_actions(workload)
 
     def batch() -> int:
         for step_actions in actions:
@@ -174,7 +185,7 @@ def policy_alone(workload: Workload) -> BatchFn:
 
 def bare_loop(workload: Workload) -> BatchFn:
     """:func:`env_alone` and :func:`policy_alone` alternating in one loop; nothing is stored."""
-    envs, actions = _envs_and_random_actions(workload)
+    envs, actions = _envs_and_policy_actions(workload)
     policy, obs = make_policy(workload), _observation_batch(workload)
 
     def batch() -> int:
@@ -345,7 +356,7 @@ def _labels(workload: Workload) -> dict[str, str]:
     envs = "GymEnv" if workload.num_envs == 1 else f"SerialEnv of {workload.num_envs} GymEnv"
     return {
         "limit": "physical limit (env + policy, timed apart)",
-        "env": "↳ env alone, random actions",
+        "env": "↳ env alone, replaying the policy's actions",
         "policy": f"↳ policy forward alone, batch {workload.num_envs}",
         "bare": "env + policy alternating in one loop, nothing stored",
         "hand": f"hand loop ({hand}, into numpy arrays)",
@@ -358,42 +369,61 @@ def _labels(workload: Workload) -> dict[str, str]:
 # -- analysis and report ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Analysis:
-    """One workload's numbers: frames/s per repetition, ratios of rlcollect to the others, targets."""
+    """One workload's numbers, by clock (``"wall"`` frames/s, ``"cpu"`` frames per CPU second)."""
 
-    fps: dict[str, list[float]]  # contender (and "limit") -> frames/s per repetition
-    ratios: dict[str, dict[str, Ratio]]  # rlcollect variant -> other contender -> ratio
-    targets: dict[str, Target]  # other contender -> target for the iterator's ratio
+    fps: dict[str, dict[str, list[float]]]  # clock -> contender (and "limit") -> per repetition
+    ratios: dict[str, dict[str, dict[str, Ratio]]]  # clock -> rlcollect variant -> other -> ratio
+    targets: dict[str, dict[str, Target]]  # clock -> other contender -> the iterator's target
 
 
 def analyse(workload: Workload, results: dict[str, ContenderResult]) -> Analysis:
-    """Frames/s, the physical limit, rlcollect's ratios to the others, and the targets."""
-    fps = {name: [s.fps for s in result.samples] for name, result in results.items()}
-    fps["limit"] = serial_fps(results["env"], results["policy"])
-    ratios = {
-        mine: {other: Ratio.of(fps[mine], fps[other]) for other in ("hand", "torchrl", "bare", "limit")}
-        for mine in ("rlcollect", "rlcollect-rollout")
-    }
-    headline = ratios["rlcollect"]
-    targets = {"hand": Target("rlcollect / hand loop", HAND_TARGET, headline["hand"])}
-    if workload.torchrl_target is not None:
-        targets["torchrl"] = Target("rlcollect / TorchRL", workload.torchrl_target, headline["torchrl"])
-    if workload.num_envs > 1:
-        targets["bare"] = Target("rlcollect / bare loop (design budget)", BARE_BUDGET, headline["bare"])
+    """Frames/s, the physical limit, rlcollect's ratios to the others and the targets, per clock."""
+    fps, ratios, targets = {}, {}, {}
+    for clock in ("wall", "cpu"):
+        series = {
+            name: [s.fps if clock == "wall" else s.cpu_fps for s in result.samples]
+            for name, result in results.items()
+        }
+        series["limit"] = serial_fps(series["env"], series["policy"])
+        fps[clock] = series
+        ratios[clock] = {
+            mine: {
+                other: Ratio.of(series[mine], series[other]) for other in ("hand", "torchrl", "bare", "limit")
+            }
+            for mine in ("rlcollect", "rlcollect-rollout")
+        }
+        headline = ratios[clock]["rlcollect"]
+        targets[clock] = {"hand": Target("rlcollect / hand loop", HAND_TARGET, headline["hand"])}
+        if workload.torchrl_target is not None:
+            targets[clock]["torchrl"] = Target(
+                "rlcollect / TorchRL", workload.torchrl_target, headline["torchrl"]
+            )
+        if workload.num_envs > 1:
+            targets[clock]["bare"] = Target(
+                "rlcollect / bare loop (design budget)", BARE_BUDGET, headline["bare"]
+            )
     return Analysis(fps, ratios, targets)
 
 
-def workload_markdown(workload: Workload, results: dict[str, ContenderResult], analysis: Analysis) -> str:
+def workload_markdown(
+    workload: Workload, results: dict[str, ContenderResult], analysis: Analysis, load: tuple[float, float]
+) -> str:
     """The two tables of one workload: frames/s and memory per contender; ratios and targets."""
     labels = _labels(workload)
     title = (
         f"### {workload.name}: {workload.env_id}, {workload.num_envs} env(s) in one process, "
-        f"{workload.policy}, {workload.frames_per_batch} frames per batch"
+        f"{workload.policy}, {workload.frames_per_batch} frames per batch\n\n"
+        f"Load average (1 min) when it started / ended: {load[0]:.2f} / {load[1]:.2f}."
     )
-    rows = [[labels["limit"], Summary.of(analysis.fps["limit"]).format(), "", ""]]
+    limit = [Summary.of(analysis.fps[clock]["limit"]).format() for clock in ("wall", "cpu")]
+    rows = [[labels["limit"], *limit, "", ""]]
     for name, result in results.items():
         rss = f"{result.peak_rss_mb:,.0f}"
-        rows.append([labels[name], result.fps.format(), f"{result.frames_per_rep:,}", rss])
-    speed = markdown_table(["contender", "frames/s median [min–max]", "frames / rep", "peak RSS MB"], rows)
+        rows.append(
+            [labels[name], result.fps.format(), result.cpu_fps.format(), f"{result.frames_per_rep:,}", rss]
+        )
+    header = ["contender", "frames/s median [min–max]", "frames / CPU-s", "frames / rep", "peak RSS MB"]
+    speed = markdown_table(header, rows)
     others = {
         "hand": "hand loop",
         "torchrl": "TorchRL Collector",
@@ -402,17 +432,31 @@ def workload_markdown(workload: Workload, results: dict[str, ContenderResult], a
     }
     ratio_rows = []
     for other, label in others.items():
-        target = analysis.targets.get(other)
+        target = analysis.targets["wall"].get(other)
+        met = ""
+        if target is not None:
+            met = " / ".join("met" if t[other].met else "**missed**" for t in analysis.targets.values())
         ratio_rows.append(
             [
                 f"rlcollect / {label}",
-                analysis.ratios["rlcollect"][other].format(),
-                analysis.ratios["rlcollect-rollout"][other].format(),
+                *(
+                    analysis.ratios[clock][mine][other].format()
+                    for mine in ("rlcollect", "rlcollect-rollout")
+                    for clock in ("wall", "cpu")
+                ),
                 "" if target is None else f"≥ {target.minimum:.2f}",
-                "" if target is None else ("met" if target.met else "**missed**"),
+                met,
             ]
         )
-    header = ["ratio of medians [paired min–max]", "iterator", ".rollout()", "target", "iterator"]
+    header = [
+        "ratio: median [min–max] of paired reps",
+        "iterator, wall",
+        "iterator, CPU",
+        ".rollout(), wall",
+        ".rollout(), CPU",
+        "target",
+        "iterator: wall / CPU",
+    ]
     return f"{title}\n\n{speed}\n\n{markdown_table(header, ratio_rows)}\n"
 
 
@@ -420,9 +464,12 @@ def _method(repetitions: int, seconds: float, quick: bool) -> str:
     return (
         f"each contender in its own process, torch 1 thread; {repetitions} repetitions of about "
         f"{seconds:g} s each, contenders interleaved, each repetition after a warm-up batch; frames = env "
-        "steps summed over envs; median [min–max] over the repetitions. The physical limit combines the "
-        "env-alone and policy-alone repetitions pairwise (1 / (1/env + 1/policy)). Ratios are of the "
-        "medians, in brackets the lowest and highest ratio of two repetitions that ran side by side. "
+        "steps summed over envs; median [min–max] over the repetitions. Frames / CPU-s divides by the "
+        "process's CPU time instead of wall time: on this shared machine other jobs take CPUs away at "
+        "times (see each row's load average), and CPU time is what a quiet machine's wall time would be "
+        "for these single-threaded contenders. The physical limit combines the env-alone and "
+        "policy-alone repetitions pairwise (1 / (1/env + 1/policy)). A ratio is the median over "
+        "repetitions of the ratio of two repetitions that ran side by side, with its min and max. "
         "Targets: rlcollect ≥ 0.95x the hand loop (every row), ≥ 8x TorchRL (cartpole rows); the design "
         "budget (DESIGN.md §3, collector time beyond env.step + policy under 10 % at 8 envs) is read "
         "against the bare loop. Peak RSS: each contender's process (none starts child processes)"
@@ -445,11 +492,11 @@ def main(argv: list[str] | None = None) -> None:
         choices=[w.name for w in WORKLOADS],
         help="run only this workload (repeatable); default: all",
     )
-    parser.add_argument("--repetitions", type=int, help="repetitions per contender (default 7, quick 3)")
-    parser.add_argument("--seconds", type=float, help="seconds per repetition (default 1.5, quick 0.05)")
+    parser.add_argument("--repetitions", type=int, help="repetitions per contender (default 11, quick 3)")
+    parser.add_argument("--seconds", type=float, help="seconds per repetition (default 1, quick 0.05)")
     args = parser.parse_args(argv)
-    repetitions = args.repetitions or (3 if args.quick else 7)
-    seconds = args.seconds or (0.05 if args.quick else 1.5)
+    repetitions = args.repetitions or (3 if args.quick else 11)
+    seconds = args.seconds or (0.05 if args.quick else 1.0)
     workloads = [w for w in WORKLOADS if not args.workload or w.name in args.workload]
     command = "python -m bench.single_process" + (" --quick" if args.quick else "")
 
@@ -470,24 +517,35 @@ def main(argv: list[str] | None = None) -> None:
     for workload in workloads:
         print(f"measuring {workload.name} ...", flush=True)
         digest = source_digest(RLCOLLECT_DIR)  # the code its rlcollect workers are about to import...
+        load_start = os.getloadavg()[0]
         results = run_interleaved(
             CONTENDERS, workload, repetitions=repetitions, target_seconds=seconds, start_method=start_method
         )
         if source_digest(RLCOLLECT_DIR) != digest:  # ... unless it changed while they started
             digest = f"{digest} (changed while measuring)"
+        load = (load_start, os.getloadavg()[0])
         analysis = analyse(workload, results)
-        sections.append(workload_markdown(workload, results, analysis))
+        sections.append(workload_markdown(workload, results, analysis, load))
         print("\n" + sections[-1], flush=True)
         data["workloads"][workload.name] = {
             "workload": asdict(workload),
             "rlcollect_sources": digest,
             "contenders": {name: result.to_json() for name, result in results.items()},
-            "physical_limit_fps": asdict(Summary.of(analysis.fps["limit"])),
-            "ratios": {
-                mine: {other: asdict(ratio) for other, ratio in by_other.items()}
-                for mine, by_other in analysis.ratios.items()
+            "load_average_1min": {"start": load[0], "end": load[1]},
+            "physical_limit": {
+                clock: asdict(Summary.of(fps["limit"])) for clock, fps in analysis.fps.items()
             },
-            "targets": {key: {**asdict(t), "met": t.met} for key, t in analysis.targets.items()},
+            "ratios": {
+                clock: {
+                    mine: {other: asdict(ratio) for other, ratio in by_other.items()}
+                    for mine, by_other in by_mine.items()
+                }
+                for clock, by_mine in analysis.ratios.items()
+            },
+            "targets": {
+                clock: {key: {**asdict(t), "met": t.met} for key, t in by_key.items()}
+                for clock, by_key in analysis.targets.items()
+            },
         }
     digests = {name: row["rlcollect_sources"] for name, row in data["workloads"].items()}
     if len(set(digests.values())) > 1:
