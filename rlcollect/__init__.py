@@ -18,6 +18,7 @@ from rlcollect.collectors import (
     ProfileConfig,
 )
 from rlcollect.data import split_trajectories
+from rlcollect.replay import ReplayBuffer
 
 __version__ = "0.1.0"
 
@@ -28,5 +29,6 @@ __all__ = [
     "MultiAsyncCollector",
     "MultiSyncCollector",
     "ProfileConfig",
+    "ReplayBuffer",
     "split_trajectories",
 ]

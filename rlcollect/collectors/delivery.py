@@ -14,12 +14,8 @@ from typing import Any, Literal
 import torch
 from tensordict import TensorDictBase
 
-from rlcollect.data.trajectories import (
-    TrajectoryAssembler,
-    flatten_frames,
-    pad_trajectories,
-    split_trajectories,
-)
+from rlcollect.data.trajectories import TrajectoryAssembler, pad_trajectories, split_trajectories
+from rlcollect.replay import flatten_batch
 
 __all__ = ["Delivery", "make_delivery", "writes_in_workers"]
 
@@ -81,7 +77,7 @@ class Delivery:
         if self.replay_buffer is None:
             yield out
         else:
-            self.replay_buffer.extend(flatten_frames(out))
+            self.replay_buffer.extend(flatten_batch(out))
             yield None
 
 

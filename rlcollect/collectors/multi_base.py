@@ -169,7 +169,6 @@ class MultiCollectorBase(BaseCollector):
                 f"create_env_fn[{worker}]": env_fns[worker], "policy": policy,
                 "policy_factory": policy_factory, "pre_collect_hook": pre_collect_hook,
                 "models": dict(models or {}), f"create_env_kwargs[{worker}]": kwargs[worker],
-                "replay_buffer": replay_buffer if self._delivery.written_elsewhere else None,
             })
             specs.append(cloudpickle.dumps(worker_spec))
         num_slots = 2 if (prefetch or not self._sync) else 1
@@ -179,6 +178,8 @@ class MultiCollectorBase(BaseCollector):
             for _ in range(num_slots)
         ]
         self._stop_flags = torch.zeros(num_slots, dtype=torch.uint8).share_memory_()
+        if self._delivery.written_elsewhere and hasattr(replay_buffer, "init"):
+            replay_buffer.init(self._slots[0].batch[:1])  # laid out before the workers get it
         context = torch.multiprocessing.get_context(start_method)
         self._store = WeightStore(self._reference_models, self.num_workers)
         setups = [

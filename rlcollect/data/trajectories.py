@@ -27,7 +27,6 @@ from tensordict import TensorDictBase
 __all__ = [
     "TrajectoryAssembler",
     "TrajectoryIds",
-    "flatten_frames",
     "pad_trajectories",
     "split_trajectories",
 ]
@@ -209,14 +208,3 @@ def pad_trajectories(trajectories: list[TensorDictBase]) -> TensorDictBase:
     out.names = [None, "time"]
     return out
 
-
-def flatten_frames(batch: TensorDictBase) -> TensorDictBase:
-    """``[N, T]`` (or ``[N, max_len]`` padded) to ``[frames]``, env-major, masked frames dropped.
-
-    Each env's frames stay contiguous in time, the layout slice samplers expect.
-    """
-    flat = batch.reshape(-1)
-    mask = flat.get(("collector", "mask"), None)
-    if mask is not None:
-        flat = flat[mask].exclude(("collector", "mask"))
-    return flat

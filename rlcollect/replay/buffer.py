@@ -27,7 +27,7 @@ import json
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,72 +35,20 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
+from rlcollect.replay.config import ReplayConfig, is_int
+from rlcollect.replay.memmap import MemmapStorage, dump_storage, load_storage
 from rlcollect.replay.samplers import PrioritizedSampler, Sampler, SliceSampler, UniformSampler
-from rlcollect.replay.storage import MemmapStorage, MemoryStorage, SharedStorage, Storage, assemble
+from rlcollect.replay.storage import MemoryStorage, SharedStorage, Storage, assemble
 
 __all__ = ["ReplayBuffer", "ReplayConfig", "flatten_batch"]
 
-STORAGES = ("memory", "shared", "memmap")
-SAMPLERS = ("uniform", "prioritized", "slice")
 MASK_KEY = ("collector", "mask")
 #: How long ``sample`` keeps drawing when every proposal is rejected before it gives up.
 SAMPLE_TIMEOUT_S = 10.0
-_GIVE_UP_DRAWS = 1_000_000  # proposals without a single accepted group: nothing valid is stored
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int | np.integer) and not isinstance(value, bool)
-
-
-@dataclass(frozen=True)
-class ReplayConfig:
-    """A replay buffer's settings, validated once (see :class:`ReplayBuffer` for their meaning)."""
-
-    capacity: int
-    storage: str = "memory"
-    path: Path | None = None
-    sampler: str = "uniform"
-    batch_size: int | None = None
-    alpha: float = 0.6
-    beta: float = 0.4
-    eps: float = 1e-6
-    slice_len: int | None = None
-    seed: int | None = None
-
-    def __post_init__(self) -> None:
-        if not _is_int(self.capacity) or self.capacity <= 0:
-            raise ValueError(f"capacity must be a positive int, got capacity={self.capacity!r}")
-        if self.storage not in STORAGES:
-            raise ValueError(f"storage must be one of {STORAGES}, got storage={self.storage!r}")
-        if self.storage == "memmap" and self.path is None:
-            raise ValueError("storage='memmap' needs a folder: pass path=...")
-        if self.storage != "memmap" and self.path is not None:
-            raise ValueError(f"path is only used with storage='memmap', got storage={self.storage!r}")
-        if self.sampler not in SAMPLERS:
-            raise ValueError(f"sampler must be one of {SAMPLERS}, got sampler={self.sampler!r}")
-        if self.batch_size is not None and (not _is_int(self.batch_size) or self.batch_size <= 0):
-            raise ValueError(f"batch_size must be a positive int or None, got batch_size={self.batch_size!r}")
-        for name in ("alpha", "beta", "eps"):
-            value = getattr(self, name)
-            if not isinstance(value, int | float) or isinstance(value, bool) or not value >= 0:
-                raise ValueError(f"{name} must be a number >= 0, got {name}={value!r}")
-        if self.sampler == "slice":
-            if self.slice_len is None:
-                raise ValueError("sampler='slice' needs slice_len (the number of frames per slice)")
-            if not _is_int(self.slice_len) or not 0 < self.slice_len <= self.capacity:
-                raise ValueError(
-                    f"slice_len must be an int in [1, capacity={self.capacity}], "
-                    f"got slice_len={self.slice_len!r}"
-                )
-            if self.batch_size is not None and self.batch_size % self.slice_len:
-                raise ValueError(
-                    f"batch_size must be a multiple of slice_len={self.slice_len}, "
-                    f"got batch_size={self.batch_size}"
-                )
-        elif self.slice_len is not None:
-            raise ValueError(f"slice_len is only used with sampler='slice', got sampler={self.sampler!r}")
-        if self.seed is not None and not _is_int(self.seed):
-            raise ValueError(f"seed must be an int or None, got seed={self.seed!r}")
+#: Proposals of committed frames, per stored frame, that ``sample`` makes before it concludes that no
+#: valid group exists (e.g. no trajectory as long as ``slice_len``): the chance that it misses a single
+#: valid group among ``n`` by then is ``(1 - 1/n) ** (64 n) < e**-64``.
+GIVE_UP_PROPOSALS_PER_FRAME = 64
 
 
 def flatten_batch(batch: TensorDictBase) -> TensorDictBase:
@@ -117,7 +65,7 @@ def flatten_batch(batch: TensorDictBase) -> TensorDictBase:
         raise TypeError(f"a replay buffer stores TensorDicts, got {type(batch).__name__}")
     if batch.batch_dims == 0:
         raise ValueError("a batch needs at least one batch dimension (frames), got batch_size=[]")
-    flat = batch.reshape(-1) if batch.batch_dims > 1 else batch
+    flat = batch.flatten(0, -1) if batch.batch_dims > 1 else batch
     mask = flat.get(MASK_KEY, None)
     if mask is None:
         return flat
@@ -160,6 +108,13 @@ class ReplayBuffer:
 
     Raises:
         ValueError: an argument out of range or a combination that does not fit (the message names it).
+
+    Processes: a ``"shared"`` buffer must be laid out (:meth:`init` or a first :meth:`extend`) before
+    it goes to another process, as an argument of the process being started (its multiprocessing lock
+    travels only that way): ``Process(target=work, args=(rb,))`` with the ``spawn`` start method. A
+    ``"memmap"`` buffer travels as its folder, any way, or is reopened by path. Every process may
+    :meth:`extend` concurrently (see :mod:`rlcollect.replay.storage` for the scheme); priorities live in
+    the process that samples.
 
     Example:
         >>> import torch
@@ -208,6 +163,14 @@ class ReplayBuffer:
     def __len__(self) -> int:
         """Frames stored: ``min(write_count, capacity)``."""
         return len(self._storage)
+
+    @property
+    def shared(self) -> bool:
+        """Whether other processes can write this buffer (``"shared"`` or ``"memmap"`` storage).
+
+        Collectors with worker processes let the workers extend such a buffer themselves.
+        """
+        return self.config.storage in ("shared", "memmap")
 
     @property
     def write_count(self) -> int:
@@ -263,7 +226,7 @@ class ReplayBuffer:
         size = batch_size if batch_size is not None else self.config.batch_size
         if size is None:
             raise ValueError("sample() needs a batch_size: pass one here or to the constructor")
-        if not _is_int(size) or size <= 0:
+        if not is_int(size) or size <= 0:
             raise ValueError(f"batch_size must be a positive int, got batch_size={size!r}")
         group = self._sampler.group
         if size % group:
@@ -281,15 +244,15 @@ class ReplayBuffer:
         """``groups`` accepted, untorn groups: their flat slots and gathered leaves."""
         storage, sampler = self._storage, self._sampler
         pieces: list[tuple[torch.Tensor, list[torch.Tensor]]] = []
-        missing, proposed, accepted = groups, 0, 0
+        missing, proposed, accepted = groups, 0, 0  # proposed: groups of committed frames only
         deadline = time.monotonic() + SAMPLE_TIMEOUT_S
         while missing:
             stored = len(storage)
             slots = sampler.draw(sampler.draws_for(missing), stored)  # [k, group]
             before = storage.stamps(slots)
             ok = sampler.accept(slots, before, storage)
-            proposed += len(slots)
             if len(slots) != missing or not bool(ok.all()):  # else the usual case: all of them
+                proposed += int((before >= 0).all(1).sum())
                 slots, before = slots[ok][:missing], before[ok][:missing]
             if len(slots):
                 flat = slots.reshape(-1)
@@ -302,7 +265,10 @@ class ReplayBuffer:
                 pieces.append((flat, leaves))
                 missing -= len(slots)
                 accepted += len(slots)
-            if missing and (time.monotonic() > deadline or (accepted == 0 and proposed >= _GIVE_UP_DRAWS)):
+            if not missing:
+                break
+            impossible = accepted == 0 and proposed > GIVE_UP_PROPOSALS_PER_FRAME * stored + 1000
+            if impossible or time.monotonic() > deadline:
                 raise RuntimeError(
                     f"cannot sample: {accepted} of {groups} found in {proposed} proposals; "
                     + sampler.no_sample_message(stored)
@@ -359,7 +325,7 @@ class ReplayBuffer:
         """
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
-        self._storage.dump(folder / "storage")
+        dump_storage(self._storage, folder / "storage")
         self._sampler.sync(self._storage.write_count)
         torch.save(self._sampler.state_dict(), folder / "sampler.pt")
         meta = {"capacity": self.capacity, "sampler": self.config.sampler, "batch_size": self.batch_size}
@@ -384,7 +350,7 @@ class ReplayBuffer:
             assert self.config.slice_len is not None
             if meta["batch_size"] % self.config.slice_len:
                 raise ValueError(f"the saved batch_size={meta['batch_size']} is not a multiple of slice_len")
-        self._storage.load(folder / "storage")
+        load_storage(self._storage, folder / "storage")
         self._sampler.load_state_dict(torch.load(folder / "sampler.pt", weights_only=True))
         self.config = replace(self.config, batch_size=meta["batch_size"])
 

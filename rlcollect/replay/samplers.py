@@ -52,6 +52,18 @@ class Sampler:
         else:
             self._generator.manual_seed(seed)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # the generator state as bytes: pickled as a tensor, it would be moved to shared memory when
+        # sent to a spawned process, a temporary whose file descriptor can be reused before it is sent
+        state = self.__dict__.copy()
+        state["_generator"] = self._generator.get_state().numpy().tobytes()
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._generator = torch.Generator()
+        self._generator.set_state(torch.frombuffer(bytearray(state["_generator"]), dtype=torch.uint8))
+
     def sync(self, write_count: int) -> None:
         """Account for frames written since the last call (``write_count`` frames ever written)."""
 
@@ -142,12 +154,15 @@ class PrioritizedSampler(Sampler):
         self._seen = write_count
 
     def draw(self, n: int, size: int) -> torch.Tensor:
-        mass = torch.rand(n, generator=self._generator, dtype=torch.float64).numpy() * self.tree.total
-        return torch.from_numpy(self.tree.find(mass)).view(n, 1)
-
-    def accept(self, slots: torch.Tensor, stamps: torch.Tensor, storage: Storage) -> torch.Tensor:
-        positive = torch.from_numpy(self.tree[slots[:, 0].numpy()] > 0)
-        return (stamps[:, 0] >= 0) & positive
+        tree = self.tree
+        leaves = tree.find(torch.rand(n, generator=self._generator, dtype=torch.float64).numpy() * tree.total)
+        for _ in range(100):  # rounding can end a walk on an empty leaf: draw those again
+            empty = tree[leaves] == 0
+            if not empty.any():
+                return torch.from_numpy(leaves).view(n, 1)
+            mass = torch.rand(int(empty.sum()), generator=self._generator, dtype=torch.float64).numpy()
+            leaves[empty] = tree.find(mass * tree.total)
+        raise RuntimeError(f"the sum tree (total {tree.total}) keeps leading to empty slots")
 
     def finish(self, sample: TensorDictBase, slots: torch.Tensor) -> None:
         weight = (self.tree[slots.numpy()] / self.tree.min) ** -self.beta
@@ -236,6 +251,13 @@ class SliceSampler(Sampler):
             ok &= (ids == ids[:, :1]).flatten(1).all(1)
         self._accept_rate = 0.5 * self._accept_rate + 0.5 * float(ok.float().mean())
         return ok
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "accept_rate": self._accept_rate}  # it sets how many are drawn
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self._accept_rate = float(state["accept_rate"])
 
     def finish(self, sample: TensorDictBase, slots: torch.Tensor) -> None:
         for key in (("next", "truncated"), DONE_KEY):

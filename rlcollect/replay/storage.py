@@ -45,27 +45,22 @@ Example:
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
-from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 
-from rlcollect.replay._locks import FileLock, Lock, ProcessLock, ThreadLock, pid_alive
+from rlcollect.replay._locks import Lock, ProcessLock, ThreadLock, pid_alive
 
-__all__ = ["Key", "MemmapStorage", "MemoryStorage", "SharedStorage", "Storage", "assemble"]
+__all__ = ["EMPTY", "Key", "MemoryStorage", "SharedStorage", "Storage", "assemble"]
 
 Key = str | tuple[str, ...]
 EMPTY = -1
 #: How long a writer waits for a slot that another live writer is still writing.
 WRITER_TIMEOUT_S = 60.0
-_META = "meta.json"
-_FORMAT = "rlcollect.replay"
 
 
 def assemble(keys: Sequence[Key], tensors: Sequence[torch.Tensor], size: int) -> TensorDict:
@@ -139,13 +134,14 @@ class Storage:
         Raises:
             ValueError: the storage already has another layout.
         """
-        if self.initialized:
-            self.check_layout(template)
-            return
-        self._adopt(self._allocate_data(template.detach()))
-        self._count = self._allocate((1,), torch.int64)
-        self._stamp = self._allocate((self.capacity,), torch.int64).fill_(EMPTY)
-        self._reserved = self._allocate((self.capacity,), torch.int64).fill_(EMPTY)
+        with self._lock:  # two threads extending a new buffer: one lays it out
+            if self._data is not None:
+                self.check_layout(template)
+                return
+            self._count = self._allocate((1,), torch.int64)
+            self._stamp = self._allocate((self.capacity,), torch.int64).fill_(EMPTY)
+            self._reserved = self._allocate((self.capacity,), torch.int64).fill_(EMPTY)
+            self._adopt(self._allocate_data(template.detach()))
 
     def _adopt(self, data: TensorDictBase) -> None:
         self._data = data
@@ -236,13 +232,19 @@ class Storage:
                     self._stamp[a:b] = marker
         if busy:
             self._write_when_free(seqs, sources, marker)
-        else:
+            return seqs % self.capacity
+        try:
             for src, dst in zip(sources, self._leaves, strict=True):
                 for a, b, o in segments:
                     dst[a:b].copy_(src[o : o + b - a])
+        except BaseException:  # half-written slots: empty, not left in flight for others to wait on
             with self._lock:
-                for a, b, o in segments:
-                    self._stamp[a:b] = seqs[o : o + b - a]
+                for a, b, _ in segments:
+                    self._stamp[a:b] = EMPTY
+            raise
+        with self._lock:
+            for a, b, o in segments:
+                self._stamp[a:b] = seqs[o : o + b - a]
         return seqs % self.capacity
 
     def _write_when_free(self, seqs: torch.Tensor, sources: list[torch.Tensor], marker: int) -> None:
@@ -270,8 +272,13 @@ class Storage:
             time.sleep(delay)
             delay = min(2 * delay, 0.01)
         positions = mine.nonzero().squeeze(1)
-        for src, dst in zip(sources, self._leaves, strict=True):
-            dst[slots[positions]] = src[positions].to(dst.device)
+        try:
+            for src, dst in zip(sources, self._leaves, strict=True):
+                dst[slots[positions]] = src[positions].to(dst.device)
+        except BaseException:
+            with self._lock:
+                self._stamp[slots[positions]] = EMPTY
+            raise
         with self._lock:
             self._stamp[slots[positions]] = seqs[positions]
 
@@ -337,18 +344,6 @@ class Storage:
             self._reserved.copy_(stamps)
             self._count.fill_(int(state["write_count"]))
 
-    def dump(self, folder: Path) -> None:
-        """Write the contents to ``folder`` as a memmap storage folder (replacing one already there)."""
-        folder = Path(folder)
-        if (folder / _META).exists():
-            shutil.rmtree(folder)
-        copy = MemmapStorage(folder, self.capacity)
-        copy.load_state_dict(self.state_dict())
-
-    def load(self, folder: Path) -> None:
-        """Replace the contents with those of a folder written by :meth:`dump` (or a memmap storage)."""
-        self.load_state_dict(MemmapStorage.open(folder).state_dict())
-
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_leaves"] = None  # rebuilt from _data: keeps the tensors' identities
@@ -389,91 +384,3 @@ class SharedStorage(Storage):
                 "buffer.init(example_batch) (or extend it once) first"
             )
         return super().__getstate__()
-
-
-class MemmapStorage(Storage):
-    """Tensors in memory-mapped files under ``path``, which outlive the process.
-
-    The folder holds ``meta.json`` (capacity; whether laid out), ``data/`` (a TensorDict memmap
-    folder, readable with ``TensorDict.load_memmap``), ``count.memmap``, ``stamp.memmap``,
-    ``reserved.memmap`` and ``lock``. Opening a folder that holds a storage reopens it, contents
-    and cursor included. Any process that opens the folder (or receives the storage, which pickles as
-    its path) may write concurrently.
-    """
-
-    kind = "memmap"
-
-    def __init__(self, path: str | os.PathLike[str], capacity: int) -> None:
-        self.path = Path(path)
-        if self.path.exists() and not self.path.is_dir():
-            raise ValueError(f"path={str(path)!r} is a file; a memmap replay buffer needs a folder")
-        self.path.mkdir(parents=True, exist_ok=True)
-        super().__init__(capacity)
-        with self._lock:
-            meta = self._read_meta()
-            if meta is None:
-                self._write_meta(initialized=False)
-            elif meta["capacity"] != capacity:
-                raise ValueError(
-                    f"path={str(path)!r} holds a replay buffer of capacity {meta['capacity']}, "
-                    f"got capacity={capacity}"
-                )
-        self._refresh()
-
-    @classmethod
-    def open(cls, path: str | os.PathLike[str]) -> MemmapStorage:
-        """Open the storage folder ``path`` with the capacity it was created with."""
-        meta = json.loads((Path(path) / _META).read_text()) if (Path(path) / _META).exists() else None
-        if meta is None or meta.get("format") != _FORMAT:
-            raise FileNotFoundError(f"{str(path)!r} holds no rlcollect replay storage (no {_META})")
-        return cls(path, meta["capacity"])
-
-    def _make_lock(self) -> Lock:
-        return FileLock(self.path / "lock")
-
-    def _read_meta(self) -> dict[str, Any] | None:
-        meta_path = self.path / _META
-        return json.loads(meta_path.read_text()) if meta_path.exists() else None
-
-    def _write_meta(self, initialized: bool) -> None:
-        meta = {"format": _FORMAT, "version": 1, "capacity": self.capacity, "initialized": initialized}
-        tmp = self.path / f"{_META}.tmp"
-        tmp.write_text(json.dumps(meta) + "\n")
-        os.replace(tmp, self.path / _META)  # readers see the old or the new file, never half of one
-
-    def _bookkeeping(self, name: str, shape: tuple[int, ...], create: bool) -> torch.Tensor:
-        filename = self.path / f"{name}.memmap"
-        if create:
-            return MemoryMappedTensor.zeros(shape, dtype=torch.int64, filename=filename)
-        return MemoryMappedTensor.from_filename(filename, dtype=torch.int64, shape=torch.Size(shape))
-
-    def _open_files(self, create: bool) -> None:
-        self._count = self._bookkeeping("count", (1,), create)
-        self._stamp = self._bookkeeping("stamp", (self.capacity,), create)
-        self._reserved = self._bookkeeping("reserved", (self.capacity,), create)
-
-    def _refresh(self) -> None:
-        if self._data is None and (meta := self._read_meta()) is not None and meta["initialized"]:
-            self._adopt(TensorDict.load_memmap(self.path / "data"))
-            self._open_files(create=False)
-
-    def init(self, template: TensorDictBase) -> None:
-        with self._lock:  # two processes laying out one folder: the second opens the first's
-            if self.initialized:
-                self.check_layout(template)
-                return
-            empty = template.detach()[:1].expand(self.capacity) if template.batch_size[0] else None
-            if empty is None:  # no frame to expand: allocate one first
-                empty = template.detach().apply(lambda t: torch.zeros((1, *t.shape[1:]), dtype=t.dtype),
-                                                batch_size=[1]).expand(self.capacity)
-            self._adopt(empty.memmap_like(prefix=self.path / "data"))
-            self._open_files(create=True)
-            self._stamp.fill_(EMPTY)
-            self._reserved.fill_(EMPTY)
-            self._write_meta(initialized=True)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"path": self.path, "capacity": self.capacity}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["path"], state["capacity"])  # type: ignore[misc]

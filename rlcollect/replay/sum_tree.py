@@ -60,21 +60,18 @@ class SumTree:
         self._min.fill(np.inf)
 
     def set(self, leaves: IntArray, values: FloatArray) -> None:
-        """Set ``leaves`` to ``values`` (with repeated leaves, the last value wins)."""
+        """Set ``leaves`` to ``values`` (with repeated leaves, which value wins is unspecified)."""
         nodes = self._size + np.asarray(leaves, dtype=np.int64)
         if nodes.size == 0:
             return
         self._sum[nodes] = values
         self._min[nodes] = values
-        nodes = np.unique(nodes)
-        while True:
+        for _ in range(self._depth):  # parents from children, level by level (repeats are harmless)
             nodes >>= 1
-            if nodes[0] < 1:
-                break
-            nodes = nodes[np.r_[True, nodes[1:] != nodes[:-1]]]  # sorted: drop repeats in O(k)
-            left = 2 * nodes
-            self._sum[nodes] = self._sum[left] + self._sum[left + 1]
-            self._min[nodes] = np.minimum(self._min[left], self._min[left + 1])
+            left = nodes << 1
+            right = left + 1
+            self._sum[nodes] = self._sum[left] + self._sum[right]
+            self._min[nodes] = np.minimum(self._min[left], self._min[right])
 
     def find(self, mass: FloatArray) -> IntArray:
         """For each ``m`` in ``mass``: the first leaf ``j`` with ``sum(leaves[: j + 1]) > m``.
@@ -88,6 +85,6 @@ class SumTree:
             node <<= 1
             left = self._sum[node]
             right = mass >= left
-            mass -= np.where(right, left, 0.0)
+            np.subtract(mass, left, out=mass, where=right)
             node += right
         return node - self._size

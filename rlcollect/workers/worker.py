@@ -30,7 +30,7 @@ import torch
 from tensordict import TensorDict
 
 from rlcollect.data.buffers import BatchBuffers
-from rlcollect.data.trajectories import flatten_frames
+from rlcollect.replay import flatten_batch
 from rlcollect.rollout.engine import Rollout, RolloutSpec
 from rlcollect.rollout.profiling import ProfileConfig, RolloutProfiler
 from rlcollect.weights.store import WorkerWeights
@@ -156,7 +156,7 @@ def worker_main(setup: WorkerSetup, conn: Connection) -> None:
                 if profiler is not None:
                     profiler.after_rollout()
                 if setup.replay_buffer is not None:
-                    setup.replay_buffer.extend(flatten_frames(slots[slot].batch))
+                    setup.replay_buffer.extend(flatten_batch(slots[slot].batch))
                 conn.send(("done", _report(rollout, slot, steps, version, seen_episodes)))
             elif command == "seed":
                 seed, new_trajectories = argument

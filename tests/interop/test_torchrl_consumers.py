@@ -14,7 +14,7 @@ from torchrl.objectives import ClipPPOLoss, SACLoss  # noqa: E402
 from torchrl.objectives.value import GAE  # noqa: E402
 
 from rlcollect import Collector  # noqa: E402
-from rlcollect.data.trajectories import flatten_frames  # noqa: E402
+from rlcollect.replay import flatten_batch  # noqa: E402
 
 
 def pendulum_actor() -> ProbabilisticActor:
@@ -59,13 +59,13 @@ def test_torchrl_replay_buffer_stores_and_samples_our_frames() -> None:
     batch = Collector("CartPole-v1", None, frames_per_batch=40, num_envs=2, seed=0).next()
     assert batch is not None
     buffer = ReplayBuffer(storage=LazyTensorStorage(100), batch_size=8)
-    buffer.extend(flatten_frames(batch))
+    buffer.extend(flatten_batch(batch))
     assert len(buffer) == 40
     sample = buffer.sample()
     assert sample["observation"].shape == (8, 4) and sample["next", "done"].dtype == torch.bool
     slices = ReplayBuffer(storage=LazyTensorStorage(100), batch_size=8,
                           sampler=SliceSampler(slice_len=4, traj_key=("collector", "traj_ids")))
-    slices.extend(flatten_frames(batch))
+    slices.extend(flatten_batch(batch))
     sample = slices.sample()
     ids = sample["collector", "traj_ids"].view(2, 4)
     assert (ids == ids[:, :1]).all()  # each slice stays within one trajectory
