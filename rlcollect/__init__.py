@@ -18,6 +18,7 @@ from rlcollect.collectors import (
     ProfileConfig,
 )
 from rlcollect.data import split_trajectories
+from rlcollect.distributed import RayCollector
 from rlcollect.replay import ReplayBuffer
 
 __version__ = "0.1.0"
@@ -29,6 +30,7 @@ __all__ = [
     "MultiAsyncCollector",
     "MultiSyncCollector",
     "ProfileConfig",
+    "RayCollector",
     "ReplayBuffer",
     "split_trajectories",
 ]

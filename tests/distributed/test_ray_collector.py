@@ -1,0 +1,250 @@
+"""RayCollector on a local Ray (2 CPUs): equality with MultiSyncCollector, weights and versions,
+restarts after a kill or an env error, the original error past the budget, async batches, a Ray
+actor sink in the background, profiling, and shutdown leaving nothing behind.
+
+Ray is started once for the module (about 10 s); each collector starts two actors (a few seconds
+each on a busy 2-core machine), so each test builds one collector and checks several things on it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from tensordict import TensorDictBase
+
+ray = pytest.importorskip("ray", reason="RayCollector needs ray: pip install rlcollect[ray]")
+
+from rlcollect import MultiSyncCollector  # noqa: E402
+from rlcollect.distributed import RayCollector  # noqa: E402
+from tests.envs_for_tests import (  # noqa: E402
+    CountingEnv,
+    EnvBroke,
+    TiltPolicy,
+    WeightedPolicy,
+    make_cartpole,
+)
+
+NUM_CPUS = 2
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray() -> Iterator[None]:
+    """One local Ray for the whole module; RayCollector uses it and leaves it running."""
+    ray.init(num_cpus=NUM_CPUS, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def drop_ids(batch: TensorDictBase) -> TensorDictBase:
+    return batch.exclude(("collector", "traj_ids"))
+
+
+def assert_all_gone(pids: list[int]) -> None:
+    """Every CPU is free again and no actor process is alive (Ray frees them asynchronously)."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        alive = [pid for pid in pids if _alive(pid)]
+        if ray.available_resources().get("CPU", 0) == NUM_CPUS and not alive:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"left behind: resources {ray.available_resources()}, live actor pids {alive}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def assert_ids_unique(batches: list[TensorDictBase]) -> None:
+    """Each trajectory id lives in one row only, and a row changes id exactly after a done."""
+    ids = torch.cat([b["collector", "traj_ids"] for b in batches], 1)
+    done = torch.cat([b["next", "done"][..., 0] for b in batches], 1)
+    assert torch.equal(ids[:, 1:] != ids[:, :-1], done[:, :-1])
+    rows = {int(t): r for r in range(ids.shape[0]) for t in ids[r].unique()}
+    assert len(rows) == len(ids.unique())
+
+
+class FailsOnceEnv(CountingEnv):
+    """A :class:`CountingEnv` whose env seeded ``bad_uid`` raises at step 5, once per marker file."""
+
+    def __init__(self, bad_uid: int, marker: str) -> None:
+        super().__init__(episode_length=7)
+        self.bad_uid, self.marker = bad_uid, marker
+
+    def step(self, action: int) -> Any:
+        if self.uid == self.bad_uid and self.total == 5 and not os.path.exists(self.marker):
+            Path(self.marker).touch()
+            raise EnvBroke(f"env {self.uid} broke")
+        return super().step(action)
+
+
+@ray.remote(num_cpus=0)
+class Sink:
+    """A replay-buffer stand-in in its own actor: counts and keeps the frames it is given."""
+
+    def __init__(self) -> None:
+        self.frames: list[TensorDictBase] = []
+
+    def extend(self, frames: TensorDictBase) -> None:
+        self.frames.append(frames)
+
+    def count(self) -> int:
+        return sum(f.numel() for f in self.frames)
+
+    def all_frames(self) -> list[TensorDictBase]:
+        return self.frames
+
+
+@pytest.mark.timeout(150)
+def test_sync_equals_multi_sync_and_resumes_from_state() -> None:
+    with MultiSyncCollector(make_cartpole, TiltPolicy(), num_workers=2, num_envs_per_worker=2,
+                            frames_per_batch=60, total_frames=180, seed=7) as multi:
+        expected = list(multi)
+    with RayCollector(make_cartpole, TiltPolicy(), num_collectors=2, collector_kwargs={"num_envs": 2},
+                      frames_per_batch=60, seed=7) as collector:
+        got = [collector.next() for _ in range(3)]
+        for want, have in zip(expected, got, strict=True):
+            assert want is not None and have is not None
+            assert have.batch_size == (4, 15) and have.names == [None, "time"]
+            assert (drop_ids(want) == drop_ids(have)).all()
+        assert_ids_unique(got)
+
+        state = collector.state_dict()
+        later = [collector.next() for _ in range(2)]
+        collector.load_state_dict(state)
+        again = [collector.next() for _ in range(2)]
+        for a, b in zip(later, again, strict=True):
+            assert a is not None and b is not None and (a == b).all()
+
+        assert collector.set_seed(7) == 7 + 4
+        reseeded = collector.next()
+        assert reseeded is not None and (drop_ids(reseeded) == drop_ids(expected[0])).all()
+        stats = collector.stats()
+        assert stats.frames == 6 * 60 and stats.batches == 6 and len(stats.workers) == 2
+        assert [w.frames for w in stats.workers] == [180, 180]
+        pids = list(collector.actor_pids)
+    assert_all_gone(pids)
+
+
+@pytest.mark.timeout(150)
+def test_weights_reach_the_actors_with_their_version() -> None:
+    # CountingEnv's reward is the action: the weights decide every reward
+    policy = WeightedPolicy(scale=1.0)
+    with RayCollector(functools.partial(CountingEnv, episode_length=5), policy, num_collectors=2,
+                      collector_kwargs={"num_envs": 2}, frames_per_batch=40, seed=0) as collector:
+        first = collector.next()
+        assert first is not None
+        assert (first["next", "reward"] == 1).all() and (first["policy_version"] == 0).all()
+
+        collector.update_policy_weights_(WeightedPolicy(scale=-1.0))  # a module
+        second = collector.next()
+        assert second is not None
+        assert (second["next", "reward"] == 0).all() and (second["policy_version"] == 1).all()
+
+        with torch.no_grad():
+            policy.scale.fill_(2.0)
+        collector.update_policy_weights_(worker_ids=[1])  # pulled from the policy given, actor 1 only
+        third = collector.next()
+        assert third is not None
+        assert (third["next", "reward"][:2] == 0).all() and (third["policy_version"][:2] == 1).all()
+        assert (third["next", "reward"][2:] == 1).all() and (third["policy_version"][2:] == 2).all()
+
+        collector.update_policy_weights_(weights={"scale": torch.tensor(-3.0)})  # a dict of weights
+        fourth = collector.next()
+        assert fourth is not None and (fourth["next", "reward"] == 0).all()
+        assert fourth["policy_version"][:2].unique().tolist() == [2]
+        assert fourth["policy_version"][2:].unique().tolist() == [3]
+        assert [w.policy_version for w in collector.stats().workers] == [2, 3]
+        with pytest.raises(KeyError, match="unknown model id"):
+            collector.update_policy_weights_(model_id="critic")
+        pids = list(collector.actor_pids)
+    assert_all_gone(pids)
+
+
+@pytest.mark.timeout(200)
+def test_killed_actor_and_broken_env_are_restarted_and_collection_goes_on(tmp_path: Path) -> None:
+    # env uids are their seeds: 100..103; env 102 (actor 1's first env) breaks once
+    env = functools.partial(FailsOnceEnv, bad_uid=102, marker=str(tmp_path / "broke"))
+    with RayCollector(env, None, num_collectors=2, collector_kwargs={"num_envs": 2}, frames_per_batch=16,
+                      seed=100, max_actor_restarts=2, prefetch=True) as collector:
+        batches = [collector.next()]
+        killed_pid = collector.actor_pids[0]
+        ray.kill(collector.actors[0], no_restart=False)  # prefetch: its next batch is under way
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            batches += [collector.next() for _ in range(3)]
+        assert sum("restarting it with fresh envs" in str(w.message) for w in caught) == 2, [
+            str(w.message) for w in caught]
+        assert all(b is not None and b.batch_size == (4, 4) for b in batches)
+        stats = collector.stats()
+        assert stats.restarts == 2 and [w.restarts for w in stats.workers] == [1, 1]
+        assert stats.frames == 4 * 16
+        assert collector.actor_pids[0] != killed_pid
+        # restarted actors continue with fresh seeds (next block: 100 + 4 envs) and fresh ids
+        obs = torch.cat([b["observation"] for b in batches], 1)  # type: ignore[index]
+        assert obs[:2, -1, 0].tolist() == [104.0, 105.0] and obs[2:, -1, 0].tolist() == [106.0, 107.0]
+        ids = torch.cat([b["collector", "traj_ids"] for b in batches], 1)  # type: ignore[index]
+        rows = {int(t): r for r in range(4) for t in ids[r].unique()}
+        assert len(rows) == len(ids.unique())
+        pids = list(collector.actor_pids) + [killed_pid]
+    assert_all_gone(pids)
+
+
+@pytest.mark.timeout(120)
+def test_async_batches_then_past_the_restart_budget_the_original_error_is_raised() -> None:
+    env = functools.partial(CountingEnv, fail_at=40)  # each actor's 5th batch of 10 steps fails
+    collector = RayCollector(env, None, num_collectors=2, frames_per_batch=10, sync=False, seed=0,
+                             max_actor_restarts=0)
+    pids = list(collector.actor_pids)
+    batches: list[TensorDictBase] = []
+    with pytest.raises(EnvBroke, match="broke at step 40") as info:
+        for batch in collector:
+            assert batch is not None
+            batches.append(batch)
+    assert isinstance(info.value, EnvBroke)
+    assert "envs_for_tests.py" in str(info.value)  # the actor's traceback comes along
+    assert 4 <= len(batches) <= 8 and all(b.batch_size == (1, 10) for b in batches)
+    assert {int(b["collector", "traj_ids"][0, 0]) % 2 for b in batches} == {0, 1}  # from both actors
+    assert_all_gone(pids)  # iteration failing shut the collector down
+
+
+@pytest.mark.timeout(150)
+def test_background_collection_into_a_ray_sink_with_pause_and_profiling(tmp_path: Path) -> None:
+    sink = Sink.remote()  # type: ignore[attr-defined]
+    collector = RayCollector(make_cartpole, TiltPolicy(), num_collectors=2, collector_kwargs={"num_envs": 2},
+                             frames_per_batch=20, sync=False, replay_buffer=sink, seed=0)
+    collector.enable_profile(workers=[1], num_rollouts=2, warmup_rollouts=1,
+                             save_path=tmp_path / "trace_{worker_idx}.json", with_stack=False)
+    assert collector.next() is None  # the actor wrote it (and the others go on: async)
+    assert ray.get(sink.count.remote()) >= 20
+    collector.start()
+    deadline = time.monotonic() + 30
+    while ray.get(sink.count.remote()) < 400 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with collector.pause():
+        held = ray.get(sink.count.remote())
+        time.sleep(0.3)
+        assert ray.get(sink.count.remote()) == held
+    while ray.get(sink.count.remote()) <= held and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ray.get(sink.count.remote()) > held
+    pids = list(collector.actor_pids)
+    collector.async_shutdown()
+    assert_all_gone(pids)
+    frames = ray.get(sink.all_frames.remote())
+    assert {f.batch_size for f in frames} == {torch.Size([20])}  # one actor's [2, 10], flat
+    actors = {int(f["collector", "traj_ids"][0]) % 2 for f in frames}
+    assert actors == {0, 1}
+    assert (tmp_path / "trace_1.json").exists() and not (tmp_path / "trace_0.json").exists()
+    ray.kill(sink)
