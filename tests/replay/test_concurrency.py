@@ -66,7 +66,7 @@ def test_concurrent_writers_and_a_sampling_reader(tmp_path: Path) -> None:
     samples = 0
     try:
         while any(p.is_alive() for p in writers):
-            if len(bigs[0]) == 0:  # writers still starting: leave them the CPUs
+            if any(len(rb) == 0 for rb in bigs + smalls):  # writers still starting: leave them the CPUs
                 time.sleep(0.05)
                 continue
             for rb in bigs + smalls:
