@@ -174,7 +174,12 @@ class ReplayBuffer:
 
     @property
     def write_count(self) -> int:
-        """Frames ever written (overwritten ones included)."""
+        """Frames ever written (overwritten ones included).
+
+        With writers in other processes, this counts frames as their slots are reserved, which is
+        a little before their data is copied in: :meth:`sample` only returns committed frames, but
+        reading ``data`` directly is only safe while writes are paused.
+        """
         return self._storage.write_count
 
     @property
