@@ -186,7 +186,6 @@ class ModulePolicy(PolicyAdapter):
     # set by bind(): per-step views of observation slot t and action[:, t]
     _obs_views: list[torch.Tensor]
     _action_views: list[torch.Tensor]
-    _direct: bool
 
     def __init__(
         self,
@@ -205,12 +204,13 @@ class ModulePolicy(PolicyAdapter):
         self.callable = _on_device(module, device)
         self.module = self.callable if isinstance(self.callable, torch.nn.Module) else None
         self.device = device
+        self._moves_obs = device is not None and device.type != "cpu"  # buffers live on the CPU
         sample = next(iter(_sample_observations(observation_space, num_envs).values()))
         with torch.inference_mode():
             _check_action(self._forward(sample), action_space, num_envs)
 
     def _forward(self, obs: torch.Tensor) -> torch.Tensor:
-        if self.device is not None:
+        if self._moves_obs:
             obs = obs.to(self.device, non_blocking=True)
         return self.callable(obs)
 
@@ -220,14 +220,13 @@ class ModulePolicy(PolicyAdapter):
         return {
             "_obs_views": [obs[:, t] for t in range(buffers.num_steps)],
             "_action_views": [buffers.action[:, t] for t in range(buffers.num_steps)],
-            "_direct": self.device is None or self.device.type == "cpu",
         }
 
     def act(self, t: int) -> None:
-        if self._direct:
-            self._action_views[t].copy_(self.callable(self._obs_views[t]))
-        else:
-            self._action_views[t].copy_(self._forward(self._obs_views[t]))
+        obs = self._obs_views[t]
+        if self._moves_obs:
+            obs = obs.to(self.device, non_blocking=True)
+        self._action_views[t].copy_(self.callable(obs))
 
 
 def _leaf_keys(td: TensorDictBase) -> list[tuple[str, ...]]:
