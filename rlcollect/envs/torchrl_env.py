@@ -65,8 +65,8 @@ class TorchRLEnv(EnvBatch):
     layout, several give a Dict layout); the action is ``"action"``.
 
     Example:
-        >>> from torchrl.envs import GymEnv  # doctest: +SKIP
-        >>> TorchRLEnv(GymEnv("CartPole-v1", categorical_action_encoding=True)).num_envs  # doctest: +SKIP
+        >>> from torchrl.envs import GymEnv
+        >>> TorchRLEnv(GymEnv("CartPole-v1", categorical_action_encoding=True)).num_envs
         1
     """
 
