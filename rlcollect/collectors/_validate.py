@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["check_callable", "check_device", "check_frames", "check_positive_int"]
+__all__ = ["check_callable", "check_device", "check_env_device", "check_frames", "check_positive_int"]
 
 
 def check_positive_int(name: str, value: Any) -> int:
@@ -51,3 +51,11 @@ def check_callable(name: str, value: Any) -> Callable[..., Any] | None:
     if value is not None and not callable(value):
         raise TypeError(f"{name} must be callable or None, got {type(value).__name__}")
     return value
+
+
+def check_env_device(value: Any) -> torch.device | None:
+    """``None`` or the CPU: Gymnasium envs produce numpy arrays on the CPU."""
+    device = check_device("env_device", value)
+    if device is not None and device.type != "cpu":
+        raise ValueError(f"env_device={value!r}: Gymnasium envs run on the CPU only")
+    return device

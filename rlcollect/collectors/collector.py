@@ -15,6 +15,7 @@ from tensordict.nn import InteractionType
 from rlcollect.collectors._validate import (
     check_callable,
     check_device,
+    check_env_device,
     check_frames,
     check_positive_int,
 )
@@ -116,9 +117,7 @@ class Collector(BaseCollector):
         if max_frames_per_traj is not None and max_frames_per_traj <= 0:
             max_frames_per_traj = None
         self.pre_collect_hook = check_callable("pre_collect_hook", pre_collect_hook)
-        self.env_device = check_device("env_device", env_device if env_device is not None else device)
-        if self.env_device is not None and self.env_device.type != "cpu":
-            raise ValueError(f"env_device={env_device!r}: Gymnasium envs run on the CPU only")
+        self.env_device = check_env_device(env_device if env_device is not None else device)
         self.policy_device = check_device("policy_device", policy_device or device)
         self.storing_device = check_device("storing_device", storing_device or device)
         if create_env_kwargs is not None and not isinstance(create_env_kwargs, Mapping):
@@ -139,7 +138,7 @@ class Collector(BaseCollector):
                 frames_per_batch=self.requested_frames_per_batch,
                 create_env_kwargs=create_env_kwargs,
                 max_frames_per_traj=max_frames_per_traj,
-                truncate_last=set_truncated or reset_at_each_iter,
+                set_truncated=set_truncated,
                 reset_at_each_iter=reset_at_each_iter,
                 exploration_type=exploration,
                 policy_device=self.policy_device,

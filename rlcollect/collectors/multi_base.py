@@ -25,6 +25,7 @@ from tensordict.nn import InteractionType
 from rlcollect.collectors._validate import (
     check_callable,
     check_device,
+    check_env_device,
     check_frames,
     check_positive_int,
 )
@@ -123,9 +124,7 @@ class MultiCollectorBase(BaseCollector):
             raise ValueError(f"max_worker_restarts must be an int >= 0, got {max_worker_restarts!r}")
         if not timeout > 0:
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        env_device = check_device("env_device", env_device if env_device is not None else device)
-        if env_device is not None and env_device.type != "cpu":
-            raise ValueError(f"env_device={env_device!r}: Gymnasium envs run on the CPU only")
+        check_env_device(env_device if env_device is not None else device)
         exploration = interaction_type(exploration_type)
         self.replay_buffer = replay_buffer
         self._delivery = make_delivery(
@@ -144,7 +143,7 @@ class MultiCollectorBase(BaseCollector):
             env_fns[0], policy, num_envs=num_envs_per_worker,
             frames_per_batch=num_envs_per_worker, create_env_kwargs=kwargs[0],
             policy_factory=policy_factory, max_frames_per_traj=max_frames_per_traj,
-            truncate_last=set_truncated or reset_at_each_iter, reset_at_each_iter=reset_at_each_iter,
+            set_truncated=set_truncated, reset_at_each_iter=reset_at_each_iter,
             exploration_type=exploration,
             policy_device=check_device("policy_device", policy_device or device),
             compile_policy=compile_policy, pre_collect_hook=pre_collect_hook, models=dict(models or {}),

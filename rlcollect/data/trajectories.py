@@ -51,12 +51,9 @@ class TrajectoryIds:
         self._current = np.arange(start, start + num_envs, dtype=np.int64)
         self._starting = np.zeros(num_envs, dtype=bool)  # a new trajectory begins at frame 0
 
-    def restart(self, mask: np.ndarray | None = None) -> None:
-        """Start new trajectories at the next frame of the masked envs (all if ``mask`` is None)."""
-        if mask is None:
-            self._starting[:] = True
-        else:
-            self._starting |= mask
+    def restart(self) -> None:
+        """Start new trajectories at the next frame of every env (after a reset)."""
+        self._starting[:] = True
 
     def assign(self, done: np.ndarray, out: np.ndarray) -> None:
         """Write the ids of a batch with flags ``done [N, T]`` into ``out [N, T]``."""

@@ -17,11 +17,9 @@ class RolloutConfig:
         num_steps: time steps per batch ``T`` (frames per batch / envs).
         truncate_last: mark the last frame of every batch truncated (``set_truncated`` or
             ``reset_at_each_iter``), so each batch ends its trajectories.
-        reset_at_each_iter: reset every env before each batch.
         exploration_type: tensordict interaction type the policy runs under.
     """
 
     num_steps: int
     truncate_last: bool = False
-    reset_at_each_iter: bool = False
     exploration_type: InteractionType = InteractionType.RANDOM

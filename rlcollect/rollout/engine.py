@@ -51,8 +51,9 @@ class RolloutSpec:
         frames_per_batch: frames per batch of this process; steps per batch are this divided by
             the number of envs, rounded up.
         max_frames_per_traj: collector-side episode limit.
-        truncate_last: mark each batch's last frame truncated.
-        reset_at_each_iter: reset every env before each batch but the first.
+        set_truncated: mark each batch's last frame truncated.
+        reset_at_each_iter: reset every env before each batch but the first (the previous batch's
+            last frames are marked truncated too).
         exploration_type, policy_device, compile_policy: how the policy runs.
         pre_collect_hook: called before each batch, in the process that collects.
         models: other modules by model id whose weights can be updated (share objects with the
@@ -66,7 +67,7 @@ class RolloutSpec:
     create_env_kwargs: Mapping[str, Any] | None = None
     policy_factory: Callable[[], Any] | None = None
     max_frames_per_traj: int | None = None
-    truncate_last: bool = False
+    set_truncated: bool = False
     reset_at_each_iter: bool = False
     exploration_type: InteractionType = InteractionType.RANDOM
     policy_device: torch.device | None = None
@@ -119,7 +120,7 @@ class Rollout:
         )
         self.config = RolloutConfig(
             num_steps=-(spec.frames_per_batch // -self.num_envs),
-            truncate_last=spec.truncate_last,
+            truncate_last=spec.set_truncated or spec.reset_at_each_iter,
             exploration_type=spec.exploration_type,
         )
         self.traj_ids = TrajectoryIds(
