@@ -117,14 +117,22 @@ class CountingEnv(gym.Env[np.ndarray, int]):
         self.episode_step = 0
         return np.array([self.uid, self.total], dtype=np.float64), {}
 
-    def step(self, action: int) -> Any:
+    def _claim_failure(self) -> bool:
+        """True for the one env that creates the marker first (atomically), or always without one."""
         import os
+
+        if self.fail_marker is None:
+            return True
+        try:
+            os.close(os.open(self.fail_marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return False
+        return True
+
+    def step(self, action: int) -> Any:
         import time
 
-        marked = self.fail_marker is not None and os.path.exists(self.fail_marker)
-        if self.fail_at is not None and self.total == self.fail_at and not marked:
-            if self.fail_marker is not None:
-                open(self.fail_marker, "w").close()
+        if self.fail_at is not None and self.total == self.fail_at and self._claim_failure():
             raise EnvBroke(f"env {self.uid} broke at step {self.total}")
         if self.hang_at is not None and self.total == self.hang_at:
             time.sleep(3600)
