@@ -16,9 +16,9 @@ from rlcollect.collectors import (
     MultiAsyncCollector,
     MultiSyncCollector,
     ProfileConfig,
+    RayCollector,
 )
 from rlcollect.data import split_trajectories
-from rlcollect.distributed import RayCollector
 from rlcollect.replay import ReplayBuffer
 
 __version__ = "0.1.0"

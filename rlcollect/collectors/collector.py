@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -12,20 +11,12 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.nn import InteractionType
 
-from rlcollect.collectors._validate import (
-    check_callable,
-    check_device,
-    check_env_device,
-    check_frames,
-    check_positive_int,
-)
 from rlcollect.collectors.base import BaseCollector
-from rlcollect.collectors.delivery import make_delivery
+from rlcollect.collectors.options import CollectorOptions
 from rlcollect.collectors.stats import CollectorStats
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.envs.factory import EnvSource
-from rlcollect.policies.adapters import interaction_type
-from rlcollect.rollout.engine import Rollout, RolloutSpec
+from rlcollect.rollout.engine import Rollout
 from rlcollect.rollout.profiling import RolloutProfiler
 from rlcollect.weights.forms import apply_weights, as_weights
 
@@ -40,6 +31,7 @@ class Collector(BaseCollector):
             ``VectorEnv``.
         policy: ``None`` (uniform random actions), an ``nn.Module`` / callable from observations
             ``[N, *obs]`` to actions ``[N, *act]``, or a TensorDict policy.
+        policy_factory: builds the policy instead (excludes ``policy``).
         frames_per_batch: frames per batch, summed over envs; rounded up to a multiple of the
             number of envs (with a warning).
         total_frames: frames to collect before iteration stops; -1 for no end.
@@ -88,6 +80,7 @@ class Collector(BaseCollector):
         frames_per_batch: int,
         total_frames: int = -1,
         num_envs: int = 1,
+        policy_factory: Callable[[], Any] | None = None,
         create_env_kwargs: dict[str, Any] | None = None,
         init_random_frames: int | None = 0,
         max_frames_per_traj: int | None = None,
@@ -110,57 +103,21 @@ class Collector(BaseCollector):
         trajs_per_batch: int | None = None,
         traj_format: str | None = None,
     ) -> None:
-        self.requested_frames_per_batch = check_positive_int("frames_per_batch", frames_per_batch)
-        self.total_frames = check_frames("total_frames", total_frames, allow_endless=True)
-        num_envs = check_positive_int("num_envs", num_envs)
-        self.init_random_frames = check_frames("init_random_frames", init_random_frames or 0)
-        if max_frames_per_traj is not None and max_frames_per_traj <= 0:
-            max_frames_per_traj = None
-        self.pre_collect_hook = check_callable("pre_collect_hook", pre_collect_hook)
-        self.env_device = check_env_device(env_device if env_device is not None else device)
-        self.policy_device = check_device("policy_device", policy_device or device)
-        self.storing_device = check_device("storing_device", storing_device or device)
-        if create_env_kwargs is not None and not isinstance(create_env_kwargs, Mapping):
-            raise TypeError(f"create_env_kwargs must be a dict, got {type(create_env_kwargs).__name__}")
-        exploration = interaction_type(exploration_type)
-        self.replay_buffer = replay_buffer
-        self._delivery = make_delivery(
-            return_same_td=return_same_td, storing_device=self.storing_device, split_trajs=split_trajs,
-            postproc=check_callable("postproc", postproc),
-            post_collect_hook=check_callable("post_collect_hook", post_collect_hook),
-            replay_buffer=replay_buffer, trajs_per_batch=trajs_per_batch, traj_format=traj_format,
-        )
-        self._rollout = Rollout(
-            RolloutSpec(
-                create_env_fn,
-                policy,
-                num_envs=num_envs,
-                frames_per_batch=self.requested_frames_per_batch,
-                create_env_kwargs=create_env_kwargs,
-                max_frames_per_traj=max_frames_per_traj,
-                set_truncated=set_truncated,
-                reset_at_each_iter=reset_at_each_iter,
-                exploration_type=exploration,
-                policy_device=self.policy_device,
-                compile_policy=compile_policy,
-                pre_collect_hook=self.pre_collect_hook,
-                models=dict(models or {}),
-            )
-        )
+        options = CollectorOptions.from_arguments(locals(), {"num_envs": "num_envs_per_worker"})
+        self.options = options
+        self.requested_frames_per_batch = options.frames_per_batch
+        self.total_frames, self.init_random_frames = options.total_frames, options.init_random_frames
+        self.replay_buffer = options.replay_buffer
+        self._delivery = options.delivery(workers_write=False)
+        self._rollout = Rollout(options.rollout_spec())
         self.num_envs = self._rollout.num_envs
-        num_steps = self._rollout.config.num_steps
+        num_steps = options.steps_per_batch(self.num_envs, stacklevel=3)
         self.frames_per_batch = num_steps * self.num_envs
-        if self.frames_per_batch != self.requested_frames_per_batch:
-            warnings.warn(
-                f"frames_per_batch={frames_per_batch} is not a multiple of the {self.num_envs} "
-                f"envs; collecting {self.frames_per_batch} frames per batch",
-                stacklevel=2,
-            )
         self._buffers = BatchBuffers.allocate(self._rollout.layout, self.num_envs, num_steps)
         self._policy_version = 0
         self._profiler: RolloutProfiler | None = None
         self._closed = False
-        self._rollout.set_seed(seed)
+        self._rollout.set_seed(options.seed)
 
     @property
     def policy(self) -> Any:

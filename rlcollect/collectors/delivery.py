@@ -17,12 +17,7 @@ from tensordict import TensorDictBase
 from rlcollect.data.trajectories import TrajectoryAssembler, pad_trajectories, split_trajectories
 from rlcollect.replay import flatten_batch
 
-__all__ = ["Delivery", "make_delivery", "writes_in_workers"]
-
-
-def writes_in_workers(replay_buffer: Any) -> bool:
-    """Whether worker processes can extend ``replay_buffer`` themselves (shared or memmap storage)."""
-    return bool(getattr(replay_buffer, "shared", False))
+__all__ = ["Delivery", "make_delivery"]
 
 
 @dataclass
@@ -95,7 +90,8 @@ def make_delivery(
 ) -> Delivery:
     """Check the delivery arguments (one clear error each) and build the pipeline.
 
-    ``workers_write``: the collector has worker processes, which write a shared buffer themselves.
+    ``workers_write``: the collector's workers can extend ``replay_buffer`` themselves (they do
+    unless whole trajectories are assembled here).
     """
     if replay_buffer is not None and not callable(getattr(replay_buffer, "extend", None)):
         raise TypeError(
@@ -112,7 +108,7 @@ def make_delivery(
     if split_trajs and trajs_per_batch is not None:
         raise ValueError("split_trajs and trajs_per_batch exclude each other: trajs_per_batch already "
                          "yields whole trajectories")
-    in_workers = workers_write and trajs_per_batch is None and writes_in_workers(replay_buffer)
+    in_workers = workers_write and trajs_per_batch is None
     return Delivery(
         return_same_td=return_same_td,
         storing_device=storing_device,

@@ -1,9 +1,5 @@
-"""Distributed layer: collectors running in Ray actors, on one machine or a cluster.
+"""``from rlcollect.distributed import RayCollector`` keeps working: it lives in the collectors layer."""
 
-Ray is imported only when a :class:`RayCollector` is built; without it that raises an
-``ImportError`` naming ``pip install rlcollect[ray]``.
-"""
-
-from rlcollect.distributed.ray_collector import RayCollector
+from rlcollect.collectors.ray_collector import RayCollector
 
 __all__ = ["RayCollector"]

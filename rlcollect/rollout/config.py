@@ -14,12 +14,10 @@ class RolloutConfig:
     """What one process's rollout loop needs to know; built once by the collector.
 
     Attributes:
-        num_steps: time steps per batch ``T`` (frames per batch / envs).
         truncate_last: mark the last frame of every batch truncated (``set_truncated`` or
             ``reset_at_each_iter``), so each batch ends its trajectories.
         exploration_type: tensordict interaction type the policy runs under.
     """
 
-    num_steps: int
     truncate_last: bool = False
     exploration_type: InteractionType = InteractionType.RANDOM

@@ -1,14 +1,14 @@
 """One process's collection: its envs, policies, ids, episode sums and seeds, batch after batch.
 
 A :class:`Rollout` is what the single-process collector runs in the caller's process and what
-every worker process runs for its share of the envs. It is built from a picklable
-:class:`RolloutSpec`; it collects into whatever :class:`BatchBuffers` it is handed (its own, or a
-worker's slice of a shared-memory slot).
+every worker runs for its share of the envs. It is built from a picklable :class:`RolloutSpec`;
+it collects into whatever :class:`BatchBuffers` it is handed (its own, or a worker's slice of a
+shared-memory slot), and the buffers decide the steps per batch.
 
 Example:
     >>> from rlcollect.data.buffers import BatchBuffers
-    >>> rollout = Rollout(RolloutSpec("CartPole-v1", num_envs=2, frames_per_batch=6))
-    >>> buffers = BatchBuffers.allocate(rollout.layout, 2, 3)
+    >>> rollout = Rollout(RolloutSpec("CartPole-v1", num_envs=2))
+    >>> buffers = BatchBuffers.allocate(rollout.layout, 2, 3)  # 2 envs, T = 3 steps
     >>> rollout.set_seed(0)
     >>> rollout.collect(buffers)
     3
@@ -48,8 +48,6 @@ class RolloutSpec:
         create_env_fn, create_env_kwargs: the env source and its keyword arguments.
         policy: the policy (``None`` for random actions); ``policy_factory`` builds it instead.
         num_envs: copies of a single env in this process (a vector env brings its own).
-        frames_per_batch: frames per batch of this process; steps per batch are this divided by
-            the number of envs, rounded up.
         max_frames_per_traj: collector-side episode limit.
         set_truncated: mark each batch's last frame truncated.
         reset_at_each_iter: reset every env before each batch but the first (the previous batch's
@@ -63,7 +61,6 @@ class RolloutSpec:
     create_env_fn: EnvSource
     policy: Any = None
     num_envs: int = 1
-    frames_per_batch: int = 1
     create_env_kwargs: Mapping[str, Any] | None = None
     policy_factory: Callable[[], Any] | None = None
     max_frames_per_traj: int | None = None
@@ -119,7 +116,6 @@ class Rollout:
             dict_observations=isinstance(obs_space, gym.spaces.Dict),
         )
         self.config = RolloutConfig(
-            num_steps=-(spec.frames_per_batch // -self.num_envs),
             truncate_last=spec.set_truncated or spec.reset_at_each_iter,
             exploration_type=spec.exploration_type,
         )

@@ -76,13 +76,14 @@ def collect_batch(
     pending_obs: Observations,
     stop: np.ndarray | None = None,
 ) -> int:
-    """Fill ``buffers`` with one batch; return the steps taken (``T`` unless ``stop[0]`` was set).
+    """Fill ``buffers`` with one batch; return the steps taken (``buffers.num_steps`` unless
+    ``stop[0]`` was set).
 
     ``stop`` is a one-element flag another process may raise (preemption); without it the loop
     has nothing to check per step.
     """
     begin_batch(buffers, pending_obs)
-    steps = config.num_steps
+    steps = buffers.num_steps
     with torch.inference_mode(), set_interaction_type(config.exploration_type):
         if stop is None:
             for t in range(steps):

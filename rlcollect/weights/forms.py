@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-__all__ = ["apply_weights", "as_weights", "weight_update_forms"]
+__all__ = ["apply_weights", "as_weights", "check_weights", "weight_update_forms"]
 
 
 def weight_update_forms(
@@ -83,3 +83,22 @@ def apply_weights(module: torch.nn.Module, weights: TensorDictBase) -> None:
         )
     with torch.no_grad():
         target.update_(weights)
+
+
+def check_weights(model_id: str, weights: TensorDictBase, reference: TensorDictBase) -> None:
+    """Raise before anything is written if ``weights`` do not fit ``reference`` (a model's weights).
+
+    Raises:
+        KeyError: a key that the model does not have (its keys are listed).
+        ValueError: a tensor whose shape differs from the model's (the key and both shapes named).
+    """
+    known = set(reference.keys(True, True))
+    unknown = set(weights.keys(True, True)) - known
+    if unknown:
+        raise KeyError(f"weights for {model_id!r} hold {sorted(map(str, unknown))} which the module does "
+                       f"not have (it has {sorted(map(str, known))})")
+    for key in weights.keys(True, True):
+        given, expected = weights.get(key).shape, reference.get(key).shape
+        if given != expected:
+            raise ValueError(f"weights for {model_id!r}: {key!r} has shape {tuple(given)}, "
+                             f"the module's has {tuple(expected)}")

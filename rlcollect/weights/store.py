@@ -17,8 +17,7 @@ Example:
     >>> store.push({"policy": as_weights(torch.nn.Linear(2, 1))}, worker_ids=[1])
     >>> store.versions.tolist()
     [0, 1]
-    >>> view = store.worker_view(1)
-    >>> view.pull({"policy": policy}, seen=0)
+    >>> store.receiver(1).pull({"policy": policy}, seen=0)
     1
 """
 
@@ -26,11 +25,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import torch
 from tensordict import TensorDictBase
 
-from rlcollect.weights.forms import apply_weights, as_weights
+from rlcollect.weights.forms import apply_weights, as_weights, check_weights
 
 __all__ = ["WeightStore", "WorkerWeights"]
 
@@ -56,8 +56,11 @@ class WorkerWeights:
         """The newest version written for this worker."""
         return int(self.versions[self.worker_idx])
 
-    def pull(self, modules: Mapping[str, torch.nn.Module], seen: int) -> int:
-        """Copy the weights into ``modules`` if the version moved past ``seen``; return the version."""
+    def pull(self, modules: Mapping[str, torch.nn.Module], seen: int, payload: object = None) -> int:
+        """Copy the weights into ``modules`` if the version moved past ``seen``; return the version.
+
+        ``payload`` is what the parent sends with each batch request; the store needs none.
+        """
         for _ in range(100_000):
             before = int(self.sequence[self.worker_idx])
             if before % 2:  # the parent is writing
@@ -102,8 +105,13 @@ class WeightStore:
             raise KeyError(f"unknown model id(s) {unknown}; known: {self.model_ids}")
 
     def push(self, weights: Mapping[str, TensorDictBase], worker_ids: Iterable[int]) -> None:
-        """Write ``{model_id: weights}`` for each worker atomically and bump its version."""
+        """Write ``{model_id: weights}`` for each worker atomically and bump its version.
+
+        Everything is checked before the first write: a rejected update changes nothing.
+        """
         self.check_model_ids(weights)
+        for model_id, td in weights.items():
+            check_weights(model_id, td, self._weights[0][model_id])
         for worker in worker_ids:
             self._sequence[worker] += 1  # odd: readers wait or retry
             self.versions[worker] += 1
@@ -112,8 +120,25 @@ class WeightStore:
                 self._written_at[worker, self.model_ids.index(model_id)] = self.versions[worker]
             self._sequence[worker] += 1
 
-    def worker_view(self, worker_idx: int) -> WorkerWeights:
-        """What worker ``worker_idx`` needs to pull its weights."""
+    def state_dict(self) -> dict[str, Any]:
+        """Versions and every worker's weights, for a resumed collector."""
+        return {"versions": self.versions.clone(), "written_at": self._written_at.clone(),
+                "weights": [{k: td.clone() for k, td in w.items()} for w in self._weights]}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` in place (the workers keep their views)."""
+        self.versions.copy_(state["versions"])
+        self._written_at.copy_(state["written_at"])
+        for mine, saved in zip(self._weights, state["weights"], strict=True):
+            for model_id, td in saved.items():
+                mine[model_id].update_(td)
+
+    def payload(self, worker_idx: int) -> None:
+        """What travels with each batch request: nothing, the workers read the shared memory."""
+        return None
+
+    def receiver(self, worker_idx: int) -> WorkerWeights:
+        """What worker ``worker_idx`` needs to pull its weights (picklable)."""
         return WorkerWeights(
             worker_idx, self._weights[worker_idx], self.versions, self._written_at[worker_idx],
             self._sequence,

@@ -1,142 +1,123 @@
-"""The parent's side of the workers: start, command, watch, restart and stop them.
+"""The parent's side of the workers, over any transport: start, command, watch, restart, stop.
 
-Every wait is on the pipes and the process sentinels together, with a timeout: a worker that
-dies (killed, or its env raised) is noticed at once, a worker that stops answering is deemed hung
-after ``timeout`` seconds. Either is restarted with fresh envs (its interrupted ``collect`` is sent
-again) up to ``max_restarts`` times; after that its original exception is raised here.
+Every wait has a timeout and notices a dead worker at once (a process's sentinel, a Ray actor's
+error); a worker that stops answering is deemed hung after ``timeout`` seconds. Either is replaced
+by a fresh worker (fresh envs, the next block of seeds, trajectory ids after the ones it handed
+out, the current weights) and its interrupted ``collect`` is sent again, up to ``max_restarts``
+times; after that its original exception is raised here.
+
+Reports that arrived but were not consumed yet (drained before a ``state_dict``, or the rest of
+several that arrived together) are kept in order and count as busy: :meth:`WorkerPool.pending`
+and :meth:`WorkerPool.restore_pending` carry them through a ``state_dict``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import time
 import warnings
-from collections.abc import Iterable
-from multiprocessing.connection import Connection, wait
-from multiprocessing.context import BaseContext
-from multiprocessing.process import BaseProcess
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from rlcollect.rollout.profiling import ProfileConfig
-from rlcollect.workers.worker import BatchReport, WorkerFailure, WorkerSetup, worker_main
+from rlcollect.workers.transport import Transport
+from rlcollect.workers.worker import BatchReport, WorkerFailure, WorkerInfo, WorkerSetup
 
 __all__ = ["WorkerPool"]
 
 
 class WorkerPool:
-    """Worker processes running :func:`worker_main`, one per :class:`WorkerSetup`.
+    """One worker per :class:`WorkerSetup`, reached through ``transport``.
 
     Args:
+        transport: processes or Ray actors.
         setups: one per worker.
-        context: multiprocessing context (``spawn`` by default in the collectors).
         timeout: seconds a worker may take to start or to answer one command.
         max_restarts: restarts allowed per worker.
-        restart_seed_stride: added to a worker's seed at each restart, so fresh envs get fresh
-            seeds (``None`` seeds stay ``None``).
+        restart_seed_stride: added to a worker's seed at each restart (fresh envs, fresh seeds).
+        receiver: the weights receiver a (re)started worker gets, by worker index.
     """
 
     def __init__(
         self,
+        transport: Transport,
         setups: list[WorkerSetup],
         *,
-        context: BaseContext,
         timeout: float,
         max_restarts: int,
         restart_seed_stride: int,
+        receiver: Callable[[int], Any],
     ) -> None:
+        self.transport = transport
         self._setups = list(setups)
-        self._context = context
-        self.timeout = timeout
-        self.max_restarts = max_restarts
-        self._seed_stride = restart_seed_stride
+        self.timeout, self.max_restarts = timeout, max_restarts
+        self._seed_stride, self._receiver = restart_seed_stride, receiver
         self.num_workers = len(setups)
         self.restarts = [0] * self.num_workers
         self.next_traj_id = [s.traj_start for s in setups]
-        self._processes: list[BaseProcess | None] = [None] * self.num_workers
-        self._conns: list[Connection | None] = [None] * self.num_workers
-        self._in_flight: dict[int, tuple[Any, float]] = {}  # worker -> (collect argument, start)
-        self._stash: list[tuple[int, BatchReport]] = []  # reports drained but not yet consumed
-        self.closed = False
+        self.infos: list[WorkerInfo | None] = [None] * self.num_workers
+        self._in_flight: dict[int, tuple[Any, float]] = {}  # worker -> (collect argument, sent at)
+        self._stash: list[tuple[int, BatchReport]] = []  # reports arrived but not consumed
+        self.started = self.closed = False
 
-    # -- starting ---------------------------------------------------------------------------
+    # -- starting -------------------------------------------------------------------------------
     def start(self, profile: ProfileConfig | None = None) -> None:
-        """Start every worker (profiling the ones ``profile`` selects) and wait until each is ready."""
+        """Start every worker (profiling those ``profile`` selects); return once each is ready."""
+        self.started = True
         if profile is not None:
             self._setups = [dataclasses.replace(s, profile=profile) for s in self._setups]
         for worker in range(self.num_workers):
-            self._spawn(worker)
+            self.transport.spawn(worker, self._setups[worker])
         for worker in range(self.num_workers):
             self._await_ready(worker)
 
-    def _spawn(self, worker: int) -> None:
-        parent_end, child_end = self._context.Pipe()
-        process = self._context.Process(  # type: ignore[attr-defined]
-            target=worker_main,
-            args=(self._setups[worker], child_end),
-            name=f"rlcollect-worker-{worker}",
-            daemon=False,  # envs may start processes of their own
-        )
-        process.start()
-        child_end.close()
-        self._processes[worker], self._conns[worker] = process, parent_end
-
     def _await_ready(self, worker: int) -> None:
-        conn, process = self._conns[worker], self._processes[worker]
-        assert conn is not None and process is not None
-        if not wait([conn, process.sentinel], self.timeout):
-            self._stop(worker)
+        answers = self.transport.wait([worker], self.timeout)
+        if not answers:
+            self.transport.stop(worker, 0.0)
             raise TimeoutError(f"worker {worker} did not start within timeout={self.timeout} s")
-        message = self._receive(worker)
-        if message[0] != "ready":
-            self._stop(worker)
-            self._raise(worker, message[1])
+        kind, payload = answers[0][1]
+        if kind != "ready":
+            self.transport.stop(worker, 0.0)
+            self._raise(worker, payload if kind == "error" else None, str(payload))
+        self.infos[worker] = payload
 
-    # -- commands ---------------------------------------------------------------------------
-    def send(self, worker: int, command: str, argument: Any = None) -> None:
-        """Send a command; a ``collect`` is remembered so it can be re-sent after a restart."""
-        conn = self._conns[worker]
-        assert conn is not None
-        if command == "collect":
-            self._in_flight[worker] = (argument, time.monotonic())
-        try:
-            conn.send((command, argument))
-        except (BrokenPipeError, OSError):
-            if command != "collect":
-                raise
-            # the worker died before reading it: wait() notices the death and restarts it
+    # -- commands -------------------------------------------------------------------------------
+    def collect(self, worker: int, argument: Any) -> None:
+        """Ask ``worker`` for a batch (sent again after a restart)."""
+        self._in_flight[worker] = (argument, time.monotonic())
+        self.transport.send(worker, ("collect", argument))
 
     def request(self, worker: int, command: str, argument: Any = None) -> Any:
-        """Send a control command and return the worker's answer (no restart on failure)."""
-        self.send(worker, command, argument)
-        conn, process = self._conns[worker], self._processes[worker]
-        assert conn is not None and process is not None
-        if not wait([conn, process.sentinel], self.timeout):
+        """Send a control command and return the worker's answer (an error is raised)."""
+        self.transport.send(worker, (command, argument))
+        answers = self.transport.wait([worker], self.timeout)
+        if not answers:
             raise TimeoutError(f"worker {worker} did not answer {command!r} within {self.timeout} s")
-        kind, payload = self._receive(worker)
+        kind, payload = answers[0][1]
         if kind != "ok":
-            self._raise(worker, payload)
+            self._raise(worker, payload if kind == "error" else None, str(payload))
         return payload
-
-    def pids(self) -> list[int | None]:
-        """Process ids of the workers (``None`` before start)."""
-        return [p.pid if p is not None else None for p in self._processes]
 
     def busy(self) -> set[int]:
         """Workers with a ``collect`` in flight or a report not yet consumed."""
         return set(self._in_flight) | {w for w, _ in self._stash}
 
     def drain(self) -> None:
-        """Wait for every ``collect`` in flight and keep the reports for :meth:`wait`."""
+        """Wait for every ``collect`` in flight; keep the reports for :meth:`wait`."""
         while self._in_flight:
             self._stash.extend(self._wait_in_flight(list(self._in_flight)))
 
-    def wait(self, workers: Iterable[int]) -> list[tuple[int, BatchReport]]:
-        """Wait until at least one of ``workers`` reports a batch; restart the ones that fail.
+    def pending(self) -> list[tuple[int, BatchReport]]:
+        """The reports arrived and not consumed, in arrival order (call :meth:`drain` first)."""
+        return list(self._stash)
 
-        Returns:
-            ``(worker, report)`` for every batch reported (possibly several).
-        """
+    def restore_pending(self, reports: Iterable[tuple[int, BatchReport]]) -> None:
+        """Take back :meth:`pending` of a saved pool: they are consumed before any new batch."""
+        self._stash = list(reports) + self._stash
+
+    def wait(self, workers: Iterable[int]) -> list[tuple[int, BatchReport]]:
+        """Until at least one of ``workers`` reports a batch (several may); restart failures."""
         workers = list(workers)
         stashed = [(w, r) for w, r in self._stash if w in workers]
         if stashed:
@@ -154,52 +135,30 @@ class WorkerPool:
         if not workers:
             raise RuntimeError("waiting for batches, but none is being collected")
         while True:
-            waitables: dict[Any, int] = {}
-            for worker in workers:
-                conn, process = self._conns[worker], self._processes[worker]
-                assert conn is not None and process is not None
-                waitables[conn] = waitables[process.sentinel] = worker
             deadline = min(self._in_flight[w][1] for w in workers) + self.timeout
-            ready = wait(list(waitables), max(0.0, deadline - time.monotonic()))
-            reports: list[tuple[int, BatchReport]] = []
-            for worker in sorted({waitables[obj] for obj in ready}):
-                message = self._receive(worker)
-                if message[0] == "done":
+            answers = self.transport.wait(workers, max(0.0, deadline - time.monotonic()))
+            reports = []
+            for worker, (kind, payload) in answers:
+                if kind == "done":
                     self._in_flight.pop(worker)
-                    self.next_traj_id[worker] = message[1].next_traj_id
-                    reports.append((worker, message[1]))
+                    self.next_traj_id[worker] = payload.next_traj_id
+                    reports.append((worker, payload))
                 else:
-                    self._restart(worker, message[1])
-            if not ready:
+                    self._restart(worker, payload if kind == "error" else None, str(payload))
+            if not answers:
                 for worker in workers:
                     if time.monotonic() - self._in_flight[worker][1] >= self.timeout:
-                        self._restart(worker, None, reason=f"no answer within timeout={self.timeout} s")
+                        self._restart(worker, None, f"no answer within timeout={self.timeout} s")
             if reports:
                 return reports
 
-    def _receive(self, worker: int) -> tuple[str, Any]:
-        conn = self._conns[worker]
-        assert conn is not None
-        try:
-            if conn.poll():
-                message: tuple[str, Any] = conn.recv()
-                return message
-        except (EOFError, OSError):
-            pass
-        process = self._processes[worker]
-        assert process is not None
-        process.join(1.0)
-        return ("died", None)
-
-    # -- failures ---------------------------------------------------------------------------
-    def _restart(self, worker: int, failure: WorkerFailure | None, reason: str | None = None) -> None:
+    # -- failures -------------------------------------------------------------------------------
+    def _restart(self, worker: int, failure: WorkerFailure | None, what: str) -> None:
         if self.closed:
             raise RuntimeError("the workers were shut down")
-        self._stop(worker)
+        self.transport.stop(worker, 0.0)
         self.restarts[worker] += 1
-        process = self._processes[worker]
-        exit_code = process.exitcode if process is not None else None
-        what = failure.message if failure else reason or f"process exited with code {exit_code}"
+        what = failure.message if failure else what
         if self.restarts[worker] > self.max_restarts:
             self._in_flight.pop(worker, None)
             self._raise(worker, failure, what)
@@ -212,12 +171,12 @@ class WorkerPool:
         setup = self._setups[worker]
         seed = None if setup.seed is None else setup.seed + self._seed_stride * self.restarts[worker]
         self._setups[worker] = dataclasses.replace(
-            setup, seed=seed, traj_start=self.next_traj_id[worker]
+            setup, seed=seed, traj_start=self.next_traj_id[worker], weights=self._receiver(worker)
         )
-        self._spawn(worker)
+        self.transport.spawn(worker, self._setups[worker])
         self._await_ready(worker)
         if worker in self._in_flight:  # its batch was lost: collect it again
-            self.send(worker, "collect", self._in_flight[worker][0])
+            self.collect(worker, self._in_flight[worker][0])
 
     def _raise(self, worker: int, failure: WorkerFailure | None, what: str = "") -> None:
         if failure is not None and failure.error is not None:
@@ -228,35 +187,22 @@ class WorkerPool:
                 raise error
             raise error from RuntimeError(note)
         if failure is not None:
-            raise RuntimeError(
-                f"worker {worker}: {failure.error_type}: {failure.message}\n{failure.traceback}"
-            )
+            raise RuntimeError(f"worker {worker}: {failure.error_type}: {failure.message}\n"
+                               f"{failure.traceback}")
         raise RuntimeError(f"rlcollect worker {worker} failed past max_worker_restarts: {what}")
 
-    # -- stopping ---------------------------------------------------------------------------
-    def _stop(self, worker: int, grace: float = 0.0) -> None:
-        process, conn = self._processes[worker], self._conns[worker]
-        if process is not None:
-            if grace > 0:
-                process.join(grace)
-            for end in (process.terminate, process.kill):
-                if process.is_alive():
-                    end()
-                    process.join(2.0)
-        if conn is not None:
-            conn.close()
-            self._conns[worker] = None
-
+    # -- stopping -------------------------------------------------------------------------------
     def shutdown(self, timeout: float | None = None) -> None:
-        """Ask every worker to close, then terminate and kill the ones still alive; idempotent."""
+        """Ask every worker to close, then end the ones still running; idempotent and bounded."""
         if self.closed:
             return
         self.closed = True
-        for conn in self._conns:
-            if conn is not None:
-                with contextlib.suppress(BrokenPipeError, OSError):
-                    conn.send(("close", None))
+        started = list(range(self.num_workers)) if self.started else []
+        for worker in started:
+            self.transport.send(worker, ("close", None))
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-        for worker in range(self.num_workers):
-            self._stop(worker, grace=max(0.0, deadline - time.monotonic()))
+        for worker in started:
+            self.transport.stop(worker, max(0.0, deadline - time.monotonic()))
         self._in_flight.clear()
+        self.transport.close()
+

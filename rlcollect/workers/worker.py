@@ -1,24 +1,41 @@
-"""The worker process: one :class:`Rollout` writing into the parent's shared-memory slots.
+"""One worker: a :class:`Rollout` for its envs, answering the parent's small commands.
 
-The parent sends small commands through a pipe; the worker answers each with one small message.
-Observations never cross the pipe: ``collect`` names a slot, the worker fills its rows of that
-slot and answers with the step count and a few counters.
+The same :class:`Worker` runs in a worker process (:func:`process_main`, over a pipe) and in a Ray
+actor (:class:`~rlcollect.workers.ray_transport.RayWorker`); only the transport differs. Commands
+``(name, argument)`` and their answers:
 
-Commands (``(name, argument)``) and answers:
+- ``("collect", (slot, random, weights_payload))`` -> ``("done", BatchReport)``: pull the weights
+  if their version moved, fill the worker's rows of slot ``slot`` (a shared-memory slot, or for a
+  remote worker its own local one, returned in ``BatchReport.data``), extend the replay buffer if
+  the worker writes it;
+- ``("seed", (seed, new_trajectories))``, ``("load_state_dict", state)`` -> ``("ok", None)``;
+- ``("state_dict", None)`` -> ``("ok", state)``;
+- ``("close", None)`` -> the worker closes its envs (a process exits, an actor answers ``ok``).
 
-- ``("collect", (slot, random))`` -> ``("done", BatchReport)``
-- ``("seed", (seed, new_trajectories))``, ``("reset", None)``, ``("profile", ProfileConfig)``,
-  ``("load_state_dict", state)`` -> ``("ok", None)``
-- ``("state_dict", None)`` -> ``("ok", state)``
-- ``("close", None)`` -> the worker exits.
+A worker answers its start with ``("ready", WorkerInfo)``. Any exception is answered with
+``("error", WorkerFailure)``; the parent then restarts the worker or raises.
 
-Any exception is answered with ``("error", WorkerFailure)`` and the worker exits; the parent
-decides whether to restart it.
+Example (in this process):
+    >>> import cloudpickle
+    >>> from rlcollect.rollout.engine import RolloutSpec
+    >>> from rlcollect.weights.store import WeightStore
+    >>> setup = WorkerSetup(worker_idx=1, num_workers=2, num_steps=5, env_offset=2, seed=0,
+    ...                     spec=cloudpickle.dumps(RolloutSpec("CartPole-v1", num_envs=2)),
+    ...                     weights=WeightStore({}, 2).receiver(1))
+    >>> worker, (kind, info) = start_worker(setup)
+    >>> kind, info.num_envs
+    ('ready', 2)
+    >>> kind, report = worker.handle("collect", (0, False, None))
+    >>> kind, report.steps, report.data is not None  # no shared slots: the batch comes back
+    ('done', 5, True)
+    >>> worker.close()
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import socket
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -31,33 +48,59 @@ from tensordict import TensorDict
 
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.replay import flatten_batch
-from rlcollect.rollout.engine import Rollout, RolloutSpec
+from rlcollect.rollout.engine import Rollout
 from rlcollect.rollout.profiling import ProfileConfig, RolloutProfiler
-from rlcollect.weights.store import WorkerWeights
+from rlcollect.workers.wire import Packed, pack
 
-__all__ = ["BatchReport", "WorkerFailure", "WorkerSetup", "worker_main"]
+__all__ = ["BatchReport", "Worker", "WorkerFailure", "WorkerInfo", "WorkerSetup", "process_main",
+           "start_worker"]
 
 
 @dataclass(frozen=True)
 class WorkerSetup:
-    """What a worker process is started with (everything picklable)."""
+    """What a worker is started with (picklable; cloudpickled objects travel as ``spec`` bytes).
+
+    Attributes:
+        worker_idx, num_workers: its index; trajectory ids are ``local * num_workers + worker_idx``.
+        spec: the :class:`~rlcollect.rollout.engine.RolloutSpec`, cloudpickled once by the parent.
+        num_steps: steps per batch ``T``, derived once by the parent.
+        env_offset: index of its first env among all envs (env ``i`` is seeded ``seed + i``).
+        seed: ``None`` for unseeded envs.
+        traj_start: first local trajectory id (continues after a restart).
+        weights: the receiver of the weights (``pull(modules, seen, payload) -> version``).
+        slots: its rows of the parent's shared-memory slots; ``None``: one local slot, and each
+            batch travels back in :attr:`BatchReport.data`.
+        stop_flags: ``[num_slots]`` uint8 raised by the parent to preempt (sync collectors).
+        profile: profiling settings (this worker profiles if they select it).
+        replay_buffer: a buffer this worker extends itself (shared, memmap, or a Ray actor).
+    """
 
     worker_idx: int
     num_workers: int
-    spec_bytes: bytes  # the RolloutSpec, cloudpickled once by the parent
-    env_offset: int  # index of its first env among all envs (seeding)
+    spec: bytes
+    num_steps: int
+    env_offset: int
     seed: int | None
-    traj_start: int  # first local trajectory id (continues after a restart)
-    slots: tuple[TensorDict, ...]  # its rows of every shared-memory slot
-    stop_flags: torch.Tensor  # [num_slots] uint8, raised by the parent to preempt
-    weights: WorkerWeights
+    weights: Any
+    traj_start: int = 0
+    slots: tuple[TensorDict, ...] | None = None
+    stop_flags: torch.Tensor | None = None
     profile: ProfileConfig | None = None
-    replay_buffer: Any = None  # a shared / memmap buffer this worker extends itself
+    replay_buffer: Any = None
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """A worker's answer to its start: its envs, process and host."""
+
+    num_envs: int
+    pid: int
+    hostname: str
 
 
 @dataclass(frozen=True)
 class BatchReport:
-    """A worker's answer to ``collect``: which slot, how many steps, counters since last time."""
+    """A worker's answer to ``collect``: which slot, how many steps, counters since its start."""
 
     slot: int
     steps: int
@@ -66,8 +109,9 @@ class BatchReport:
     frames: int
     collect_seconds: float
     episodes: int
-    returns: tuple[float, ...]  # returns of episodes completed in this batch
+    returns: tuple[float, ...]  # returns of the episodes completed in this batch
     lengths: tuple[int, ...]
+    data: Packed | None = None  # the worker's rows, when they do not live in shared memory
 
 
 @dataclass(frozen=True)
@@ -91,47 +135,108 @@ class WorkerFailure:
         return cls(kept, type(error).__name__, str(error), text)
 
 
-def _report(rollout: Rollout, slot: int, steps: int, version: int, seen_episodes: int) -> BatchReport:
-    new = min(rollout.episodes.count - seen_episodes, len(rollout.episodes.returns))
-    returns = tuple(list(rollout.episodes.returns)[len(rollout.episodes.returns) - new :])
-    lengths = tuple(list(rollout.episodes.lengths)[len(rollout.episodes.lengths) - new :])
-    return BatchReport(
-        slot=slot,
-        steps=steps,
-        policy_version=version,
-        next_traj_id=rollout.traj_ids.next_local_id,
-        frames=rollout.frames,
-        collect_seconds=rollout.collect_seconds,
-        episodes=rollout.episodes.count,
-        returns=returns,
-        lengths=lengths,
-    )
+class Worker:
+    """The worker's state and command handlers (see the module docstring)."""
 
-
-def worker_main(setup: WorkerSetup, conn: Connection) -> None:
-    """Entry point of a worker process (runs until ``close``, an error, or the parent's exit)."""
-    torch.set_num_threads(1)
-    try:
-        spec: RolloutSpec = cloudpickle.loads(setup.spec_bytes)
-        rollout = Rollout(
-            spec,
-            env_offset=setup.env_offset,
-            traj_stride=setup.num_workers,
-            traj_offset=setup.worker_idx,
-            traj_start=setup.traj_start,
+    def __init__(self, setup: WorkerSetup) -> None:
+        torch.set_num_threads(1)  # each worker one thread; the parent's setting is left alone
+        self.setup = setup
+        self.rollout = rollout = Rollout(
+            cloudpickle.loads(setup.spec), env_offset=setup.env_offset, traj_stride=setup.num_workers,
+            traj_offset=setup.worker_idx, traj_start=setup.traj_start,
         )
-        steps_per_batch = rollout.config.num_steps
-        slots = [BatchBuffers(slot, rollout.layout, steps_per_batch) for slot in setup.slots]
-        stop_flags: np.ndarray = setup.stop_flags.numpy()
-        preemptible = slots[0].mask is not None
+        local = setup.slots is None
+        storages = setup.slots or (BatchBuffers.allocate_storage(rollout.layout, rollout.num_envs,
+                                                                 setup.num_steps),)
+        rows = int(storages[0].batch_size[0])
+        if rows != rollout.num_envs:
+            raise ValueError(f"worker {setup.worker_idx} built {rollout.num_envs} envs, the first worker "
+                             f"{rows}: every worker must have the same number of envs")
+        self.slots = [BatchBuffers(storage, rollout.layout, setup.num_steps) for storage in storages]
+        self.returns_data = local
+        flags = setup.stop_flags
+        self.stop_flags: np.ndarray | None = flags.numpy() if flags is not None else None
         rollout.set_seed(setup.seed)
-        profiler = None
+        self.profiler = None
         if setup.profile is not None and setup.profile.should_profile_worker(setup.worker_idx):
-            profiler = RolloutProfiler(setup.profile, setup.worker_idx)
-        version = -1  # pull the store's weights before the first batch
-        conn.send(("ready", rollout.num_envs))
+            self.profiler = RolloutProfiler(setup.profile, setup.worker_idx)
+        self.version = -1  # pull the weights before the first batch
+
+    def info(self) -> WorkerInfo:
+        return WorkerInfo(self.rollout.num_envs, os.getpid(), socket.gethostname())
+
+    def handle(self, command: str, argument: Any) -> tuple[str, Any]:
+        """Run one command; an exception becomes ``("error", WorkerFailure)``."""
+        try:
+            if command == "collect":
+                return "done", self.collect(*argument)
+            if command == "seed":
+                self.rollout.set_seed(argument[0], new_trajectories=argument[1])
+                return "ok", None
+            if command == "state_dict":
+                return "ok", {"rollout": self.rollout.state_dict(), "policy_version": self.version}
+            if command == "load_state_dict":
+                self.rollout.load_state_dict(argument["rollout"])
+                self.version = int(argument["policy_version"])
+                return "ok", None
+            if command == "close":
+                self.close()
+                return "ok", None
+            raise ValueError(f"unknown worker command {command!r}")
+        except BaseException as error:
+            return "error", WorkerFailure.from_exception(error)
+
+    def collect(self, slot: int, random: bool, weights_payload: Any) -> BatchReport:
+        rollout, buffers = self.rollout, self.slots[0 if self.returns_data else slot]
+        self.version = self.setup.weights.pull(rollout.models, self.version, weights_payload)
+        seen = rollout.episodes.count
+        if self.profiler is not None:
+            self.profiler.before_rollout()
+        stop = self.stop_flags[slot : slot + 1] if self.stop_flags is not None else None
+        steps = rollout.collect(buffers, random=random, policy_version=self.version, stop=stop)
+        if self.profiler is not None:
+            self.profiler.after_rollout()
+        sink = self.setup.replay_buffer
+        if sink is not None:
+            remote = getattr(sink.extend, "remote", None)  # a Ray actor: wait for its write
+            if remote is not None:
+                import ray
+
+                ray.get(remote(flatten_batch(buffers.batch)))
+            else:
+                sink.extend(flatten_batch(buffers.batch))
+        episodes = rollout.episodes
+        new = min(episodes.count - seen, len(episodes.returns))
+        return BatchReport(
+            slot=slot, steps=steps, policy_version=self.version,
+            next_traj_id=rollout.traj_ids.next_local_id, frames=rollout.frames,
+            collect_seconds=rollout.collect_seconds, episodes=episodes.count,
+            returns=tuple(list(episodes.returns)[len(episodes.returns) - new :]),
+            lengths=tuple(list(episodes.lengths)[len(episodes.lengths) - new :]),
+            data=pack(buffers.batch) if self.returns_data and sink is None else None,
+        )
+
+    def close(self) -> None:
+        if self.profiler is not None:
+            self.profiler.stop()
+            self.profiler = None
+        self.rollout.close()
+
+
+def start_worker(setup: WorkerSetup) -> tuple[Worker | None, tuple[str, Any]]:
+    """Build the worker; return it with its first answer (``ready`` or ``error``)."""
+    try:
+        worker = Worker(setup)
+        return worker, ("ready", worker.info())
     except BaseException as error:
-        conn.send(("error", WorkerFailure.from_exception(error)))
+        return None, ("error", WorkerFailure.from_exception(error))
+
+
+def process_main(setup: WorkerSetup, conn: Connection) -> None:
+    """Entry point of a worker process: runs until ``close``, an error, or the parent's exit."""
+    worker, answer = start_worker(setup)
+    conn.send(answer)
+    if worker is None:
         return
     try:
         while True:
@@ -141,54 +246,10 @@ def worker_main(setup: WorkerSetup, conn: Connection) -> None:
                 break
             if command == "close":
                 break
-            if command == "collect":
-                slot, random = argument
-                version = setup.weights.pull(rollout.models, version)
-                seen_episodes = rollout.episodes.count
-                if profiler is not None:
-                    profiler.before_rollout()
-                steps = rollout.collect(
-                    slots[slot],
-                    random=random,
-                    policy_version=version,
-                    stop=stop_flags[slot : slot + 1] if preemptible else None,
-                )
-                if profiler is not None:
-                    profiler.after_rollout()
-                if setup.replay_buffer is not None:
-                    setup.replay_buffer.extend(flatten_batch(slots[slot].batch))
-                conn.send(("done", _report(rollout, slot, steps, version, seen_episodes)))
-            elif command == "seed":
-                seed, new_trajectories = argument
-                rollout.set_seed(seed, new_trajectories=new_trajectories)
-                conn.send(("ok", None))
-            elif command == "reset":
-                rollout.reset()
-                conn.send(("ok", None))
-            elif command == "state_dict":
-                conn.send(("ok", {"rollout": rollout.state_dict(), "policy_version": version}))
-            elif command == "load_state_dict":
-                rollout.load_state_dict(argument["rollout"])
-                version = int(argument["policy_version"])
-                conn.send(("ok", None))
-            else:
-                raise ValueError(f"unknown worker command {command!r}")
-    except BaseException as error:
-        with contextlib.suppress(BrokenPipeError, OSError):
-            conn.send(("error", WorkerFailure.from_exception(error)))
+            answer = worker.handle(command, argument)
+            with contextlib.suppress(BrokenPipeError, OSError):
+                conn.send(answer)
+            if answer[0] == "error":
+                break
     finally:
-        if profiler is not None:
-            profiler.stop()
-        rollout.close()
-
-
-def describe_unpicklable(objects: dict[str, Any]) -> None:
-    """Raise ``TypeError`` naming the first object ``cloudpickle`` cannot serialise."""
-    for name, value in objects.items():
-        try:
-            cloudpickle.dumps(value)
-        except Exception as error:
-            raise TypeError(
-                f"{name} ({value!r}) cannot be sent to a worker process: {error}. Define it at "
-                "module level or build it inside the env factory / policy_factory instead"
-            ) from None
+        worker.close()

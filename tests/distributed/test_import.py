@@ -22,14 +22,15 @@ def test_missing_ray_names_the_extra_to_install(monkeypatch: pytest.MonkeyPatch)
     [
         ({"num_collectors": 0}, ValueError, "num_collectors must be a positive int"),
         ({"frames_per_batch": -1}, ValueError, "frames_per_batch must be a positive int"),
-        ({"collector_class": dict}, TypeError, "collector_class must be Collector or MultiSyncCollector"),
+        ({"collector_class": dict}, TypeError, "collector_class must be Collector"),
         ({"collector_kwargs": {"seed": 1}}, ValueError, r"collector_kwargs must not set \['seed'\]"),
         ({"remote_config": {"max_restarts": 5}}, ValueError, "use max_actor_restarts"),
         ({"max_actor_restarts": -1}, ValueError, "max_actor_restarts must be an int >= 0"),
-        ({"sync": False, "prefetch": True}, ValueError, "prefetch=True applies to sync=True only"),
+        ({"sync": False, "prefetch": True}, ValueError, "prefetch=True applies to synchronous"),
         ({"replay_buffer": object()}, TypeError, "replay_buffer must have an extend"),
-        ({"policy": lambda obs: obs, "collector_kwargs": {"num_envs": (i for i in range(2))}}, TypeError,
-         r"collector_kwargs\['num_envs'\]"),
+        ({"collector_kwargs": {"num_envs": (i for i in range(2))}}, TypeError, "num_envs must be a positive"),
+        ({"policy": lambda obs: obs, "collector_kwargs": {"models": {"m": (i for i in range(2))}}}, TypeError,
+         "models .* cannot be sent to a worker process"),
     ],
 )
 def test_bad_arguments_are_refused_before_ray_starts(

@@ -1,0 +1,136 @@
+"""The multi-process collectors: worker processes on this machine, batches in shared memory."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+import torch.multiprocessing
+from tensordict import TensorDictBase
+from tensordict.nn import InteractionType
+
+from rlcollect.collectors.options import CollectorOptions
+from rlcollect.collectors.pooled import PooledCollector
+from rlcollect.envs.factory import EnvSource
+from rlcollect.workers.transport import ProcessTransport
+
+__all__ = ["MultiAsyncCollector", "MultiSyncCollector"]
+
+
+class _MultiProcessCollector(PooledCollector):
+    """The constructor both multi-process collectors share (see :class:`MultiSyncCollector`)."""
+
+    _sync: bool
+
+    def __init__(
+        self,
+        create_env_fn: EnvSource | Sequence[EnvSource],
+        policy: Any = None,
+        *,
+        num_workers: int | None = None,
+        num_envs_per_worker: int = 1,
+        frames_per_batch: int,
+        total_frames: int = -1,
+        policy_factory: Callable[[], Any] | None = None,
+        create_env_kwargs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+        init_random_frames: int | None = 0,
+        max_frames_per_traj: int | None = None,
+        reset_at_each_iter: bool = False,
+        set_truncated: bool = False,
+        postproc: Callable[[TensorDictBase], TensorDictBase] | None = None,
+        split_trajs: bool = False,
+        exploration_type: str | InteractionType = InteractionType.RANDOM,
+        return_same_td: bool = False,
+        device: Any = None,
+        env_device: Any = None,
+        policy_device: Any = None,
+        storing_device: Any = None,
+        compile_policy: bool | dict[str, Any] = False,
+        pre_collect_hook: Callable[[], None] | None = None,
+        post_collect_hook: Callable[[TensorDictBase], None] | None = None,
+        seed: int | None = None,
+        models: Mapping[str, torch.nn.Module] | None = None,
+        preemptive_threshold: float | None = None,
+        prefetch: bool = False,
+        update_at_each_batch: bool = False,
+        max_worker_restarts: int = 3,
+        timeout: float = 60.0,
+        start_method: str = "spawn",
+        replay_buffer: Any = None,
+        trajs_per_batch: int | None = None,
+        traj_format: str | None = None,
+    ) -> None:
+        if num_workers is None:
+            if not isinstance(create_env_fn, (list, tuple)):
+                raise ValueError("num_workers is required unless create_env_fn is a list (one per worker)")
+            num_workers = len(create_env_fn)
+        options = CollectorOptions.from_arguments(locals())
+        context = torch.multiprocessing.get_context(options.start_method)
+        self._build(options, lambda: ProcessTransport(context), sync=self._sync)
+
+
+class MultiSyncCollector(_MultiProcessCollector):
+    """Collects in ``num_workers`` processes; each batch is all workers' rows, in worker order.
+
+    Workers write into shared-memory slots; only a small message per worker and batch crosses
+    the process boundary. Batches equal the single-process :class:`Collector`'s with the same
+    total envs and seed (deterministic policy), trajectory ids aside (unique, but numbered per
+    worker: worker ``w`` of ``W`` hands out ``local * W + w``).
+
+    Args:
+        create_env_fn: an env source for all workers, or a list with one per worker.
+        policy: as for :class:`Collector`; ``policy_factory`` builds it in each worker instead.
+        num_workers: worker processes (defaults to ``len(create_env_fn)`` for a list).
+        num_envs_per_worker: envs ``M`` stepped by each worker (every worker must have as many).
+        frames_per_batch: frames per batch over all workers (rounded up to a multiple of
+            ``num_workers * M``, with a warning).
+        create_env_kwargs: keyword arguments of the env factory, or a list with one per worker.
+        preemptive_threshold: once this fraction of workers finished a batch, the others stop
+            at their next step; their missing frames are masked in ``("collector", "mask")``.
+        prefetch: workers collect the next batch while the current one is being used (one
+            version of policy lag, stamped in ``policy_version``).
+        update_at_each_batch: pull the policy's weights into the workers before each batch.
+        max_worker_restarts: restarts allowed per worker after a crash or an env error.
+        timeout: seconds a worker may take to start or to collect one batch before it is deemed
+            hung (and restarted); also bounds ``shutdown``.
+        start_method: ``"spawn"`` (default), ``"forkserver"`` or ``"fork"``.
+        models: other modules by model id for ``update_policy_weights_(weights_dict=...)``;
+            they are pickled together with the env factory and policy, so shared objects stay
+            shared in the worker.
+        **others: as for :class:`Collector`.
+
+    Each worker process runs torch with one thread; this process's settings are left alone.
+    Scripts that create it must guard their entry point with ``if __name__ == "__main__":``
+    (``spawn`` imports the main module in every worker).
+
+    Example:
+        >>> from rlcollect import MultiSyncCollector
+        >>> with MultiSyncCollector("CartPole-v1", num_workers=2, num_envs_per_worker=2,
+        ...                         frames_per_batch=40, total_frames=80, seed=0) as collector:
+        ...     shapes = [batch.shape for batch in collector]
+        >>> shapes
+        [torch.Size([4, 10]), torch.Size([4, 10])]
+    """
+
+    _sync = True
+
+
+class MultiAsyncCollector(_MultiProcessCollector):
+    """Collects in ``num_workers`` processes; each batch is one worker's ``[M, T]`` rows.
+
+    Each worker owns two shared-memory slots and starts its next batch as soon as it reported
+    one, so workers never wait for each other or for the learner. ``frames_per_batch`` is per
+    yielded batch (one worker's), as in TorchRL. Arguments as :class:`MultiSyncCollector`
+    (``preemptive_threshold`` and ``prefetch`` do not apply).
+
+    Example:
+        >>> from rlcollect import MultiAsyncCollector
+        >>> with MultiAsyncCollector("CartPole-v1", num_workers=2, frames_per_batch=10,
+        ...                          total_frames=40, seed=0) as collector:
+        ...     shapes = {batch.shape for batch in collector}
+        >>> shapes
+        {torch.Size([1, 10])}
+    """
+
+    _sync = False

@@ -1,0 +1,270 @@
+"""Every collector's arguments, validated, normalised and derived once: :class:`CollectorOptions`.
+
+Each public constructor fills one :class:`CollectorOptions`; nothing downstream checks an argument
+again. The options know how many steps a batch has (:meth:`CollectorOptions.steps_per_batch`),
+which env each worker builds (:meth:`CollectorOptions.rollout_spec`) and what happens to a batch
+after collection (:meth:`CollectorOptions.delivery`).
+
+Example:
+    >>> options = CollectorOptions(create_env_fn="CartPole-v1", frames_per_batch=10,
+    ...                            max_frames_per_traj=-1)
+    >>> options.max_frames_per_traj is None  # <= 0 means no limit, everywhere
+    True
+    >>> options.steps_per_batch(4, warn=False)  # 10 frames over 4 envs: 3 steps
+    3
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import InteractionType
+
+from rlcollect.collectors.delivery import Delivery, make_delivery
+from rlcollect.policies.adapters import interaction_type
+from rlcollect.rollout.engine import RolloutSpec
+
+__all__ = ["CollectorOptions"]
+
+_START_METHODS = ("spawn", "forkserver", "fork")
+
+
+def _int(name: str, value: Any, *, minimum: int, allowed: str) -> int:
+    """``value`` as an int >= ``minimum`` (numpy integers included), else an error naming ``name``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be {allowed}, got {value!r} ({type(value).__name__})")
+    if value < minimum:
+        raise ValueError(f"{name} must be {allowed}, got {value}")
+    return int(value)
+
+
+def _frames(name: str, value: Any) -> int:
+    """A frame budget: a positive int, or -1 / ``None`` for no end."""
+    if value is None or (isinstance(value, (int, np.integer)) and value == -1):
+        return -1
+    return _int(name, value, minimum=1, allowed="a positive int or -1 (no end)")
+
+
+def _device(name: str, value: Any) -> torch.device | None:
+    if value is None:
+        return None
+    try:
+        device = torch.device(value)
+    except (RuntimeError, TypeError) as error:
+        raise ValueError(f"{name}={value!r} is not a torch device ({error})") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"{name}={value!r} but CUDA is not available on this machine")
+    return device
+
+
+def _callable(name: str, value: Any) -> Any:
+    if value is not None and not callable(value):
+        raise TypeError(f"{name} must be callable or None, got {type(value).__name__}")
+    return value
+
+
+def _per_worker(name: str, value: Any, num_workers: int) -> tuple[Any, ...]:
+    if isinstance(value, (list, tuple)):
+        if len(value) != num_workers:
+            raise ValueError(f"{name} has {len(value)} entries for num_workers={num_workers}")
+        return tuple(value)
+    return (value,) * num_workers
+
+
+@dataclass(frozen=True)
+class CollectorOptions:
+    """The arguments of every collector (see :class:`~rlcollect.Collector` and
+    :class:`~rlcollect.MultiSyncCollector` for their meaning), checked once in ``__post_init__``.
+
+    Normalisations: ``create_env_fn`` and ``create_env_kwargs`` become one entry per worker;
+    ``max_frames_per_traj <= 0`` becomes ``None`` (no limit); ``total_frames`` ``None`` becomes
+    -1; ``init_random_frames`` ``None`` becomes 0; ``exploration_type`` an
+    ``InteractionType``; devices ``torch.device`` (``device`` fills the three others).
+
+    Raises:
+        TypeError, ValueError: a bad argument, named in the message with its value and what is
+            allowed.
+    """
+
+    create_env_fn: Any
+    policy: Any = None
+    frames_per_batch: int = 1
+    total_frames: int = -1
+    num_workers: int = 1
+    num_envs_per_worker: int = 1
+    policy_factory: Callable[[], Any] | None = None
+    create_env_kwargs: Any = None
+    init_random_frames: int = 0
+    max_frames_per_traj: int | None = None
+    reset_at_each_iter: bool = False
+    set_truncated: bool = False
+    postproc: Callable[[TensorDictBase], TensorDictBase] | None = None
+    split_trajs: bool = False
+    exploration_type: Any = InteractionType.RANDOM
+    return_same_td: bool = False
+    device: Any = None
+    env_device: Any = None
+    policy_device: Any = None
+    storing_device: Any = None
+    compile_policy: bool | Mapping[str, Any] = False
+    pre_collect_hook: Callable[[], None] | None = None
+    post_collect_hook: Callable[[TensorDictBase], None] | None = None
+    seed: int | None = None
+    models: Mapping[str, torch.nn.Module] | None = field(default_factory=dict)
+    replay_buffer: Any = None
+    trajs_per_batch: int | None = None
+    traj_format: str | None = None
+    # worker processes and actors
+    preemptive_threshold: float | None = None
+    prefetch: bool = False
+    update_at_each_batch: bool = False
+    max_worker_restarts: int = 3
+    timeout: float = 60.0
+    start_method: str = "spawn"
+
+    def __post_init__(self) -> None:
+        def put(name: str, value: Any) -> None:
+            object.__setattr__(self, name, value)
+
+        workers = _int("num_workers", self.num_workers, minimum=1, allowed="a positive int")
+        put("num_workers", workers)
+        put("num_envs_per_worker", _int("num_envs_per_worker", self.num_envs_per_worker, minimum=1,
+                                        allowed="a positive int"))
+        put("create_env_fn", _per_worker("create_env_fn", self.create_env_fn, workers))
+        kwargs = _per_worker("create_env_kwargs", self.create_env_kwargs, workers)
+        for index, entry in enumerate(kwargs):
+            if entry is not None and not isinstance(entry, Mapping):
+                raise TypeError(f"create_env_kwargs must be a dict (or one per worker), got "
+                                f"{type(entry).__name__} for worker {index}")
+        put("create_env_kwargs", tuple(dict(entry or {}) for entry in kwargs))
+        put("frames_per_batch", _int("frames_per_batch", self.frames_per_batch, minimum=1,
+                                     allowed="a positive int"))
+        put("total_frames", _frames("total_frames", self.total_frames))
+        put("init_random_frames", _int("init_random_frames", self.init_random_frames or 0, minimum=0,
+                                       allowed="an int >= 0"))
+        limit = self.max_frames_per_traj
+        if limit is not None:
+            limit = _int("max_frames_per_traj", limit, minimum=-(2**63), allowed="an int (<= 0: no limit)")
+        put("max_frames_per_traj", limit if limit is not None and limit > 0 else None)
+        if self.policy is not None and self.policy_factory is not None:
+            raise ValueError("give policy or policy_factory, not both")
+        for name in ("policy_factory", "pre_collect_hook", "postproc", "post_collect_hook"):
+            _callable(name, getattr(self, name))
+        put("exploration_type", interaction_type(self.exploration_type))
+        raw_env_device = self.env_device if self.env_device is not None else self.device
+        env_device = _device("env_device", raw_env_device)
+        if env_device is not None and env_device.type != "cpu":
+            raise ValueError(f"env_device={raw_env_device!r}: Gymnasium envs run on the CPU only")
+        put("env_device", env_device)
+        put("policy_device", _device("policy_device", self.policy_device or self.device))
+        put("storing_device", _device("storing_device", self.storing_device or self.device))
+        if self.models is not None and not isinstance(self.models, Mapping):
+            raise TypeError(f"models must be a dict {{model_id: module}}, got {type(self.models).__name__}")
+        put("models", dict(self.models or {}))
+        if self.seed is not None:
+            _int("seed", self.seed, minimum=0, allowed="an int >= 0 or None")
+            if self.seed >= 2**63:
+                raise ValueError(f"seed must be below 2**63, got {self.seed}")
+            put("seed", int(self.seed))
+        threshold = self.preemptive_threshold
+        if threshold is not None and not (isinstance(threshold, (int, float)) and 0.0 < threshold <= 1.0):
+            raise ValueError(f"preemptive_threshold must be in (0, 1] or None, got {threshold!r}")
+        if self.start_method not in _START_METHODS:
+            raise ValueError(f"start_method={self.start_method!r} is not one of {_START_METHODS}")
+        put("max_worker_restarts", _int("max_worker_restarts", self.max_worker_restarts, minimum=0,
+                                        allowed="an int >= 0"))
+        timeout = self.timeout
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        put("timeout", float(timeout))
+        self.delivery(workers_write=False)  # its arguments are checked now, not at the first batch
+
+    @classmethod
+    def from_arguments(cls, arguments: Mapping[str, Any], aliases: Mapping[str, str] | None = None
+                       ) -> CollectorOptions:
+        """Options from a constructor's ``locals()``: the entries named like a field, and the
+        ``aliases`` ``{argument: field}`` (errors then name the argument the user wrote)."""
+        aliases = dict(aliases or {})
+        names = {f.name for f in dataclasses.fields(cls)}
+        values = {name: value for name, value in arguments.items() if name in names}
+        values.update({field: arguments[name] for name, field in aliases.items() if name in arguments})
+        try:
+            return cls(**values)
+        except (TypeError, ValueError) as error:
+            message = str(error)
+            for name, field_name in aliases.items():
+                if message.startswith(field_name):
+                    raise type(error)(name + message[len(field_name):]) from None
+            raise
+
+    def replace(self, **changes: Any) -> CollectorOptions:
+        """A copy with ``changes`` (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    # -- what is derived from the options -----------------------------------------------------
+    def steps_per_batch(self, envs_per_batch: int, *, warn: bool = True, stacklevel: int = 4) -> int:
+        """``T``: ``frames_per_batch`` over ``envs_per_batch`` envs, rounded up (with a warning
+        pointing ``stacklevel`` frames up: the user's call of the collector)."""
+        steps = math.ceil(self.frames_per_batch / envs_per_batch)
+        if warn and steps * envs_per_batch != self.frames_per_batch:
+            warnings.warn(
+                f"frames_per_batch={self.frames_per_batch} is not a multiple of the {envs_per_batch} "
+                f"envs; collecting {steps * envs_per_batch} frames per batch",
+                stacklevel=stacklevel,
+            )
+        return steps
+
+    def rollout_spec(self, worker: int = 0) -> RolloutSpec:
+        """What worker ``worker`` (or the single process) builds its :class:`Rollout` from."""
+        return RolloutSpec(
+            self.create_env_fn[worker],
+            self.policy,
+            num_envs=self.num_envs_per_worker,
+            create_env_kwargs=self.create_env_kwargs[worker],
+            policy_factory=self.policy_factory,
+            max_frames_per_traj=self.max_frames_per_traj,
+            set_truncated=self.set_truncated,
+            reset_at_each_iter=self.reset_at_each_iter,
+            exploration_type=self.exploration_type,
+            policy_device=self.policy_device,
+            compile_policy=self.compile_policy,
+            pre_collect_hook=self.pre_collect_hook,
+            models=dict(self.models or {}),
+        )
+
+    def delivery(self, *, workers_write: bool) -> Delivery:
+        """The per-batch pipeline (``workers_write``: workers can extend the replay buffer)."""
+        return make_delivery(
+            return_same_td=self.return_same_td, storing_device=self.storing_device,
+            split_trajs=self.split_trajs, postproc=self.postproc,
+            post_collect_hook=self.post_collect_hook, replay_buffer=self.replay_buffer,
+            trajs_per_batch=self.trajs_per_batch, traj_format=self.traj_format,
+            workers_write=workers_write,
+        )
+
+    def unpicklable(self) -> None:
+        """Raise ``TypeError`` naming the first argument a worker cannot receive (cloudpickle)."""
+        import cloudpickle
+
+        objects: dict[str, Any] = {"policy": self.policy, "policy_factory": self.policy_factory,
+                                   "pre_collect_hook": self.pre_collect_hook, "models": self.models}
+        for worker in range(self.num_workers):
+            objects[f"create_env_fn[{worker}]"] = self.create_env_fn[worker]
+            objects[f"create_env_kwargs[{worker}]"] = self.create_env_kwargs[worker]
+        for name, value in objects.items():
+            try:
+                cloudpickle.dumps(value)
+            except Exception as error:
+                raise TypeError(
+                    f"{name} ({value!r}) cannot be sent to a worker process: {error}. Define it at "
+                    "module level or build it inside the env factory / policy_factory instead"
+                ) from None
+

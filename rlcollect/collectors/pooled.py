@@ -1,0 +1,316 @@
+"""What every collector with workers shares: MultiSync, MultiAsync and Ray are this class.
+
+The parent builds one :class:`Rollout` locally first (the probe) to learn the batch layout and the
+envs per worker and to check the policy on a dry step, closes it, derives ``T`` once, allocates
+the slots (shared memory for worker processes, local memory for Ray actors, whose batches arrive
+in their reports) and starts the workers through a :class:`WorkerPool`. Worker ``w`` fills rows
+``[w * M, (w + 1) * M)`` of a slot. A synchronous batch is every worker's rows of one slot; an
+asynchronous one is whichever worker's rows are ready first.
+
+Example:
+    >>> from rlcollect import MultiSyncCollector
+    >>> with MultiSyncCollector("CartPole-v1", num_workers=2, frames_per_batch=8, total_frames=16,
+    ...                         seed=0) as collector:
+    ...     state = collector.state_dict()  # taken between batches: every in-flight batch is in it
+    ...     first = collector.next()
+    >>> with MultiSyncCollector("CartPole-v1", num_workers=2, frames_per_batch=8, total_frames=16,
+    ...                         seed=0) as resumed:
+    ...     resumed.load_state_dict(state)
+    ...     again = resumed.next()
+    >>> bool((first == again).all())
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import weakref
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import cloudpickle
+import numpy as np
+import torch
+from tensordict import TensorDictBase
+
+from rlcollect.collectors.base import BaseCollector
+from rlcollect.collectors.options import CollectorOptions
+from rlcollect.collectors.stats import CollectorStats
+from rlcollect.data.buffers import BatchBuffers
+from rlcollect.data.layout import BatchLayout
+from rlcollect.rollout.engine import Rollout
+from rlcollect.weights.forms import as_weights
+from rlcollect.weights.object_store import ObjectStoreWeights
+from rlcollect.weights.store import WeightStore
+from rlcollect.workers.pool import WorkerPool
+from rlcollect.workers.transport import Transport
+from rlcollect.workers.wire import pack, unpack_into
+from rlcollect.workers.worker import BatchReport, WorkerSetup
+
+__all__ = ["PooledCollector"]
+
+
+class PooledCollector(BaseCollector):
+    """Base of the collectors with workers; subclasses call :meth:`_build` from ``__init__``."""
+
+    sync: bool  # a batch is all workers' rows of a slot (sync) or one worker's rows (async)
+
+    def _build(
+        self, options: CollectorOptions, make_transport: Callable[[], Transport], *, sync: bool
+    ) -> None:
+        """Everything is checked, and the probe built, before ``make_transport`` starts anything."""
+        self.options, self.sync = options, sync
+        if not sync and options.preemptive_threshold is not None:
+            raise ValueError("preemptive_threshold applies to synchronous collection only")
+        if not sync and options.prefetch:
+            raise ValueError("prefetch=True applies to synchronous collection only: asynchronous "
+                             "workers never wait anyway")
+        options.unpicklable()
+        self.requested_frames_per_batch = options.frames_per_batch
+        self.total_frames, self.init_random_frames = options.total_frames, options.init_random_frames
+        self.replay_buffer = options.replay_buffer
+        self.num_workers = workers = options.num_workers
+
+        probe = Rollout(options.rollout_spec(0))  # layout, envs per worker, a dry step of the policy
+        probe.close()
+        self.num_envs_per_worker = envs = probe.num_envs
+        self.num_envs = envs * workers
+        rows = self.num_envs if sync else envs
+        steps = options.steps_per_batch(rows)
+        self.frames_per_batch = steps * rows
+        self._models = dict(probe.models)  # the modules weights are pulled from on update()
+        transport = make_transport()
+        try:
+            self._allocate(options, transport, probe.layout, steps)
+        except BaseException:
+            transport.close()
+            raise
+
+    def _allocate(
+        self, options: CollectorOptions, transport: Transport, layout: BatchLayout, steps: int
+    ) -> None:
+        """Slots, weights, the workers' setups and the pool (started at the first batch)."""
+        workers, envs, sync = self.num_workers, self.num_envs_per_worker, self.sync
+        sink = options.replay_buffer
+        self._delivery = options.delivery(workers_write=sink is not None and transport.can_write(sink))
+        written_elsewhere = self._delivery.written_elsewhere
+        num_slots = 2 if (options.prefetch or not sync) else 1
+        masked = options.preemptive_threshold is not None
+        shared = transport.shared_slots
+        self._slots = [BatchBuffers.allocate(layout, self.num_envs, steps, shared=shared, masked=masked)
+                       for _ in range(num_slots)]
+        self._stop_flags = torch.zeros(num_slots, dtype=torch.uint8).share_memory_() if masked else None
+        if written_elsewhere and hasattr(options.replay_buffer, "init"):
+            options.replay_buffer.init(self._slots[0].batch[:1])  # laid out before the workers get it
+        self._weights = (WeightStore if shared else ObjectStoreWeights)(self._models, workers)
+        setups = [
+            WorkerSetup(
+                worker_idx=w, num_workers=workers, spec=cloudpickle.dumps(options.rollout_spec(w)),
+                num_steps=steps, env_offset=w * envs, seed=options.seed, weights=self._weights.receiver(w),
+                slots=tuple(s.storage[w * envs : (w + 1) * envs] for s in self._slots) if shared else None,
+                stop_flags=self._stop_flags,
+                replay_buffer=options.replay_buffer if written_elsewhere else None,
+            )
+            for w in range(workers)
+        ]
+        self._pool = WorkerPool(transport, setups, timeout=options.timeout,
+                                max_restarts=options.max_worker_restarts,
+                                restart_seed_stride=self.num_envs, receiver=self._weights.receiver)
+        self._finalizer = weakref.finalize(self, self._pool.shutdown)
+        self._frames = self._batches = self._last_lag = 0
+        self._reports: list[BatchReport | None] = [None] * workers
+        self._returns: deque[float] = deque(maxlen=100)
+        self._lengths: deque[int] = deque(maxlen=100)
+
+    # -- workers ----------------------------------------------------------------------------------
+    def _ensure_started(self) -> None:
+        if self._pool.closed:
+            raise RuntimeError("the collector was shut down")
+        if not self._pool.started:
+            self._pool.start(profile=self._profile_config)
+
+    @property
+    def worker_pids(self) -> list[int | None]:
+        """Process ids of the workers (they start with the first batch, ``set_seed`` or a state)."""
+        return [info.pid if info else None for info in self._pool.infos]
+
+    def _rows(self, slot: int, worker: int) -> TensorDictBase:
+        envs = self.num_envs_per_worker
+        return self._slots[slot].batch[worker * envs : (worker + 1) * envs]
+
+    def _dispatch(self, worker: int, slot: int) -> None:
+        if self.options.update_at_each_batch:
+            self.update_policy_weights_(worker_ids=[worker])
+        written = int(getattr(self.replay_buffer, "write_count", self._frames))
+        random = written < self.init_random_frames
+        self._pool.collect(worker, (slot, random, self._weights.payload(worker)))
+
+    def _dispatch_all(self, slot: int) -> None:
+        if self._stop_flags is not None:
+            self._stop_flags[slot] = 0
+        for worker in range(self.num_workers):
+            self._dispatch(worker, slot)
+
+    def _account(self, worker: int, report: BatchReport) -> int:
+        """Take in a worker's report (its rows, if they came with it); return the batch's frames."""
+        if report.data is not None:
+            unpack_into(report.data, self._rows(report.slot, worker))
+        self._reports[worker] = report
+        self._returns.extend(report.returns)
+        self._lengths.extend(report.lengths)
+        self._last_lag = int(self._weights.versions[worker]) - report.policy_version
+        return report.steps * self.num_envs_per_worker
+
+    def _more_wanted(self, frames_in_flight: int) -> bool:
+        return self.total_frames < 0 or self._frames + frames_in_flight < self.total_frames
+
+    def _quiesce(self) -> None:
+        self._pool.drain()  # batches under way finish (and are written); no new one is handed out
+
+    # -- iteration --------------------------------------------------------------------------------
+    def iterator(self) -> Iterator[TensorDictBase | None]:
+        self._ensure_started()
+        return self._sync_batches() if self.sync else self._async_batches()
+
+    def _sync_batches(self) -> Iterator[TensorDictBase | None]:
+        prefetch = self.options.prefetch
+        slot = self._batches % len(self._slots)
+        if not self._pool.busy() and self._more_wanted(0):
+            self._dispatch_all(slot)
+        while self._pool.busy():
+            self._frames += self._gather(slot)
+            self._batches += 1
+            if prefetch and self._more_wanted(0):
+                self._dispatch_all(slot ^ 1)  # workers fill the other slot while this one is used
+            yield from self._delivery.outputs(self._slots[slot].batch)
+            if prefetch:
+                slot ^= 1
+            elif self._more_wanted(0):  # after the learner had the batch: its new weights are used
+                self._dispatch_all(slot)
+
+    def _gather(self, slot: int) -> int:
+        """Wait for every worker's rows of ``slot``; preempt the late ones; return the frames."""
+        waiting, frames = set(range(self.num_workers)), 0
+        threshold = self.options.preemptive_threshold
+        needed = None if threshold is None else math.ceil(threshold * self.num_workers)
+        while waiting:
+            for worker, report in self._pool.wait(sorted(waiting)):
+                frames += self._account(worker, report)
+                waiting.discard(worker)
+            if needed is not None and self.num_workers - len(waiting) >= needed:
+                assert self._stop_flags is not None
+                self._stop_flags[slot] = 1  # the rest stop at their next step
+        return frames
+
+    def _async_batches(self) -> Iterator[TensorDictBase | None]:
+        pool = self._pool
+        next_slot = [self._batches % 2] * self.num_workers
+        for worker in range(self.num_workers):
+            if worker not in pool.busy() and self._more_wanted(len(pool.busy()) * self.frames_per_batch):
+                self._dispatch(worker, next_slot[worker])
+        while pool.busy():
+            worker, report = pool.wait_one(sorted(pool.busy()))
+            self._frames += self._account(worker, report)
+            self._batches += 1
+            if self._more_wanted(len(pool.busy()) * self.frames_per_batch):
+                self._dispatch(worker, report.slot ^ 1)  # it fills its other slot meanwhile
+            yield from self._delivery.outputs(self._rows(report.slot, worker))
+
+    # -- weights ----------------------------------------------------------------------------------
+    def _update_weights(self, forms: dict[str, Any], worker_ids: list[int] | None) -> None:
+        self._weights.check_model_ids(forms)
+        ids = list(range(self.num_workers)) if worker_ids is None else worker_ids
+        bad = [w for w in ids if not 0 <= w < self.num_workers]
+        if bad:
+            raise ValueError(f"worker_ids {bad} out of range for num_workers={self.num_workers}")
+        weights = {}
+        for model_id, source in forms.items():
+            if source is None and model_id not in self._models:
+                raise ValueError(f"there is no {model_id!r} module in this process to pull weights from "
+                                 "(the workers build it): pass the weights")
+            weights[model_id] = as_weights(self._models[model_id] if source is None else source)
+        self._weights.push(weights, ids)
+
+    # -- seeding and state ------------------------------------------------------------------------
+    def set_seed(self, seed: int, static_seed: bool = False) -> int:
+        """Env ``i`` of worker ``w`` is reset now with ``seed + w * num_envs_per_worker + i``.
+
+        Returns:
+            ``seed`` plus the number of envs of all workers.
+        """
+        self._ensure_started()
+        self._pool.drain()
+        for worker in range(self.num_workers):
+            self._pool.request(worker, "seed", (seed, self._batches > 0))
+        return seed + self.num_envs
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every worker's state after its batch in flight, those batches, and the counters.
+
+        A collector loaded with it yields the batches that were in flight first, then continues:
+        the same frames as the uninterrupted run.
+        """
+        self._ensure_started()
+        self._pool.drain()
+        pending = []
+        for worker, report in self._pool.pending():
+            if report.data is None and not self._delivery.written_elsewhere:
+                report = dataclasses.replace(report, data=pack(self._rows(report.slot, worker).clone()))
+            pending.append((worker, report))
+        return {
+            "frames": self._frames,
+            "batches": self._batches,
+            "weights": self._weights.state_dict(),
+            "next_traj_id": list(self._pool.next_traj_id),
+            "pending": pending,
+            "workers": [self._pool.request(w, "state_dict") for w in range(self.num_workers)],
+        }
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Restore every worker, the batches in flight and the counters from :meth:`state_dict`."""
+        workers = list(state_dict["workers"])
+        if len(workers) != self.num_workers:
+            raise ValueError(f"the state holds {len(workers)} workers, this collector has {self.num_workers}")
+        self._ensure_started()
+        self._pool.drain()
+        self._frames, self._batches = int(state_dict["frames"]), int(state_dict["batches"])
+        self._weights.load_state_dict(state_dict["weights"])
+        self._pool.next_traj_id = list(state_dict["next_traj_id"])
+        for worker, state in enumerate(workers):
+            self._pool.request(worker, "load_state_dict", state)
+        self._pool.restore_pending(state_dict["pending"])
+
+    def stats(self) -> CollectorStats:
+        workers = []
+        for worker, report in enumerate(self._reports):
+            frames = report.frames if report else 0
+            seconds = report.collect_seconds if report else 0.0
+            workers.append(CollectorStats(
+                frames=frames, fps=frames / seconds if seconds else 0.0,
+                episodes=report.episodes if report else 0, restarts=self._pool.restarts[worker],
+                policy_version=report.policy_version if report else 0,
+            ))
+        return CollectorStats(
+            frames=self._frames,
+            batches=self._batches,
+            fps=sum(w.fps for w in workers),
+            episodes=sum(w.episodes for w in workers),
+            mean_return=float(np.mean(self._returns)) if self._returns else math.nan,
+            mean_length=float(np.mean(self._lengths)) if self._lengths else math.nan,
+            restarts=sum(self._pool.restarts),
+            policy_version=int(max(self._weights.versions)),
+            policy_lag=self._last_lag,
+            workers=tuple(workers),
+        )
+
+    def shutdown(
+        self, timeout: float | None = None, close_env: bool = True, raise_on_error: bool = True
+    ) -> None:
+        """Stop background collection and the workers (bounded by ``timeout``); idempotent."""
+        try:
+            self._stop_background(timeout)
+        finally:
+            self._finalizer.detach()
+            self._pool.shutdown(timeout)

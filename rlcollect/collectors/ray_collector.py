@@ -1,0 +1,149 @@
+"""RayCollector: the workers are Ray actors, on this machine or across a cluster."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from tensordict import TensorDictBase
+
+from rlcollect.collectors.collector import Collector
+from rlcollect.collectors.options import CollectorOptions
+from rlcollect.collectors.pooled import PooledCollector
+from rlcollect.envs.factory import EnvSource
+from rlcollect.workers.ray_transport import RayTransport
+
+__all__ = ["RayCollector"]
+
+# RayCollector's own arguments: collector_kwargs may not set them
+_RESERVED = ("frames_per_batch", "total_frames", "seed", "replay_buffer", "return_same_td", "split_trajs",
+             "trajs_per_batch", "traj_format", "num_workers", "num_envs_per_worker", "prefetch",
+             "max_worker_restarts", "timeout", "start_method", "postproc", "post_collect_hook",
+             "storing_device")
+
+
+class RayCollector(PooledCollector):
+    """Collects in ``num_collectors`` Ray actors, each stepping its envs as a worker process does.
+
+    The actors are the same workers as :class:`~rlcollect.MultiSyncCollector`'s processes, reached
+    through Ray: one batch per actor crosses the network per iteration (as numpy arrays), weights
+    cross it once per update (one ``ray.put``, pulled by each actor when its version moved). Seeds,
+    trajectory ids (actor ``a`` of ``A`` hands out ``local * A + a``), versions, restarts and
+    ``state_dict`` work exactly as for the multi-process collectors.
+
+    Args:
+        create_env_fn: env source for every actor (an env id or a picklable factory).
+        policy: as for :class:`~rlcollect.Collector`; pickled into each actor's setup.
+        num_collectors: Ray actors ``A``.
+        collector_class: :class:`~rlcollect.Collector` (each actor steps its envs in its process).
+        collector_kwargs: per-actor arguments of :class:`~rlcollect.Collector` (``num_envs``,
+            ``models``, ``policy_factory``, ``max_frames_per_traj``, ``init_random_frames``, ...);
+            not the ones RayCollector takes itself.
+        frames_per_batch: frames per yielded batch: all actors' (sync) or one actor's (async);
+            rounded up to whole steps of every env, with a warning.
+        total_frames: frames to collect before iteration stops; -1 for no end.
+        sync: ``True``: a batch is every actor's rows, ``[A * M, T]``; ``False``: each batch is
+            whichever actor's ``[M, T]`` is ready first, and actors never wait.
+        prefetch: (sync) actors collect the next batch while the current one is used.
+        ray_init_config: ``ray.init`` arguments when Ray is not initialised yet; with an
+            ``"address"`` (or ``RAY_ADDRESS`` set) it connects to that cluster, else it starts a
+            local one. Ray is shut down at :meth:`shutdown` only if this collector initialised it.
+        remote_config: Ray actor options (``num_cpus`` default 1, ``num_gpus``, ``resources``, ...).
+        max_actor_restarts: restarts allowed per actor (it died, its env raised, or it hung for
+            ``timeout``); past them the original error is raised here.
+        timeout: seconds an actor may take to start or to collect one batch.
+        seed: env ``i`` over all actors is reset with ``seed + i`` (``None``: unseeded).
+        replay_buffer: a Ray actor with ``extend`` (the actors write to it themselves, only a small
+            report comes back) or any local object with ``extend`` (this process writes); iteration
+            then yields ``None``; see :meth:`start`.
+        postproc, split_trajs, return_same_td, storing_device, post_collect_hook, trajs_per_batch,
+        traj_format:
+            applied here to each batch, as for :class:`~rlcollect.Collector`.
+
+    The env is built once in this process to learn its spaces and check the policy; the actors
+    build their own.
+
+    Raises:
+        ImportError: Ray is not installed (``pip install rlcollect[ray]``).
+        ValueError, TypeError: a bad argument (named in the message), at construction.
+
+    Example:
+        >>> from rlcollect import RayCollector
+        >>> with RayCollector("CartPole-v1", num_collectors=2, collector_kwargs={"num_envs": 4},
+        ...                   frames_per_batch=800, total_frames=1600, seed=0,
+        ...                   ray_init_config={"num_cpus": 2}) as collector:  # doctest: +SKIP
+        ...     for batch in collector:
+        ...         print(batch.shape, batch["policy_version"].max().item())
+        ...         collector.update_policy_weights_()
+        torch.Size([8, 100]) 0
+        torch.Size([8, 100]) 1
+    """
+
+    def __init__(
+        self,
+        create_env_fn: EnvSource,
+        policy: Any = None,
+        *,
+        num_collectors: int,
+        collector_class: type[Collector] = Collector,
+        collector_kwargs: Mapping[str, Any] | None = None,
+        frames_per_batch: int,
+        total_frames: int = -1,
+        sync: bool = True,
+        prefetch: bool = False,
+        ray_init_config: Mapping[str, Any] | None = None,
+        remote_config: Mapping[str, Any] | None = None,
+        max_actor_restarts: int = 3,
+        timeout: float = 120.0,
+        seed: int | None = None,
+        replay_buffer: Any = None,
+        postproc: Callable[[TensorDictBase], TensorDictBase] | None = None,
+        split_trajs: bool = False,
+        return_same_td: bool = False,
+        storing_device: Any = None,
+        post_collect_hook: Callable[[TensorDictBase], None] | None = None,
+        trajs_per_batch: int | None = None,
+        traj_format: str | None = None,
+    ) -> None:
+        if not (isinstance(collector_class, type) and issubclass(collector_class, Collector)):
+            raise TypeError(f"collector_class must be Collector (each actor steps its envs itself; for "
+                            f"more processes use more actors), got {collector_class!r}")
+        if collector_kwargs is not None and not isinstance(collector_kwargs, Mapping):
+            raise TypeError(f"collector_kwargs must be a dict, got {type(collector_kwargs).__name__}")
+        kwargs = dict(collector_kwargs or {})
+        reserved = sorted(set(kwargs) & set(_RESERVED))
+        if reserved:
+            raise ValueError(f"collector_kwargs must not set {reserved}: give them to RayCollector itself")
+        if ray_init_config is not None and not isinstance(ray_init_config, Mapping):
+            raise TypeError(f"ray_init_config must be a dict, got {type(ray_init_config).__name__}")
+        if remote_config is not None and not isinstance(remote_config, Mapping):
+            raise TypeError(f"remote_config must be a dict, got {type(remote_config).__name__}")
+        unknown = sorted(set(kwargs) - set(CollectorOptions.__dataclass_fields__) - {"num_envs"})
+        if unknown:
+            raise TypeError(f"collector_kwargs has unknown arguments {unknown}")
+        options = CollectorOptions.from_arguments({**locals(), **kwargs}, {
+            "num_collectors": "num_workers", "num_envs": "num_envs_per_worker",
+            "max_actor_restarts": "max_worker_restarts"})
+        clash = sorted({"max_restarts", "max_task_retries"} & set(remote_config or {}))
+        if clash:
+            raise ValueError(f"remote_config must not set {clash}: use max_actor_restarts")
+        self.num_collectors = options.num_workers
+        self._build(options, lambda: RayTransport(dict(ray_init_config or {}), dict(remote_config or {}),
+                                                  options.num_workers), sync=bool(sync))
+
+    @property
+    def actor_pids(self) -> list[int]:
+        """Process ids of the actors (their current processes, after restarts)."""
+        return [pid for pid in self.worker_pids if pid is not None]
+
+    @property
+    def actors(self) -> list[Any]:
+        """The Ray actor handles, in actor order."""
+        transport = self._pool.transport
+        assert isinstance(transport, RayTransport)
+        return [transport.actors[a] for a in sorted(transport.actors)]
+
+    def __repr__(self) -> str:
+        mode = "sync" if self.sync else "async"
+        return (f"RayCollector(num_collectors={self.num_collectors}, {mode}, "
+                f"frames_per_batch={self.frames_per_batch}, total_frames={self.total_frames})")

@@ -1,0 +1,134 @@
+"""Weights through Ray's object store: one ``ray.put`` per update, pulled by version.
+
+The sender keeps, per worker, a version counter and ``{model_id: (ObjectRef, version written)}``.
+Each batch request carries that small table (:meth:`ObjectStoreWeights.payload`); a worker fetches
+the objects only when the version moved past the one it holds, and applies the models written
+since, oldest first, as the shared-memory store does. A restarted worker starts from the table
+given in its setup (:meth:`ObjectStoreWeights.receiver`).
+
+Example (without Ray: ``put`` and ``get`` stand in for ``ray.put`` and ``ray.get``):
+    >>> import torch
+    >>> policy = torch.nn.Linear(2, 1)
+    >>> sender = ObjectStoreWeights({"policy": policy}, num_workers=2, put=lambda x: x,
+    ...                             get=lambda refs: refs)
+    >>> sender.push({"policy": as_weights(torch.nn.Linear(2, 1))}, worker_ids=[1])
+    >>> sender.versions
+    [0, 1]
+    >>> sender.receiver(1).pull({"policy": policy}, seen=0, payload=sender.payload(1))
+    1
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+
+from rlcollect.weights.forms import apply_weights, as_weights, check_weights
+
+__all__ = ["ObjectStoreReceiver", "ObjectStoreWeights"]
+
+# ([{model_id: (ObjectRef, version written)}], newest version): the list keeps Ray from
+# resolving the refs when the payload is passed to an actor method.
+Payload = tuple[list[dict[str, tuple[Any, int]]], int]
+
+
+def _ray_get(refs: list[Any]) -> list[Any]:
+    import ray
+
+    return list(ray.get(refs))
+
+
+class ObjectStoreReceiver:
+    """A worker's side: applies the weights of a payload newer than what it holds (picklable)."""
+
+    def __init__(self, payload: Payload, get: Callable[[list[Any]], list[Any]] | None = None) -> None:
+        self.payload = payload
+        self._get = get
+
+    def pull(self, modules: Mapping[str, torch.nn.Module], seen: int, payload: Payload | None = None) -> int:
+        """Apply the models written after version ``seen``; return the newest version."""
+        if payload is not None:
+            self.payload = payload
+        (entries,), version = self.payload
+        if version <= seen:
+            return max(seen, version)
+        changed = sorted((written, model_id != "policy", model_id)
+                         for model_id, (_, written) in entries.items() if written > seen)
+        refs = list({id(entries[m][0]): entries[m][0] for _, _, m in changed}.values())
+        fetched = dict(zip(map(id, refs), (self._get or _ray_get)(refs), strict=True))
+        for _, _, model_id in changed:
+            apply_weights(modules[model_id], fetched[id(entries[model_id][0])][model_id])
+        return version
+
+
+class ObjectStoreWeights:
+    """The sender: ``{model_id: weights}`` put once per update, versions kept per worker.
+
+    Args:
+        models: the modules whose weights are served (their weights are the reference for checks).
+        num_workers: workers served.
+        put, get: ``ray.put`` and ``ray.get`` (defaults), replaceable for tests.
+    """
+
+    def __init__(
+        self,
+        models: Mapping[str, torch.nn.Module],
+        num_workers: int,
+        put: Callable[[Any], Any] | None = None,
+        get: Callable[[list[Any]], list[Any]] | None = None,
+    ) -> None:
+        if put is None:
+            import ray
+
+            put = ray.put
+        self._put, self._get = put, get
+        self._reference = {k: as_weights(m) for k, m in models.items()}
+        self.model_ids = sorted(models, key=lambda k: (k != "policy", k))
+        self.versions = [0] * num_workers
+        self._entries: list[dict[str, tuple[Any, int]]] = [{} for _ in range(num_workers)]
+
+    def check_model_ids(self, model_ids: Iterable[str]) -> None:
+        """Raise ``KeyError`` naming the known ids if one of ``model_ids`` is unknown."""
+        unknown = sorted(set(model_ids) - set(self.model_ids))
+        if unknown:
+            raise KeyError(f"unknown model id(s) {unknown}; known: {self.model_ids}")
+
+    def push(self, weights: Mapping[str, TensorDictBase], worker_ids: Iterable[int]) -> None:
+        """Put ``weights`` in the object store once; the workers pull it with their next batch."""
+        self.check_model_ids(weights)
+        for model_id, td in weights.items():
+            check_weights(model_id, td, self._reference[model_id])
+        ref = self._put(dict(weights))
+        for worker in worker_ids:
+            self.versions[worker] += 1
+            for model_id in weights:
+                self._entries[worker][model_id] = (ref, self.versions[worker])
+
+    def payload(self, worker_idx: int) -> Payload:
+        """The table sent with each batch request of ``worker_idx``."""
+        return [dict(self._entries[worker_idx])], self.versions[worker_idx]
+
+    def receiver(self, worker_idx: int) -> ObjectStoreReceiver:
+        """What a (re)started worker starts from: the current table."""
+        return ObjectStoreReceiver(self.payload(worker_idx), self._get)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Versions and the newest weights of each worker (fetched), for a resumed collector."""
+        fetch = self._get or _ray_get
+        newest = []
+        for entries in self._entries:
+            refs = {id(ref): ref for ref, _ in entries.values()}
+            values = dict(zip(refs, fetch(list(refs.values())), strict=True))
+            newest.append({m: (values[id(ref)][m], v) for m, (ref, v) in entries.items()})
+        return {"versions": list(self.versions), "entries": newest}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` (each worker's weights put again)."""
+        self.versions = [int(v) for v in state["versions"]]
+        self._entries = [
+            {m: (self._put({m: weights}), int(v)) for m, (weights, v) in entries.items()}
+            for entries in state["entries"]
+        ]
