@@ -1,6 +1,4 @@
-"""Benchmarks of rlcollect against the hand-written loop, TorchRL and the physical limit.
+"""Benchmarks of rlcollect: ``python -m bench.single_process`` (``multi_process``, ``replay``, ``ray``).
 
-Run from the repository root: ``python -m bench.single_process`` (``--quick`` for a smoke run),
-and ``python -m bench.profile_rlcollect --workload cartpole-8`` for where rlcollect's time per step
-goes. How we measure is described in ``BENCHMARKS.md``; :mod:`bench.harness` implements it.
+How we measure and how to run each script: ``bench/README.md``.
 """

@@ -1,120 +1,119 @@
-"""Shared benchmark machinery: contenders in their own processes, interleaved, summarised.
+"""The benchmark harness: contenders in fresh processes, interleaved, summarised, written up.
 
-How a measurement goes (see ``/work/shared/BENCHMARKS.md``):
-
-1. Each contender of a workload is built in a fresh process (``multiprocessing`` spawn), so its
-   peak RSS is its own and no contender inherits another's imports, threads or caches. Every
-   process runs torch with one thread.
-2. A contender is a :data:`BatchFn`: a function that collects one batch and returns how many
-   frames (env steps summed over envs) it collected. In its process it runs one warm-up batch.
-   Once all contenders are built, each in turn runs calibration batches (a fifth of
-   ``target_seconds``) that fix how many batches a repetition holds (about ``target_seconds``);
-   slow contenders thus get fewer frames.
-3. The parent asks the contenders for one repetition each in turn (A B C A B C ...). Each
-   repetition runs one untimed warm-up batch (or ``batch.warmup_batches``), then the timed
-   batches; the worker answers with frames, seconds and its peak RSS so far.
-4. :class:`Summary` gives the median, min and max of the repetitions' frames/s.
-
-Contenders that start processes of their own (multi-process collectors, ``AsyncVectorEnv``) are
-measured with ``run_interleaved(..., daemon=False, process_tree=True)``: their process is not
-daemonic (a daemonic process cannot start children), repetitions are sized by wall time (the
-contender's own CPU time is a small part of the work), CPU time and memory are those of the
-contender's whole process tree (itself and its descendants, read from ``/proc``), and a contender
-whose :data:`BatchFn` has a ``close()`` method is closed before its process exits. A :data:`BatchFn`
-with a ``warmup_batches`` attribute gets that many warm-up batches before each repetition instead of
-one (an asynchronous collector holds batches its workers collected ahead: they are used up first).
+The protocol is in ``bench/README.md``. Each contender is built in a fresh interpreter
+(``python -m bench.harness --serve MODULE:BUILDER KWARGS``) with one torch thread, which answers
+the parent's commands on stdin / stdout, one JSON line each: after building it and running one
+warm-up batch, ``calibrate S`` (how many batches make about ``S`` seconds) and ``measure`` (warm-up
+batch(es), then the timed batches: frames, wall seconds, CPU seconds and memory of its process
+tree). The parent asks for one repetition of each contender in turn (A B C A B C ...).
 
 Example:
-    >>> Summary.of([3.0, 1.0, 2.0])
-    Summary(median=2.0, min=1.0, max=3.0)
+    >>> Summary.of([3.0, 1.0, 2.0]).format(1)
+    '2.0 [1.0–3.0]'
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
-import hashlib
-import importlib.metadata
-import multiprocessing as mp
+import importlib
+import json
 import os
 import platform
-import resource
+import select
+import shlex
+import shutil
 import signal
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
-import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from multiprocessing.connection import Connection
+from importlib import metadata
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any
 
 __all__ = [
-    "BatchFn",
-    "Builder",
-    "ContenderResult",
-    "Sample",
-    "Summary",
-    "TreeMemory",
-    "cpu_seconds_by_process",
-    "machine_info",
-    "peak_rss_mb",
-    "process_tree",
-    "run_interleaved",
-    "runqueue_wait_seconds",
-    "source_digest",
-    "tree_cpu_seconds",
-    "tree_memory",
-    "tree_peak_rss_mb",
+    "Batches", "Contender", "Plan", "Ratio", "Summary", "cpu_seconds", "markdown_table", "memory_mb",
+    "parse_args", "process_tree", "run", "run_interleaved",
 ]
 
-#: Collects one batch and returns the number of frames it collected.
-BatchFn = Callable[[], int]
-W = TypeVar("W")
-#: Builds a contender for a workload, in the contender's own process (must be picklable).
-Builder = Callable[[W], BatchFn]
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+TICKS = os.sysconf("SC_CLK_TCK")
+TIMEOUT_S = 600.0  # building a contender, or one repetition
+Sample = dict[str, Any]  # one repetition: frames, seconds, cpu, own_cpu, processes, rss_mb, hwm_mb
 
-_READY_TIMEOUT_S = 300.0  # building a contender: imports, envs, a warm-up batch
-_SAMPLE_TIMEOUT_S = 300.0  # calibration, or a repetition: a warm-up batch and about target_seconds
+
+class Batches:
+    """A contender in its process: calling it collects one batch and returns its frames.
+
+    ``close`` runs before the process exits; ``warmup_batches`` run before every repetition (an
+    asynchronous collector holds batches its workers collected ahead: they are used up first);
+    ``pids`` names processes outside the process tree whose CPU and memory count (Ray actors).
+    """
+
+    def __init__(
+        self,
+        next_batch: Callable[[], int],
+        close: Callable[[], Any] | None = None,
+        warmup_batches: int = 1,
+        pids: Callable[[], list[int]] | None = None,
+    ) -> None:
+        self.next_batch, self.close = next_batch, close or (lambda: None)
+        self.warmup_batches, self.pids = warmup_batches, pids or list
+
+    def __call__(self) -> int:
+        return self.next_batch()
 
 
 @dataclass(frozen=True)
-class Sample:
-    """One timed repetition of one contender.
+class Contender:
+    """A row: ``builder(**kwargs)``, run in the contender's process, returns its :class:`Batches`
+    (or a plain function ``() -> frames``); a module-level function, ``kwargs`` JSON-able."""
 
-    ``cpu_seconds`` is the process's CPU time over the repetition: on a shared machine, where
-    other jobs take the CPU away now and then, frames per CPU second are what a quiet machine's
-    frames per second would be (for these single-threaded contenders).
-    """
+    name: str
+    label: str
+    builder: Callable[..., Any]
+    kwargs: dict[str, Any] = field(default_factory=dict)
 
-    frames: int
-    seconds: float
-    cpu_seconds: float
-    peak_rss_mb: float
-    #: process-tree runs only (``process_tree=True``): the largest sum over the tree of ``VmRSS``
-    #: and of ``Pss`` seen while the repetition ran (sampled by the parent), and the tree's size
-    tree_rss_mb: float | None = None
-    tree_pss_mb: float | None = None
-    processes: int | None = None
-    #: process-tree runs only: CPU seconds of the contender's process, then of each descendant (by
-    #: pid), over the repetition; and the seconds its threads spent runnable but waiting for a CPU
-    cpu_by_process: tuple[float, ...] | None = None
-    runqueue_wait_seconds: float | None = None
+    def command(self) -> list[str]:
+        """The command line of the contender's process."""
+        module = self.builder.__module__
+        if module == "__main__":  # the script run with python -m: import it by its name
+            module = sys.modules["__main__"].__spec__.name  # type: ignore[union-attr]
+        ref = f"{module}:{self.builder.__name__}"
+        return [sys.executable, "-m", "bench.harness", "--serve", ref, json.dumps(self.kwargs)]
 
-    @property
-    def fps(self) -> float:
-        """Frames per second of this repetition (wall clock)."""
-        return self.frames / self.seconds
 
-    @property
-    def cpu_fps(self) -> float:
-        """Frames per CPU second of this repetition."""
-        return self.frames / self.cpu_seconds
+@dataclass(frozen=True)
+class Ratio:
+    """A ratio to report: ``numerator`` / ``denominator`` (contender names), paired repetition by
+    repetition; ``target`` is read on wall clock, and on CPU time unless ``cpu_target`` is false
+    (a speed-up from more processes shows in wall-clock frames/s only)."""
+
+    numerator: str
+    denominator: str
+    label: str
+    target: float | None = None
+    cpu_target: bool = True
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One workload of a family: its heading, contenders (the first is profiled) and ratios."""
+
+    heading: str
+    contenders: list[Contender]
+    ratios: list[Ratio]
 
 
 @dataclass(frozen=True)
 class Summary:
-    """Median, min and max of a few numbers (the repetitions of a measurement)."""
+    """Median, min and max of the repetitions."""
 
     median: float
     min: float
@@ -122,523 +121,380 @@ class Summary:
 
     @classmethod
     def of(cls, values: Sequence[float]) -> Summary:
-        """Summarise ``values`` (at least one)."""
         return cls(statistics.median(values), min(values), max(values))
 
     def format(self, digits: int = 0) -> str:
-        """``median [min–max]`` with ``digits`` decimals and thousands separators."""
         return f"{self.median:,.{digits}f} [{self.min:,.{digits}f}–{self.max:,.{digits}f}]"
 
 
-@dataclass(frozen=True)
-class ContenderResult:
-    """All repetitions of one contender on one workload."""
-
-    name: str
-    samples: tuple[Sample, ...]
-    batches_per_rep: int
-
-    @property
-    def fps(self) -> Summary:
-        """Frames/s (wall clock) over the repetitions."""
-        return Summary.of([s.fps for s in self.samples])
-
-    @property
-    def cpu_fps(self) -> Summary:
-        """Frames per CPU second over the repetitions."""
-        return Summary.of([s.cpu_fps for s in self.samples])
-
-    @property
-    def frames_per_rep(self) -> int:
-        """Frames in one timed repetition."""
-        return self.samples[0].frames
-
-    @property
-    def peak_rss_mb(self) -> float:
-        """Peak RSS of the contender's process (and its waited-for children), in MB.
-
-        In a process-tree run: the sum of every process's own peak (``VmHWM``) over the tree.
-        """
-        return max(s.peak_rss_mb for s in self.samples)
-
-    @property
-    def tree_rss_mb(self) -> float | None:
-        """Process-tree runs: the largest sampled sum of ``VmRSS`` over the tree, in MB."""
-        values = [s.tree_rss_mb for s in self.samples if s.tree_rss_mb is not None]
-        return max(values) if values else None
-
-    @property
-    def tree_pss_mb(self) -> float | None:
-        """Process-tree runs: the largest sampled sum of ``Pss`` over the tree, in MB."""
-        values = [s.tree_pss_mb for s in self.samples if s.tree_pss_mb is not None]
-        return max(values) if values else None
-
-    @property
-    def processes(self) -> int | None:
-        """Process-tree runs: how many processes the contender's tree holds."""
-        values = [s.processes for s in self.samples if s.processes is not None]
-        return max(values) if values else None
-
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict: summary, per-repetition samples and memory."""
-        return {
-            "fps": asdict(self.fps),
-            "cpu_fps": asdict(self.cpu_fps),
-            "frames_per_rep": self.frames_per_rep,
-            "batches_per_rep": self.batches_per_rep,
-            "peak_rss_mb": round(self.peak_rss_mb, 1),
-            **(
-                {}
-                if self.tree_rss_mb is None
-                else {
-                    "tree_rss_mb": round(self.tree_rss_mb, 1),
-                    "tree_pss_mb": None if self.tree_pss_mb is None else round(self.tree_pss_mb, 1),
-                    "processes": self.processes,
-                }
-            ),
-            "samples": [
-                {**{k: v for k, v in asdict(s).items() if v is not None}, "fps": s.fps, "cpu_fps": s.cpu_fps}
-                for s in self.samples
-            ],
-        }
-
-
-def peak_rss_mb() -> float:
-    """Peak resident memory of this process plus the largest of its waited-for children, in MB.
-
-    ``ru_maxrss`` is in kilobytes on Linux. A contender that spawns no processes has no children,
-    so this is the peak RSS of its whole process tree.
-    """
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return (own + children) / 1024
-
-
 # -- process trees (Linux /proc) -------------------------------------------------------------------
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
 def process_tree(pid: int) -> list[int]:
-    """``pid`` and all its living descendants (children of any of their threads), parents first."""
+    """``pid`` and its living descendants, parents first."""
     tree, index = [pid], 0
     while index < len(tree):
-        try:
-            tasks = os.listdir(f"/proc/{tree[index]}/task")
-        except OSError:
-            tasks = []
-        for task in tasks:
-            try:
-                with open(f"/proc/{tree[index]}/task/{task}/children") as children:
-                    tree.extend(int(child) for child in children.read().split())
-            except OSError:
-                pass
+        with contextlib.suppress(OSError):
+            for task in os.listdir(f"/proc/{tree[index]}/task"):
+                with contextlib.suppress(OSError), open(f"/proc/{tree[index]}/task/{task}/children") as f:
+                    tree.extend(int(child) for child in f.read().split())
         index += 1
     return tree
 
 
-def cpu_seconds_by_process(pids: Sequence[int]) -> dict[int, float]:
-    """User + system CPU seconds of each process (all its threads); gone processes count 0.
-
-    Read from ``/proc/<pid>/stat`` (clock-tick resolution, 10 ms): take differences over at least
-    a second.
-    """
-    seconds = {}
-    for pid in pids:
-        ticks = 0
-        try:
-            with open(f"/proc/{pid}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()  # after "pid (comm)"
-            ticks = int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of stat
-        except (OSError, IndexError, ValueError):
-            pass
-        seconds[pid] = ticks / _CLOCK_TICKS
-    return seconds
-
-
-def tree_cpu_seconds(pids: Sequence[int]) -> float:
-    """User + system CPU seconds of the processes together (see :func:`cpu_seconds_by_process`)."""
-    return sum(cpu_seconds_by_process(pids).values())
-
-
-def runqueue_wait_seconds(pids: Sequence[int]) -> float:
-    """Seconds the processes' (living) threads spent runnable, waiting for a CPU (``schedstat``)."""
-    nanoseconds = 0
-    for pid in pids:
-        try:
-            tasks = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for task in tasks:
-            try:
-                with open(f"/proc/{pid}/task/{task}/schedstat") as schedstat:
-                    nanoseconds += int(schedstat.read().split()[1])
-            except (OSError, IndexError, ValueError):
-                pass
-    return nanoseconds / 1e9
-
-
-def _status_kb(pid: int, keys: Sequence[str]) -> dict[str, int]:
-    values = {}
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process, all its threads (0 once it is gone)."""
     try:
-        with open(f"/proc/{pid}/status") as status:
-            for line in status:
-                key = line.split(":", 1)[0]
-                if key in keys:
-                    values[key] = int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return values
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()  # after "pid (comm)"
+        return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
-def tree_peak_rss_mb(pids: Sequence[int]) -> float:
-    """Sum of the processes' own peak resident sets (``VmHWM``), in MB; gone processes count 0.
-
-    An upper bound of the tree's peak: the processes' peaks need not coincide, and pages shared
-    between processes (shared memory, copy-on-write after fork) count once per process.
-    """
-    return sum(_status_kb(pid, ("VmHWM",)).get("VmHWM", 0) for pid in pids) / 1024
-
-
-@dataclass(frozen=True)
-class TreeMemory:
-    """Resident memory of a process tree now: ``VmRSS`` summed, and ``Pss`` summed (MB).
-
-    ``Pss`` (proportional set size) charges a page shared by ``k`` processes ``1/k`` to each, so
-    its sum counts shared memory and copy-on-write pages once: the tree's actual footprint.
-    """
-
-    rss_mb: float
-    pss_mb: float
-    processes: int
-
-
-def tree_memory(pids: Sequence[int]) -> TreeMemory:
-    """:class:`TreeMemory` of the processes (gone ones count 0)."""
-    rss = pss = 0
+def memory_mb(pids: Sequence[int], key: str = "VmRSS") -> float:
+    """``key`` of ``/proc/<pid>/status`` (``VmRSS``: resident now, ``VmHWM``: the process's own peak)
+    summed over the processes, in MB (gone processes count 0)."""
+    total = 0
     for pid in pids:
-        rss += _status_kb(pid, ("VmRSS",)).get("VmRSS", 0)
-        try:
-            with open(f"/proc/{pid}/smaps_rollup") as rollup:
-                for line in rollup:
-                    if line.startswith("Pss:"):
-                        pss += int(line.split()[1])
-                        break
-        except (OSError, ValueError, IndexError):
-            pass
-    return TreeMemory(rss / 1024, pss / 1024, len(pids))
+        with contextlib.suppress(OSError, ValueError, IndexError, StopIteration), \
+                open(f"/proc/{pid}/status") as f:
+            total += next(int(line.split()[1]) for line in f if line.startswith(f"{key}:"))
+    return total / 1024
 
 
-def _time_batches(batch: BatchFn, num_batches: int) -> tuple[int, float, float]:
-    """Run ``num_batches`` batches; return the frames collected, the seconds and CPU seconds taken."""
-    start, cpu_start = time.perf_counter(), time.process_time()
-    frames = sum(batch() for _ in range(num_batches))
-    return frames, time.perf_counter() - start, time.process_time() - cpu_start
-
-
-def _calibrate(batch: BatchFn, target_seconds: float, clock: Callable[[], float] = time.process_time) -> int:
-    """How many batches make a repetition of about ``target_seconds`` (timed over a fifth of it).
-
-    ``clock`` is the process's CPU time by default (what other jobs take does not shorten reps);
-    wall time for contenders whose work happens in other processes.
-    """
-    count, start = 0, clock()
-    while count == 0 or clock() - start < target_seconds / 5:
-        batch()
-        count += 1
-    seconds_per_batch = (clock() - start) / count
-    return max(1, round(target_seconds / seconds_per_batch))
-
-
-def _tree_sample(batch: BatchFn, num_batches: int) -> Sample:
-    """Time ``num_batches`` batches; CPU (per process), run-queue waits and peak RSS of the tree."""
-    pid = os.getpid()
-    pids = process_tree(pid)
-    wait_start, cpu_start = runqueue_wait_seconds(pids), cpu_seconds_by_process(pids[1:])
-    start, own_start = time.perf_counter(), time.process_time()
-    frames = sum(batch() for _ in range(num_batches))
-    seconds, own = time.perf_counter() - start, time.process_time() - own_start
-    cpu_end = cpu_seconds_by_process(pids[1:])
-    wait = runqueue_wait_seconds(pids) - wait_start
-    children = tuple(cpu_end[p] - cpu_start[p] for p in sorted(pids[1:]))
-    return Sample(
-        frames, seconds, own + sum(children), tree_peak_rss_mb(process_tree(pid)),
-        cpu_by_process=(own, *children), runqueue_wait_seconds=wait,
-    )
-
-
-def _close(batch: Any) -> None:
-    close = getattr(batch, "close", None)
-    if callable(close):
-        close()
-
-
-def _serve(
-    conn: Connection,
-    builder: Builder[Any],
-    workload: Any,
-    target_seconds: float,
-    tree: bool = False,
-) -> None:
-    """Worker process: build the contender, warm it up, then time repetitions on request.
-
-    With ``tree``, repetitions are sized by wall time, CPU seconds are the whole process tree's
-    (the contender's own from ``time.process_time``, its descendants' from ``/proc``), and the
-    peak RSS is :func:`tree_peak_rss_mb` of the tree.
-    """
-    import torch  # here, not at module level: the parent process never needs torch
+# -- the contender's process -----------------------------------------------------------------------
+def _serve(ref: str, kwargs: dict[str, Any], for_seconds: float | None = None) -> None:
+    """Build the contender, warm it up, then answer the parent (or, for ``--profile``, just collect
+    for ``for_seconds``)."""
+    answer = os.fdopen(os.dup(1), "w", buffering=1)  # the protocol's channel; anything else printed,
+    os.dup2(2, 1)  # here or in processes started from here, goes to stderr
+    import torch
 
     torch.set_num_threads(1)
-    batch: Any = None
+    module, name = ref.split(":")
+    batch = getattr(importlib.import_module(module), name)(**kwargs)
+    batch = batch if isinstance(batch, Batches) else Batches(batch)
     try:
-        batch = builder(workload)
         batch()  # warm-up: first-call costs (allocation, lazy init) are not measured
-        conn.send(("ready", None))
+        start = time.perf_counter()
+        while for_seconds is not None and time.perf_counter() - start < for_seconds:
+            batch()
+        if for_seconds is not None:
+            return
+        answer.write(json.dumps({"pids": batch.pids()}) + "\n")
         num_batches = 1
-        warmup = int(getattr(batch, "warmup_batches", 1))
-        while True:
-            try:
-                command = conn.recv()
-            except EOFError:  # the parent is gone
-                break
-            if command == "stop":
-                break
-            if command == "calibrate":  # asked for once all contenders are built: the CPU is quiet
-                clock = time.perf_counter if tree else time.process_time
-                num_batches = _calibrate(batch, target_seconds, clock)
-                conn.send(("calibrated", num_batches))
-            else:
-                for _ in range(warmup):  # warm-up batch(es) before every repetition
+        for line in sys.stdin:
+            command, *args = line.split()
+            if command == "calibrate":  # batches in a repetition of about args[0] s, timed over a fifth
+                count, start = 0, time.perf_counter()
+                while count == 0 or time.perf_counter() - start < float(args[0]) / 5:
                     batch()
-                if tree:
-                    conn.send(("sample", _tree_sample(batch, num_batches)))
-                else:
-                    frames, seconds, cpu_seconds = _time_batches(batch, num_batches)
-                    conn.send(("sample", Sample(frames, seconds, cpu_seconds, peak_rss_mb())))
-    except BaseException:
-        with contextlib.suppress(BrokenPipeError, OSError):
-            conn.send(("error", traceback.format_exc()))
-        raise
+                    count += 1
+                num_batches = max(1, round(float(args[0]) * count / (time.perf_counter() - start)))
+                answer.write(json.dumps({"batches": num_batches}) + "\n")
+            else:
+                answer.write(json.dumps(_measure(batch, num_batches)) + "\n")
     finally:
-        try:
-            _close(batch)  # stops the contender's own processes before this one exits
-        finally:
-            conn.close()
+        batch.close()
 
 
-@dataclass
-class _Worker:
+def _measure(batch: Batches, num_batches: int) -> Sample:
+    """Warm-up batch(es), then ``num_batches`` timed ones: frames, seconds, CPU and memory of the tree
+    (CPU of the contender's own process from ``time.process_time``, of the others from ``/proc``)."""
+    for _ in range(batch.warmup_batches):
+        batch()
+    before = {pid: cpu_seconds(pid) for pid in [*process_tree(os.getpid())[1:], *batch.pids()]}
+    start, own = time.perf_counter(), time.process_time()
+    frames = sum(batch() for _ in range(num_batches))
+    seconds, own = time.perf_counter() - start, time.process_time() - own
+    pids = [*process_tree(os.getpid()), *batch.pids()]
+    others = sum(cpu_seconds(pid) - before.get(pid, 0.0) for pid in pids[1:])
+    return {
+        "frames": frames, "seconds": seconds, "cpu": own + others, "own_cpu": own, "processes": len(pids),
+        "rss_mb": memory_mb(pids), "hwm_mb": memory_mb(pids, "VmHWM"),
+    }
+
+
+# -- the parent ------------------------------------------------------------------------------------
+class _Process:
     """The parent's handle on one contender's process."""
 
-    name: str
-    process: mp.process.BaseProcess
-    conn: Connection
-    batches_per_rep: int = 0
-
-    def receive(
-        self, expected: str, timeout: float, on_wait: Callable[[], None] | None = None, every: float = 0.2
-    ) -> Any:
-        """The payload of the worker's next message, which must be ``expected``.
-
-        ``on_wait`` is called about every ``every`` seconds while waiting (and once at the start).
-        """
-        deadline = time.monotonic() + timeout
-        if on_wait is not None:
-            on_wait()
-            while not self.conn.poll(min(every, max(0.0, deadline - time.monotonic()))):
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(f"contender {self.name!r} sent nothing within {timeout:.0f} s")
-                on_wait()
-        elif not self.conn.poll(timeout):
-            raise TimeoutError(f"contender {self.name!r} sent nothing within {timeout:.0f} s")
+    def __init__(self, contender: Contender, env: dict[str, str] | None) -> None:
+        self.contender, self.peak_rss = contender, 0.0
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115  (its stderr; closed in stop())
+        self.process = subprocess.Popen(
+            contender.command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
+            cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},  # 1 thread in every process
+        )
+        self.extra: list[int] = []
         try:
-            kind, payload = self.conn.recv()
-        except EOFError:
-            self.process.join(5)
-            raise RuntimeError(
-                f"contender {self.name!r} exited (code {self.process.exitcode}) without a result"
-            ) from None
-        if kind == "error":
-            raise RuntimeError(f"contender {self.name!r} failed:\n{payload}")
-        if kind != expected:
-            raise RuntimeError(f"contender {self.name!r} sent {kind!r}, expected {expected!r}")
-        return payload
+            self.extra = self.receive()["pids"]
+            self.settle()
+        except BaseException:
+            self.stop()
+            raise
 
-    def ask_to_stop(self) -> None:
-        """Tell the worker to exit (it may be gone already)."""
-        with contextlib.suppress(BrokenPipeError, OSError):
-            self.conn.send("stop")
+    def pids(self) -> list[int]:
+        return [*process_tree(self.process.pid), *self.extra]
 
-    def join(self, timeout: float = 10.0) -> None:
-        """Wait for the worker to exit; terminate it if it does not within ``timeout`` seconds.
+    def receive(self, sample_memory: bool = False) -> dict[str, Any]:
+        """The next answer; while waiting, every 0.2 s, the tree's resident memory (``sample_memory``)."""
+        assert self.process.stdout is not None
+        deadline = time.monotonic() + TIMEOUT_S
+        while not select.select([self.process.stdout], [], [], 0.2)[0]:
+            if sample_memory:
+                self.peak_rss = max(self.peak_rss, memory_mb(self.pids()))
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"contender {self.contender.name!r}: no answer in {TIMEOUT_S:.0f} s")
+        line = self.process.stdout.readline()
+        if not line:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(10)
+            self.log.seek(0)
+            tail = self.log.read().decode(errors="replace")[-4000:]
+            raise RuntimeError(f"contender {self.contender.name!r} exited ({self.process.poll()}):\n{tail}")
+        return dict(json.loads(line))
 
-        Descendants that outlive a terminated worker (its own worker processes) are killed too.
-        """
-        self.process.join(timeout)
-        if self.process.is_alive():
-            pid = self.process.pid
-            descendants = process_tree(pid)[1:] if pid is not None else []
-            self.process.terminate()
-            self.process.join(5)
-            for child in descendants:
+    def ask(self, command: str, sample_memory: bool = False) -> dict[str, Any]:
+        assert self.process.stdin is not None
+        with contextlib.suppress(BrokenPipeError):  # it died: receive() reports why
+            self.process.stdin.write(command + "\n")
+            self.process.stdin.flush()
+        answer = self.receive(sample_memory)
+        self.settle()
+        return answer
+
+    def settle(self, limit: float = 10.0) -> None:
+        """Wait (up to ``limit`` s) until the tree uses at most a clock tick of CPU per 0.1 s (after each
+        answer): an asynchronous collector's workers finish the batch they started ahead before
+        the next contender runs."""
+        deadline, before = time.monotonic() + limit, -1.0
+        while time.monotonic() < deadline:
+            now = sum(cpu_seconds(pid) for pid in self.pids())
+            if before >= 0 and now - before <= 1.5 / TICKS:
+                return
+            before = now
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        """End of stdin asks the contender to close and exit; its tree is killed if it has not in 60 s."""
+        pids = self.pids()
+        with contextlib.suppress(OSError):
+            self.process.stdin.close()  # type: ignore[union-attr]
+        try:
+            self.process.wait(60)
+        except subprocess.TimeoutExpired:
+            for pid in pids:
                 with contextlib.suppress(OSError):
-                    os.kill(child, signal.SIGKILL)
-        self.conn.close()
+                    os.kill(pid, signal.SIGKILL)
+            self.process.wait()
+        self.log.close()
 
 
 def run_interleaved(
-    contenders: dict[str, Builder[W]],
-    workload: W,
-    *,
-    repetitions: int,
-    target_seconds: float,
-    start_method: Literal["spawn", "fork"] = "spawn",
-    log: Callable[[str], None] = print,
-    daemon: bool = True,
-    process_tree: bool = False,
-) -> dict[str, ContenderResult]:
-    """Measure every contender on ``workload``, repetitions interleaved (A B C A B C ...).
-
-    Args:
-        contenders: name -> builder; each builder runs in a fresh spawned process and must be a
-            module-level function (it is pickled by reference), as must ``workload`` be picklable.
-        workload: passed to each builder.
-        repetitions: timed repetitions per contender (the median of them is reported).
-        target_seconds: about how long one repetition lasts.
-        start_method: ``"spawn"`` (fresh interpreters: isolated, peak RSS comparable) or ``"fork"``
-            (starts in milliseconds, for smoke runs: the workers share what the parent imported,
-            so their peak RSS includes it).
-        log: progress messages.
-        daemon: start the contenders' processes daemonic (killed with the parent). Contenders
-            that start processes of their own need ``False`` (a daemonic process cannot have
-            children); each is then asked to stop (its ``BatchFn.close()`` runs) and joined,
-            also when the run fails.
-        process_tree: contenders whose work happens in processes of their own: they are built one
-            after the other (not side by side), repetitions are sized by wall time, CPU time is
-            the contender's whole process tree's, peak RSS is
-            :func:`tree_peak_rss_mb` of the tree, and while a repetition runs the parent samples
-            the tree's memory (:func:`tree_memory`, every 0.2 s) into ``Sample.tree_rss_mb`` and
-            ``tree_pss_mb``.
-
-    Returns:
-        name -> :class:`ContenderResult`, in the order of ``contenders``.
-    """
-    context = mp.get_context("fork") if start_method == "fork" else mp.get_context("spawn")
-    tree = process_tree
-    workers: list[_Worker] = []
+    contenders: Sequence[Contender], repetitions: int, seconds: float, env: dict[str, str] | None = None
+) -> tuple[dict[str, list[Sample]], dict[str, str]]:
+    """Measure the contenders, repetitions interleaved; the samples by name, and the contenders that
+    could not be built (name -> the error's last line). ``env``: extra environment variables."""
+    running: dict[str, _Process] = {}
+    failed: dict[str, str] = {}
     try:
-        for name, builder in contenders.items():  # built side by side: building is not timed
-            parent_conn, child_conn = context.Pipe()
-            process = context.Process(
-                target=_serve, args=(child_conn, builder, workload, target_seconds, tree), daemon=daemon
-            )
-            process.start()
-            child_conn.close()
-            workers.append(_Worker(name, process, parent_conn))
-            if process_tree:  # built one at a time: many processes starting at once time out
-                workers[-1].receive("ready", _READY_TIMEOUT_S)
-                _settle(process.pid)
-        for worker in workers if not process_tree else []:
-            worker.receive("ready", _READY_TIMEOUT_S)
-        for worker in workers:  # one at a time, as the repetitions will run
-            if tree:
-                for other in workers:
-                    _settle(other.process.pid)
-            worker.conn.send("calibrate")
-            worker.batches_per_rep = worker.receive("calibrated", _SAMPLE_TIMEOUT_S)
-        if tree:
-            _settle(workers[-1].process.pid)
-        samples: dict[str, list[Sample]] = {worker.name: [] for worker in workers}
+        for contender in contenders:  # built one at a time: many processes starting at once time out
+            try:
+                running[contender.name] = _Process(contender, env)
+            except (RuntimeError, TimeoutError) as error:
+                failed[contender.name] = str(error).strip().splitlines()[-1][:200]
+                print(f"  {contender.name} did not run: {failed[contender.name]}", flush=True)
+        for process in running.values():  # one at a time, on a quiet machine, as repetitions will run
+            process.ask(f"calibrate {seconds}")
+        samples: dict[str, list[Sample]] = {name: [] for name in running}
         for rep in range(repetitions):
-            for worker in workers:
-                worker.conn.send("measure")
-                peak: list[TreeMemory] = []
-                on_wait = None
-                if tree:
-                    pid = worker.process.pid
-                    assert pid is not None
-
-                    def on_wait(pid: int = pid, peak: list[TreeMemory] = peak) -> None:
-                        peak.append(tree_memory(_process_tree(pid)))
-
-                sample: Sample = worker.receive("sample", _SAMPLE_TIMEOUT_S, on_wait)
-                if peak:
-                    sample = replace(
-                        sample,
-                        tree_rss_mb=max(m.rss_mb for m in peak),
-                        tree_pss_mb=max(m.pss_mb for m in peak),
-                        processes=max(m.processes for m in peak),
-                    )
-                samples[worker.name].append(sample)
-                if tree:  # an async contender's workers may still finish a prefetched batch
-                    _settle(worker.process.pid)
-                log(
-                    f"  rep {rep + 1}/{repetitions} {worker.name:<18} {sample.fps:>10,.0f} frames/s "
-                    f"{sample.cpu_fps:>10,.0f} frames/CPU-s"
-                )
-    finally:  # all told first, then joined: their exits overlap
-        for worker in workers:
-            worker.ask_to_stop()
-        for worker in workers:
-            worker.join(10.0 if daemon else 60.0)  # closing a contender's own workers takes a while
-    return {w.name: ContenderResult(w.name, tuple(samples[w.name]), w.batches_per_rep) for w in workers}
+            for name, process in running.items():
+                process.peak_rss = 0.0
+                sample = process.ask("measure", sample_memory=True)
+                sample["rss_mb"] = max(sample["rss_mb"], process.peak_rss)
+                samples[name].append(sample)
+                wall, cpu = sample["frames"] / sample["seconds"], sample["frames"] / sample["cpu"]
+                print(f"  rep {rep + 1}/{repetitions} {name:<28} {wall:>12,.0f} frames/s "
+                      f"{cpu:>12,.0f} frames/CPU-s", flush=True)
+    finally:
+        for process in running.values():
+            process.stop()
+    return samples, failed
 
 
-_process_tree = process_tree  # run_interleaved's argument of that name hides the function
+# -- statistics and reports ------------------------------------------------------------------------
+def rates(samples: Sequence[Sample], clock: str = "seconds") -> list[float]:
+    """Frames per second (``clock="seconds"``) or per CPU second of the tree (``"cpu"``), per repetition."""
+    return [s["frames"] / s[clock] for s in samples]
 
 
-def _settle(pid: int | None, window: float = 0.1, limit: float = 10.0) -> None:
-    """Wait (up to ``limit`` s) until ``pid``'s process tree uses at most one clock tick per ``window``.
-
-    Between repetitions: a contender whose workers collect ahead (asynchronous collectors) would
-    otherwise take CPU from the next contender's repetition.
-    """
-    if pid is None:
-        return
-    deadline = time.monotonic() + limit
-    before = tree_cpu_seconds(_process_tree(pid))
-    while time.monotonic() < deadline:
-        time.sleep(window)
-        now = tree_cpu_seconds(_process_tree(pid))
-        if now - before <= 1.5 / _CLOCK_TICKS:
-            return
-        before = now
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A markdown table; the first column left-aligned, the others right-aligned."""
+    lines = [header, [":---"] + ["---:"] * (len(header) - 1), *rows]
+    return "\n".join("| " + " | ".join(line) + " |" for line in lines)
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+def contender_table(
+    contenders: Sequence[Contender], samples: dict[str, list[Sample]], failed: dict[str, str]
+) -> str:
+    """Frames/s, CPU, frames per repetition, processes and memory of each contender."""
+    rows = []
+    for c in contenders:
+        if c.name in failed:
+            rows.append([c.label, f"did not run: {failed[c.name]}", *[""] * 7])
+            continue
+        s = samples[c.name]
+        rows.append([
+            c.label, Summary.of(rates(s)).format(), Summary.of(rates(s, "cpu")).format(),
+            f"{statistics.median(1e6 * x['own_cpu'] / x['frames'] for x in s):,.2f}",
+            f"{statistics.median(x['cpu'] / x['seconds'] for x in s):.2f}", f"{s[0]['frames']:,}",
+            str(max(x["processes"] for x in s)), f"{max(x['rss_mb'] for x in s):,.0f}",
+            f"{max(x['hwm_mb'] for x in s):,.0f}",
+        ])
+    header = [
+        "contender", "frames/s median [min–max]", "frames / CPU-s (tree)", "main process CPU µs / frame",
+        "CPUs busy", "frames / rep", "processes", "peak RSS MB (Σ tree)", "Σ VmHWM MB",
+    ]
+    return markdown_table(header, rows)
+
+
+def ratio_table(ratios: Sequence[Ratio], samples: dict[str, list[Sample]]) -> str:
+    """Each ratio's median [min–max] over paired repetitions, on wall clock and on CPU time."""
+    rows = []
+    for r in ratios:
+        if r.numerator not in samples or r.denominator not in samples:
+            continue
+        paired = {
+            clock: Summary.of([a / b for a, b in zip(rates(samples[r.numerator], key),
+                                                     rates(samples[r.denominator], key), strict=True)])
+            for clock, key in (("wall", "seconds"), ("CPU", "cpu"))
+        }
+        met = "" if r.target is None else ", ".join(
+            f"{clock}: " + ("met" if summary.median >= r.target else "**missed**")
+            for clock, summary in paired.items() if clock == "wall" or r.cpu_target
+        )
+        target = "" if r.target is None else f"≥ {r.target:g}"
+        rows.append([r.label, paired["wall"].format(2), paired["CPU"].format(2), target, met])
+    header = ["ratio: median [min–max] of paired repetitions", "wall clock", "CPU time", "target", "met"]
+    return markdown_table(header, rows)
 
 
 def _version(package: str) -> str:
     try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
         return "not installed"
 
 
-def source_digest(package_dir: Path) -> str:
-    """Short SHA-256 over a package's ``.py`` files (paths and contents): which code was measured."""
-    digest = hashlib.sha256()
-    for path in sorted(package_dir.rglob("*.py")):
-        digest.update(str(path.relative_to(package_dir)).encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:12]
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as cpuinfo:
+        for line in cpuinfo:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
 
 
-def machine_info() -> dict[str, str]:
-    """Date, CPU count and model, and the versions that matter for these numbers."""
-    info = {
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "nproc": str(len(os.sched_getaffinity(0))),
-        "cpu": _cpu_model(),
-        "python": platform.python_version(),
-    }
-    for package in ("torch", "numpy", "gymnasium", "tensordict", "torchrl", "rlcollect"):
-        info[package] = _version(package)
-    return info
+def _commit() -> str:
+    """The commit measured, ``+ changes`` when rlcollect/ differs from it."""
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else "unknown"
+
+    changed = git("status", "--porcelain", "rlcollect")
+    return git("rev-parse", "--short", "HEAD") + (" + changes" if changed else "")
+
+
+def header(title: str, args: argparse.Namespace) -> str:
+    """Title, date, machine, versions, command and method."""
+    packages = ("torch", "numpy", "gymnasium", "tensordict", "torchrl", "ray", "ale-py", "rlcollect")
+    return (
+        f"# {title}\n\n"
+        f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; rlcollect commit {_commit()}\n"
+        f"- machine: {len(os.sched_getaffinity(0))} CPUs (`nproc`), {_cpu_model()}\n"
+        f"- versions: python {platform.python_version()}, "
+        + ", ".join(f"{p} {_version(p)}" for p in packages)
+        + f"\n- command: `{args.command}`\n"
+        f"- method (bench/README.md): each contender in its own fresh process, 1 torch thread per process; "
+        f"{args.repetitions} repetition(s) of about {args.seconds:g} s each, contenders interleaved, each "
+        "after a warm-up batch; median [min–max] over repetitions; a ratio is the median of the "
+        "per-repetition ratios; CPU time and memory are the contender's whole process tree's.\n"
+    )
+
+
+def parse_args(
+    family: str, doc: str | None, workloads: Sequence[str], repetitions: int, seconds: float,
+    argv: list[str] | None = None,
+) -> argparse.Namespace:
+    """The flags every script takes; ``--quick`` means 1 repetition of 0.2 s on small batches."""
+    parser = argparse.ArgumentParser(prog=f"python -m bench.{family}", description=doc,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="smoke run: small batches, 1 repetition, 0.2 s")
+    parser.add_argument("--workload", action="append", choices=list(workloads), help="only this (repeatable)")
+    parser.add_argument("--repetitions", type=int, help=f"repetitions per contender (default {repetitions})")
+    parser.add_argument("--seconds", type=float, help=f"seconds per repetition (default {seconds:g})")
+    parser.add_argument("--profile", action="store_true", help="instead of measuring: py-spy flame graph of "
+                        "the first (rlcollect) contender of each workload over 5 x --seconds")
+    args = parser.parse_args(argv)
+    args.workload = args.workload or list(workloads)
+    args.repetitions = args.repetitions or (1 if args.quick else repetitions)
+    args.seconds = args.seconds or (0.2 if args.quick else seconds)
+    args.command = shlex.join(["python", "-m", f"bench.{family}", *(sys.argv[1:] if argv is None else argv)])
+    return args
+
+
+def profile(
+    family: str, args: argparse.Namespace, plan: Callable[[str, bool], Plan], env: dict[str, str]
+) -> None:
+    """Record each workload's first contender under ``py-spy record --subprocesses`` (flame graphs)."""
+    py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not Path(py_spy).exists():
+        raise SystemExit("--profile needs py-spy: pip install py-spy")
+    RESULTS.mkdir(exist_ok=True)
+    for name in args.workload:
+        contender = plan(name, args.quick).contenders[0]
+        out = RESULTS / f"profile_{family}_{name}.svg"
+        record = [py_spy, "record", "--subprocesses", "--nonblocking", "--rate", "200", "-o", str(out), "--"]
+        command = [*record, *contender.command(), "--for-seconds", str(5 * args.seconds)]
+        subprocess.run(command, cwd=ROOT, env={**os.environ, **env}, check=True)
+        print(f"wrote {out.relative_to(ROOT)} ({contender.label.strip('*')})")
+
+
+def run(
+    family: str, title: str, args: argparse.Namespace, plan: Callable[[str, bool], Plan],
+    env: dict[str, str] | None = None,
+) -> None:
+    """Measure each workload of ``args``, print its tables and write ``bench/results/<family>.md``
+    (``<family>_quick.md`` for ``--quick``) and the raw samples beside it (``.json``)."""
+    if args.profile:
+        profile(family, args, plan, env or {})
+        return
+    sections, data = [header(title, args)], {}
+    print(sections[0], flush=True)
+    for name in args.workload:
+        workload = plan(name, args.quick)
+        print(f"measuring {name} ...", flush=True)
+        load = os.getloadavg()[0]
+        samples, failed = run_interleaved(workload.contenders, args.repetitions, args.seconds, env)
+        load_end = os.getloadavg()[0]
+        sections.append(
+            f"## {name}: {workload.heading}\n\n"
+            f"Load average (1 min) at start / end: {load:.2f} / {load_end:.2f}\n\n"
+            f"{contender_table(workload.contenders, samples, failed)}\n\n"
+            f"{ratio_table(workload.ratios, samples)}\n"
+        )
+        print("\n" + sections[-1], flush=True)
+        data[name] = {"load_average": [load, load_end], "failed": failed, "samples": samples}
+    stem = family + ("_quick" if args.quick else "")
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{stem}.md").write_text("\n".join(sections))
+    raw = {"command": args.command, "workloads": data}
+    (RESULTS / f"{stem}.json").write_text(json.dumps(raw, indent=1) + "\n")
+    print(f"wrote bench/results/{stem}.md and {stem}.json")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 4 or sys.argv[1] != "--serve":
+        raise SystemExit("usage: python -m bench.harness --serve MODULE:BUILDER KWARGS [--for-seconds S]")
+    from bench.harness import _serve as serve  # not this __main__ copy: builders use bench.harness's Batches
+
+    serve(sys.argv[2], json.loads(sys.argv[3]), float(sys.argv[5]) if len(sys.argv) > 5 else None)
