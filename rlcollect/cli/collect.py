@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from rlcollect.cli.output import RunWriter, check_out, prepare_out
 from rlcollect.cli.policy import build_policy
 from rlcollect.collectors import Collector, CollectorStats
 
-__all__ = ["CollectOptions", "CollectSummary", "format_summary", "frames_per_batch_for", "run_collect"]
+__all__ = ["CollectOptions", "CollectSummary", "format_summary", "default_frames_per_batch", "run_collect"]
 
 #: Steps per env in a batch when ``--frames-per-batch`` is not given.
 DEFAULT_STEPS_PER_BATCH = 128
@@ -101,25 +102,14 @@ class CollectSummary:
         return self.frames / self.seconds if self.seconds > 0 else 0.0
 
 
-def frames_per_batch_for(frames: int, num_envs: int, requested: int | None) -> int:
-    """The frames per batch to use: a multiple of ``num_envs``.
-
-    Without ``requested``: ``DEFAULT_STEPS_PER_BATCH`` steps per env, or fewer when ``frames``
-    needs fewer. ``requested`` is rounded up to a multiple of ``num_envs``.
+def default_frames_per_batch(frames: int, num_envs: int) -> int:
+    """Without ``--frames-per-batch``: ``DEFAULT_STEPS_PER_BATCH`` steps of every env, or all ``frames``.
 
     Example:
-        >>> frames_per_batch_for(100_000, 8, None), frames_per_batch_for(100, 8, None)
-        (1024, 104)
-        >>> frames_per_batch_for(100_000, 8, 1000)
-        1000
-        >>> frames_per_batch_for(100_000, 8, 1001)
-        1008
+        >>> default_frames_per_batch(100_000, 8), default_frames_per_batch(100, 8)
+        (1024, 100)
     """
-    if requested is None:
-        steps = min(DEFAULT_STEPS_PER_BATCH, math.ceil(frames / num_envs))
-    else:
-        steps = math.ceil(requested / num_envs)
-    return steps * num_envs
+    return min(DEFAULT_STEPS_PER_BATCH * num_envs, frames)
 
 
 def _env_spaces(env_id: str) -> tuple[gym.Space[Any], gym.Space[Any]]:
@@ -159,30 +149,23 @@ def run_collect(options: CollectOptions) -> CollectSummary:
         CliError: an unknown env, a bad ``--policy``, a policy that does not fit the env, or an
             unusable ``--out`` folder.
     """
-    frames_per_batch = frames_per_batch_for(options.frames, options.num_envs, options.frames_per_batch)
-    if options.frames_per_batch is not None and frames_per_batch != options.frames_per_batch:
-        print(
-            f"rlcollect: note: --frames-per-batch {options.frames_per_batch} rounded up to "
-            f"{frames_per_batch}, a multiple of --num-envs {options.num_envs}",
-            file=sys.stderr,
-        )
+    frames_per_batch = options.frames_per_batch or default_frames_per_batch(options.frames, options.num_envs)
     check_out(options.out, force=options.force)  # refuse a bad --out before building anything
     observation_space, action_space = _env_spaces(options.env)
     policy = None
     if options.policy is not None:
         policy = build_policy(options.policy, observation_space, action_space)
     try:
-        collector = Collector(
-            options.env,
-            policy,
-            frames_per_batch=frames_per_batch,
-            total_frames=options.frames,
-            num_envs=options.num_envs,
-            seed=options.seed,
-        )
+        with warnings.catch_warnings():  # the collector rounds up to whole steps: said in a note below
+            warnings.simplefilter("ignore")
+            collector = Collector(options.env, policy, frames_per_batch=frames_per_batch,
+                                  total_frames=options.frames, num_envs=options.num_envs, seed=options.seed)
     except (ValueError, TypeError) as error:  # the policy does not fit the env, or a bad setting
         prefix = f"--policy {options.policy!r}: " if options.policy is not None else ""
         raise CliError(prefix + one_line(str(error))) from None
+    if options.frames_per_batch is not None and collector.frames_per_batch != options.frames_per_batch:
+        print(f"rlcollect: note: --frames-per-batch {options.frames_per_batch} rounded up to "
+              f"{collector.frames_per_batch}, a multiple of --num-envs {options.num_envs}", file=sys.stderr)
     with collector:
         out = prepare_out(options.out, force=options.force)
         writer = RunWriter(out, num_batches=len(collector), info=_setup_info(options, collector))

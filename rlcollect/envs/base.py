@@ -30,7 +30,6 @@ class EnvBatch(abc.ABC):
 
     def __init__(self, num_envs: int, max_episode_steps: int | None) -> None:
         self.num_envs = num_envs
-        self.max_episode_steps = max_episode_steps
         self._limit: int = max_episode_steps if max_episode_steps is not None else sys.maxsize
         self._steps: Any = np.zeros(num_envs, dtype=np.int64)  # steps into the current episode
         self._buffers: BatchBuffers | None = None

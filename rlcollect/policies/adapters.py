@@ -308,7 +308,6 @@ def make_policy(
     *,
     device: torch.device | None = None,
     exploration_type: InteractionType = InteractionType.RANDOM,
-    seed: int | None = None,
 ) -> PolicyAdapter:
     """The adapter for ``policy`` (see the module docstring), checked by a dry step.
 
@@ -316,8 +315,6 @@ def make_policy(
         TypeError: ``policy`` is not callable, or takes tensors but observations are a Dict.
         ValueError: the policy's output does not fit the action space (shapes and dtypes named).
     """
-    if policy is None:
-        return RandomPolicy(action_space, num_envs, seed)
     if not callable(policy):
         raise TypeError(
             f"policy must be None, an nn.Module, a TensorDictModule or a callable; "

@@ -46,8 +46,6 @@ class MemmapStorage(Storage):
     its path) may write concurrently.
     """
 
-    kind = "memmap"
-
     def __init__(self, path: str | os.PathLike[str], capacity: int) -> None:
         self.path = Path(path)
         if self.path.exists() and not self.path.is_dir():

@@ -21,7 +21,7 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import torch
@@ -40,7 +40,6 @@ TRAJ_KEY: Key = ("collector", "traj_ids")
 class Sampler:
     """Base: uniform over stored slots, one slot per group."""
 
-    kind: ClassVar[str] = ""
     #: Frames per drawn group.
     group = 1
 
@@ -110,8 +109,6 @@ class Sampler:
 class UniformSampler(Sampler):
     """Every stored frame equally likely, drawn with replacement."""
 
-    kind = "uniform"
-
 
 class PrioritizedSampler(Sampler):
     """Proportional prioritized replay (Schaul et al., 2016), as TorchRL's ``PrioritizedSampler``.
@@ -122,8 +119,6 @@ class PrioritizedSampler(Sampler):
     over the ``N`` stored frames, is ``(p_i / min_j p_j) ** -beta``; it goes in the sample's
     ``"_weight"`` entry (float32).
     """
-
-    kind = "prioritized"
 
     def __init__(self, capacity: int, seed: int | None, alpha: float, beta: float, eps: float) -> None:
         super().__init__(capacity, seed)
@@ -218,8 +213,6 @@ class SliceSampler(Sampler):
     ``("next", "truncated")`` (and ``("next", "done")``) in the sample, where these keys exist, so that
     value estimators do not bootstrap across slices.
     """
-
-    kind = "slice"
 
     def __init__(self, capacity: int, seed: int | None, slice_len: int) -> None:
         super().__init__(capacity, seed)

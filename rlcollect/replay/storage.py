@@ -48,7 +48,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -82,8 +82,6 @@ def _describe(data: TensorDictBase) -> dict[Key, tuple[tuple[int, ...], torch.dt
 
 class Storage:
     """``capacity`` frames and their bookkeeping; subclasses decide where the tensors live."""
-
-    kind: ClassVar[str] = ""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
@@ -359,7 +357,6 @@ class Storage:
 class MemoryStorage(Storage):
     """Plain tensors in this process (a thread lock makes concurrent threads safe)."""
 
-    kind = "memory"
 
 
 class SharedStorage(Storage):
@@ -369,7 +366,6 @@ class SharedStorage(Storage):
     process being started (the multiprocessing lock travels only that way).
     """
 
-    kind = "shared"
 
     def _make_lock(self) -> Lock:
         return ProcessLock()

@@ -121,17 +121,6 @@ def test_random_policy_is_seeded_reproducibly(space: spaces.Space) -> None:
     np.testing.assert_array_equal(run_random(restored, space), expected)
 
 
-def test_make_policy_none_is_a_seeded_random_policy() -> None:
-    space = spaces.Discrete(1000)
-    policy = make_policy(None, BOX_OBS, space, N, seed=11)
-    assert isinstance(policy, RandomPolicy)
-    assert policy.extras == ()
-    assert policy.module is None
-    np.testing.assert_array_equal(
-        run_random(policy, space), run_random(RandomPolicy(space, N, seed=11), space)
-    )
-
-
 # -- ModulePolicy ------------------------------------------------------------------------------
 
 

@@ -1,0 +1,218 @@
+"""Every option through every collector: the batches equal the single-process collector's.
+
+The reference is ``Collector`` with 4 envs. ``MultiSyncCollector`` and a synchronous
+``RayCollector`` (2 workers x 2 envs) must yield the same batches, trajectory ids aside (each
+collector numbers them in its own strided space; they are checked unique and changing exactly
+after a done). ``MultiAsyncCollector`` and an asynchronous ``RayCollector`` yield one worker's
+``[2, T]`` rows at a time; worker ``w``'s ``k``-th batch must equal rows ``2w, 2w + 1`` of the
+reference's ``k``-th batch. Where an option regroups frames (``split_trajs``, ``trajs_per_batch``),
+the trajectories are compared as a multiset. The documented difference: random warm-up actions
+(``init_random_frames``) are drawn per worker, so only their range and the policy's actions after
+the warm-up are compared.
+
+This test is what keeps the collectors from drifting apart: a new option gets a case here.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import torch
+from tensordict import TensorDictBase
+
+from rlcollect import Collector, MultiAsyncCollector, MultiSyncCollector, RayCollector
+from tests.envs_for_tests import TiltPolicy, make_cartpole
+
+pytestmark = pytest.mark.timeout(120)
+
+T, BATCHES, SEED = 10, 4, 3  # steps per batch, batches per run (of 4 envs' frames)
+
+
+class ListSink:
+    """A replay buffer that keeps what it is given."""
+
+    def __init__(self) -> None:
+        self.items: list[TensorDictBase] = []
+
+    def extend(self, frames: TensorDictBase) -> None:
+        self.items.append(frames.clone())
+
+
+def add_doubled_reward(batch: TensorDictBase) -> TensorDictBase:
+    batch.set("doubled_reward", batch["next", "reward"] * 2)
+    return batch
+
+
+# name -> (options, how the outputs compare: "frames", "trajectories", "random_warmup", "sink")
+CASES: dict[str, tuple[dict[str, Any], str]] = {
+    "defaults": ({}, "frames"),
+    "max_frames_per_traj=-1": ({"max_frames_per_traj": -1}, "frames"),
+    "max_frames_per_traj=0": ({"max_frames_per_traj": 0}, "frames"),
+    "max_frames_per_traj=7": ({"max_frames_per_traj": 7}, "frames"),
+    "reset_at_each_iter": ({"reset_at_each_iter": True}, "frames"),
+    "set_truncated": ({"set_truncated": True}, "frames"),
+    "exploration_type": ({"exploration_type": "deterministic"}, "frames"),
+    "return_same_td": ({"return_same_td": True}, "frames"),
+    "postproc": ({"postproc": add_doubled_reward}, "frames"),
+    "seed=None": ({"seed": None}, "unseeded"),
+    "init_random_frames": ({"init_random_frames": 4 * T}, "random_warmup"),
+    "split_trajs": ({"split_trajs": True}, "trajectories"),
+    "trajs_per_batch": ({"trajs_per_batch": 3}, "trajectories"),
+    "replay_buffer": ({"replay_buffer": "sink"}, "sink"),
+}
+PER_WORKER = ("max_frames_per_traj", "reset_at_each_iter", "set_truncated", "exploration_type",
+              "init_random_frames")  # RayCollector takes these in collector_kwargs
+
+
+def build(kind: str, options: dict[str, Any], batches: int) -> Any:
+    """A collector of ``kind`` with 4 envs in all, seeded ``SEED`` unless ``options`` says."""
+    options = {"seed": SEED, **options}
+    rows = 4 if kind in ("single", "sync", "ray-sync") else 2
+    frames = {"frames_per_batch": rows * T, "total_frames": 4 * T * batches}
+    if kind == "single":
+        return Collector(make_cartpole, TiltPolicy(), num_envs=4, **frames, **options)
+    if kind in ("sync", "async"):
+        cls = MultiSyncCollector if kind == "sync" else MultiAsyncCollector
+        return cls(make_cartpole, TiltPolicy(), num_workers=2, num_envs_per_worker=2, **frames, **options)
+    per_worker = {k: v for k, v in options.items() if k in PER_WORKER}
+    top = {k: v for k, v in options.items() if k not in PER_WORKER}
+    return RayCollector(make_cartpole, TiltPolicy(), num_collectors=2, sync=kind == "ray-sync",
+                        collector_kwargs={"num_envs": 2, **per_worker}, **frames, **top)
+
+
+def run(kind: str, options: dict[str, Any], batches: int = BATCHES) -> tuple[list[TensorDictBase], Any]:
+    """The outputs of one whole run (a sink's contents when it has one) and the sink."""
+    sink = ListSink() if options.get("replay_buffer") == "sink" else None
+    options = {**options, "replay_buffer": sink} if sink is not None else options
+    with build(kind, options, batches) as collector:
+        out = [b.clone() if b is not None else None for b in collector]
+    if sink is not None:
+        assert out == [None] * len(out)
+        rows = 4 if kind in ("single", "sync", "ray-sync") else 2
+        out = [item.reshape(rows, T) for item in sink.items]
+    return out, sink
+
+
+@pytest.fixture(scope="module")
+def ray_session() -> Iterator[None]:
+    ray = pytest.importorskip("ray", reason="RayCollector needs ray: pip install rlcollect[ray]")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def drop_ids(batch: TensorDictBase) -> TensorDictBase:
+    return batch.exclude(("collector", "traj_ids"))
+
+
+def assert_ids_label_trajectories(batches: list[TensorDictBase]) -> None:
+    """Per row: the id changes exactly after a done; no id lives in two rows."""
+    ids = torch.cat([b["collector", "traj_ids"] for b in batches], 1)
+    done = torch.cat([b["next", "done"][..., 0] for b in batches], 1)
+    assert torch.equal(ids[:, 1:] != ids[:, :-1], done[:, :-1])
+    owners = {int(t): r for r in range(ids.shape[0]) for t in ids[r].unique()}
+    assert len(owners) == len(ids.unique())
+
+
+def by_worker(batches: list[TensorDictBase]) -> dict[int, list[TensorDictBase]]:
+    """Asynchronous batches grouped by the worker that produced them (ids are strided by worker)."""
+    groups: dict[int, list[TensorDictBase]] = {}
+    for batch in batches:
+        workers = (batch["collector", "traj_ids"] % 2).unique().tolist()
+        assert len(workers) == 1
+        groups.setdefault(int(workers[0]), []).append(batch)
+    return groups
+
+
+def trajectory_keys(outputs: list[TensorDictBase]) -> Counter[bytes]:
+    """Each trajectory (a row, its mask applied, or a flat 'cat' run) as bytes of its frames."""
+    keys: Counter[bytes] = Counter()
+    for out in outputs:
+        rows = out if out.batch_dims == 2 else out.unsqueeze(0)
+        for row in rows:
+            mask = row.get(("collector", "mask"), torch.ones(row.shape, dtype=torch.bool))
+            frames = row[mask]
+            for traj in frames["collector", "traj_ids"].unique():
+                piece = frames[frames["collector", "traj_ids"] == traj]
+                keys[piece["observation"].numpy().tobytes() + piece["action"].numpy().tobytes()
+                     + piece["next", "done"].numpy().tobytes()] += 1
+    return keys
+
+
+def compare(kind: str, how: str, got: list[TensorDictBase], reference: Callable[[int], list[TensorDictBase]]
+            ) -> None:
+    synchronous = kind in ("sync", "ray-sync")
+    if how == "trajectories":
+        want = trajectory_keys(reference(BATCHES if synchronous else 2 * BATCHES))
+        have = trajectory_keys(got)
+        assert have and (have == want if synchronous else not have - want)
+        return
+    if how == "random_warmup":
+        policy = TiltPolicy()  # the first 4 * T frames: each worker's first batch (sync: the first)
+        groups = [got] if synchronous else list(by_worker(got).values())
+        for batches in groups:
+            for batch in batches[1:]:
+                assert torch.equal(batch["action"], policy(batch["observation"]))
+            warm = batches[0]
+            assert set(warm["action"].flatten().tolist()) <= {0, 1}
+            assert not torch.equal(warm["action"], policy(warm["observation"]))
+        return
+    if how == "unseeded":
+        assert all(b.batch_size == got[0].batch_size for b in got)
+        assert_ids_label_trajectories(got if synchronous else by_worker(got)[0])
+        return
+    if synchronous:
+        want = reference(BATCHES)
+        assert len(got) == len(want)
+        for have, expected in zip(got, want, strict=True):
+            assert (drop_ids(have) == drop_ids(expected)).all()
+        assert_ids_label_trajectories(got)
+        return
+    want = reference(2 * BATCHES)
+    assert len(got) == 2 * BATCHES
+    for worker, batches in by_worker(got).items():
+        for k, have in enumerate(batches):
+            assert (drop_ids(have) == drop_ids(want[k][2 * worker : 2 * worker + 2])).all()
+        assert_ids_label_trajectories(batches)
+
+
+_references: dict[tuple[str, int], list[TensorDictBase]] = {}
+
+
+def reference_for(name: str) -> Callable[[int], list[TensorDictBase]]:
+    def batches(count: int) -> list[TensorDictBase]:
+        if (name, count) not in _references:
+            _references[name, count] = run("single", CASES[name][0], count)[0]
+        return _references[name, count]
+
+    return batches
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_multi_process_collectors_match_the_single_process_one(kind: str, name: str) -> None:
+    options, how = CASES[name]
+    got, _ = run(kind, options)
+    compare(kind, how, got, reference_for(name))
+    if name == "postproc":
+        assert all(torch.equal(b["doubled_reward"], 2 * b["next", "reward"]) for b in got)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("name", list(CASES))
+def test_ray_collector_matches_the_single_process_one(ray_session: None, name: str) -> None:
+    options, how = CASES[name]
+    for kind in ("ray-sync", "ray-async"):
+        got, _ = run(kind, options)
+        compare(kind, how, got, reference_for(name))
+
+
+def test_single_process_collector_matches_itself_and_its_sink() -> None:
+    """The reference itself: a second run is identical, and a sink receives the same frames."""
+    first, second = run("single", {}), run("single", {})
+    assert all((a == b).all() for a, b in zip(first[0], second[0], strict=True))
+    sunk, _ = run("single", {"replay_buffer": "sink"})
+    assert all((a == b).all() for a, b in zip(first[0], sunk, strict=True))
