@@ -220,6 +220,7 @@ class _Process:
 
     def __init__(self, contender: Contender, env: dict[str, str] | None) -> None:
         self.contender, self.peak_rss = contender, 0.0
+        started = time.monotonic()
         self.log = tempfile.TemporaryFile()  # noqa: SIM115  (its stderr; closed in stop())
         self.process = subprocess.Popen(
             contender.command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
@@ -228,6 +229,7 @@ class _Process:
         self.extra: list[int] = []
         try:
             self.extra = self.receive()["pids"]
+            self.first_batch_s = time.monotonic() - started  # interpreter, imports, build, first batch
             self.settle()
         except BaseException:
             self.stop()
@@ -312,6 +314,7 @@ def run_interleaved(
                 process.peak_rss = 0.0
                 sample = process.ask("measure", sample_memory=True)
                 sample["rss_mb"] = max(sample["rss_mb"], process.peak_rss)
+                sample["first_batch_s"] = process.first_batch_s
                 samples[name].append(sample)
                 wall, cpu = sample["frames"] / sample["seconds"], sample["frames"] / sample["cpu"]
                 print(f"  rep {rep + 1}/{repetitions} {name:<28} {wall:>12,.0f} frames/s "
@@ -341,7 +344,7 @@ def contender_table(
     rows = []
     for c in contenders:
         if c.name in failed:
-            rows.append([c.label, f"did not run: {failed[c.name]}", *[""] * 7])
+            rows.append([c.label, f"did not run: {failed[c.name]}", *[""] * 8])
             continue
         s = samples[c.name]
         rows.append([
@@ -349,11 +352,12 @@ def contender_table(
             f"{statistics.median(1e6 * x['own_cpu'] / x['frames'] for x in s):,.2f}",
             f"{statistics.median(x['cpu'] / x['seconds'] for x in s):.2f}", f"{s[0]['frames']:,}",
             str(max(x["processes"] for x in s)), f"{max(x['rss_mb'] for x in s):,.0f}",
-            f"{max(x['hwm_mb'] for x in s):,.0f}",
+            f"{max(x['hwm_mb'] for x in s):,.0f}", f"{s[0].get('first_batch_s', float('nan')):.1f}",
         ])
     header = [
         "contender", "frames/s median [min–max]", "frames / CPU-s (tree)", "main process CPU µs / frame",
         "CPUs busy", "frames / rep", "processes", "peak RSS MB (Σ tree)", "Σ VmHWM MB",
+        "s to first batch (new process: imports, build, start-up)",
     ]
     return markdown_table(header, rows)
 

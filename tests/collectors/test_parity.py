@@ -60,7 +60,7 @@ CASES: dict[str, tuple[dict[str, Any], str]] = {
     "seed=None": ({"seed": None}, "unseeded"),
     "init_random_frames": ({"init_random_frames": 4 * T}, "random_warmup"),
     "split_trajs": ({"split_trajs": True}, "trajectories"),
-    "trajs_per_batch": ({"trajs_per_batch": 3}, "trajectories"),
+    "trajs_per_batch": ({"trajs_per_batch": 3, "max_frames_per_traj": 8}, "trajectories"),
     "replay_buffer": ({"replay_buffer": "sink"}, "sink"),
 }
 PER_WORKER = ("max_frames_per_traj", "reset_at_each_iter", "set_truncated", "exploration_type",
