@@ -436,7 +436,7 @@ def test_adapters_are_policy_adapters() -> None:
         lambda obs: obs.sum(-1).gt(0).long(), in_keys=["observation"], out_keys=["action"]
     )
     adapters = [
-        make_policy(None, BOX_OBS, spaces.Discrete(2), N),
+        RandomPolicy(spaces.Discrete(2), N),
         make_policy(SignPolicy(), BOX_OBS, spaces.Discrete(2), N),
         make_policy(module, BOX_OBS, spaces.Discrete(2), N),
     ]
