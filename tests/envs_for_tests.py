@@ -161,3 +161,13 @@ class Offset(torch.nn.Module):
     def __init__(self, value: float) -> None:
         super().__init__()
         self.bias = torch.nn.Parameter(torch.tensor(value))
+
+
+def assert_ids_label_trajectories(batches: list[Any]) -> None:
+    """Consecutive ``[N, T]`` batches: per row, the trajectory id changes exactly after a done, and
+    no id lives in two rows."""
+    ids = torch.cat([b["collector", "traj_ids"] for b in batches], 1)
+    done = torch.cat([b["next", "done"][..., 0] for b in batches], 1)
+    assert torch.equal(ids[:, 1:] != ids[:, :-1], done[:, :-1])
+    owners = {int(t): r for r in range(ids.shape[0]) for t in ids[r].unique()}
+    assert len(owners) == len(ids.unique())

@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import warnings
 from collections.abc import Callable, Mapping
@@ -129,6 +130,10 @@ class CollectorOptions:
     max_worker_restarts: int = 3
     timeout: float = 60.0
     start_method: str = "spawn"
+    # set by RayCollector: worker processes inside each worker (an actor), and for the collector
+    # inside an actor, its place among the outer workers (index, count, first trajectory id)
+    nested_workers: int = 1
+    placement: tuple[int, int, int] = (0, 1, 0)
 
     def __post_init__(self) -> None:
         def put(name: str, value: Any) -> None:
@@ -179,6 +184,7 @@ class CollectorOptions:
             raise ValueError(f"preemptive_threshold must be in (0, 1] or None, got {threshold!r}")
         if self.start_method not in _START_METHODS:
             raise ValueError(f"start_method={self.start_method!r} is not one of {_START_METHODS}")
+        put("nested_workers", _int("num_workers", self.nested_workers, minimum=1, allowed="a positive int"))
         put("max_worker_restarts", _int("max_worker_restarts", self.max_worker_restarts, minimum=0,
                                         allowed="an int >= 0"))
         timeout = self.timeout
@@ -238,6 +244,8 @@ class CollectorOptions:
             compile_policy=self.compile_policy,
             pre_collect_hook=self.pre_collect_hook,
             models=dict(self.models or {}),
+            engine=None if self.nested_workers == 1 else functools.partial(
+                nested_rollout(), num_workers=self.nested_workers),
         )
 
     def delivery(self, *, workers_write: bool) -> Delivery:
@@ -268,3 +276,9 @@ class CollectorOptions:
                     "module level or build it inside the env factory / policy_factory instead"
                 ) from None
 
+
+def nested_rollout() -> Any:
+    """:class:`~rlcollect.collectors.nested.NestedRollout` (imported late: it builds collectors)."""
+    from rlcollect.collectors.nested import NestedRollout
+
+    return NestedRollout

@@ -75,7 +75,7 @@ class PooledCollector(BaseCollector):
 
         probe = Rollout(options.rollout_spec(0))  # layout, envs per worker, a dry step of the policy
         probe.close()
-        self.num_envs_per_worker = envs = probe.num_envs
+        self.num_envs_per_worker = envs = probe.num_envs * options.nested_workers
         self.num_envs = envs * workers
         rows = self.num_envs if sync else envs
         steps = options.steps_per_batch(rows)
@@ -93,6 +93,7 @@ class PooledCollector(BaseCollector):
     ) -> None:
         """Slots, weights, the workers' setups and the pool (started at the first batch)."""
         workers, envs, sync = self.num_workers, self.num_envs_per_worker, self.sync
+        outer, outers, traj_start = options.placement  # this collector inside a worker: its ids and seeds
         sink = options.replay_buffer
         self._delivery = options.delivery(workers_write=sink is not None and transport.can_write(sink))
         written_elsewhere = self._delivery.written_elsewhere
@@ -107,8 +108,9 @@ class PooledCollector(BaseCollector):
         self._weights = (WeightStore if shared else ObjectStoreWeights)(self._models, workers)
         setups = [
             WorkerSetup(
-                worker_idx=w, num_workers=workers, spec=cloudpickle.dumps(options.rollout_spec(w)),
-                num_steps=steps, env_offset=w * envs, seed=options.seed, weights=self._weights.receiver(w),
+                worker_idx=outer * workers + w, num_workers=outers * workers, traj_start=traj_start,
+                spec=cloudpickle.dumps(options.rollout_spec(w)), num_steps=steps,
+                env_offset=(outer * workers + w) * envs, seed=options.seed, weights=self._weights.receiver(w),
                 slots=tuple(s.storage[w * envs : (w + 1) * envs] for s in self._slots) if shared else None,
                 stop_flags=self._stop_flags,
                 replay_buffer=options.replay_buffer if written_elsewhere else None,
@@ -117,7 +119,7 @@ class PooledCollector(BaseCollector):
         ]
         self._pool = WorkerPool(transport, setups, timeout=options.timeout,
                                 max_restarts=options.max_worker_restarts,
-                                restart_seed_stride=self.num_envs, receiver=self._weights.receiver)
+                                restart_seed_stride=self.num_envs * outers, receiver=self._weights.receiver)
         self._finalizer = weakref.finalize(self, self._pool.shutdown)
         self._frames = self._batches = self._last_lag = 0
         self._reports: list[BatchReport | None] = [None] * workers

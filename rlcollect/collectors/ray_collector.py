@@ -8,6 +8,7 @@ from typing import Any
 from tensordict import TensorDictBase
 
 from rlcollect.collectors.collector import Collector
+from rlcollect.collectors.multi import MultiSyncCollector
 from rlcollect.collectors.options import CollectorOptions
 from rlcollect.collectors.pooled import PooledCollector
 from rlcollect.envs.factory import EnvSource
@@ -35,10 +36,13 @@ class RayCollector(PooledCollector):
         create_env_fn: env source for every actor (an env id or a picklable factory).
         policy: as for :class:`~rlcollect.Collector`; pickled into each actor's setup.
         num_collectors: Ray actors ``A``.
-        collector_class: :class:`~rlcollect.Collector` (each actor steps its envs in its process).
-        collector_kwargs: per-actor arguments of :class:`~rlcollect.Collector` (``num_envs``,
-            ``models``, ``policy_factory``, ``max_frames_per_traj``, ``init_random_frames``, ...);
-            not the ones RayCollector takes itself.
+        collector_class: :class:`~rlcollect.Collector` (default: each actor steps its ``num_envs``
+            envs in its own process) or :class:`~rlcollect.MultiSyncCollector` (each actor runs
+            ``num_workers`` worker processes of ``num_envs_per_worker`` envs on its node: one actor
+            per node; ``remote_config`` then asks for ``num_workers`` CPUs by default).
+        collector_kwargs: per-actor arguments of ``collector_class`` (``num_envs``, or
+            ``num_workers`` and ``num_envs_per_worker``; ``models``, ``policy_factory``,
+            ``max_frames_per_traj``, ``init_random_frames``, ...); not RayCollector's own ones.
         frames_per_batch: frames per yielded batch: all actors' (sync) or one actor's (async);
             rounded up to whole steps of every env, with a warning.
         total_frames: frames to collect before iteration stops; -1 for no end.
@@ -105,13 +109,15 @@ class RayCollector(PooledCollector):
         trajs_per_batch: int | None = None,
         traj_format: str | None = None,
     ) -> None:
-        if not (isinstance(collector_class, type) and issubclass(collector_class, Collector)):
-            raise TypeError(f"collector_class must be Collector (each actor steps its envs itself; for "
-                            f"more processes use more actors), got {collector_class!r}")
+        nested = isinstance(collector_class, type) and issubclass(collector_class, MultiSyncCollector)
+        if not (nested or isinstance(collector_class, type) and issubclass(collector_class, Collector)):
+            raise TypeError(f"collector_class must be Collector or MultiSyncCollector (or a subclass), "
+                            f"got {collector_class!r}")
         if collector_kwargs is not None and not isinstance(collector_kwargs, Mapping):
             raise TypeError(f"collector_kwargs must be a dict, got {type(collector_kwargs).__name__}")
         kwargs = dict(collector_kwargs or {})
-        reserved = sorted(set(kwargs) & set(_RESERVED))
+        own = {"num_envs"} if nested else {"num_workers", "num_envs_per_worker"}  # the other class's words
+        reserved = sorted(set(kwargs) & (set(_RESERVED) - {"num_workers", "num_envs_per_worker"} | own))
         if reserved:
             raise ValueError(f"collector_kwargs must not set {reserved}: give them to RayCollector itself")
         if ray_init_config is not None and not isinstance(ray_init_config, Mapping):
@@ -121,20 +127,26 @@ class RayCollector(PooledCollector):
         unknown = sorted(set(kwargs) - set(CollectorOptions.__dataclass_fields__) - {"num_envs"})
         if unknown:
             raise TypeError(f"collector_kwargs has unknown arguments {unknown}")
-        options = CollectorOptions.from_arguments({**locals(), **kwargs}, {
-            "num_collectors": "num_workers", "num_envs": "num_envs_per_worker",
-            "max_actor_restarts": "max_worker_restarts"})
+        aliases = {"num_collectors": "num_workers", "max_actor_restarts": "max_worker_restarts",
+                   **({"num_workers": "nested_workers"} if nested else {"num_envs": "num_envs_per_worker"})}
+        options = CollectorOptions.from_arguments({**locals(), **kwargs}, aliases)
         clash = sorted({"max_restarts", "max_task_retries"} & set(remote_config or {}))
         if clash:
             raise ValueError(f"remote_config must not set {clash}: use max_actor_restarts")
         self.num_collectors = options.num_workers
-        self._build(options, lambda: RayTransport(dict(ray_init_config or {}), dict(remote_config or {}),
-                                                  options.num_workers), sync=bool(sync))
+        remote = {"num_cpus": options.nested_workers, **(remote_config or {})}
+        self._build(options, lambda: RayTransport(dict(ray_init_config or {}), remote, options.num_workers),
+                    sync=bool(sync))
 
     @property
     def actor_pids(self) -> list[int]:
         """Process ids of the actors (their current processes, after restarts)."""
         return [pid for pid in self.worker_pids if pid is not None]
+
+    @property
+    def actor_hosts(self) -> list[str]:
+        """Host names of the actors' nodes."""
+        return [info.hostname for info in self._pool.infos if info is not None]
 
     @property
     def actors(self) -> list[Any]:

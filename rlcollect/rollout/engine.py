@@ -56,6 +56,8 @@ class RolloutSpec:
         pre_collect_hook: called before each batch, in the process that collects.
         models: other modules by model id whose weights can be updated (share objects with the
             policy or env factory: they are pickled together).
+        engine: builds what a worker runs instead of a :class:`Rollout`, ``engine(spec, setup)``
+            (worker processes of its own, for a Ray actor).
     """
 
     create_env_fn: EnvSource
@@ -71,6 +73,7 @@ class RolloutSpec:
     compile_policy: bool | Mapping[str, Any] = False
     pre_collect_hook: Callable[[], None] | None = None
     models: Mapping[str, torch.nn.Module] = field(default_factory=dict)
+    engine: Callable[..., Any] | None = None
 
 
 class Rollout:

@@ -48,7 +48,7 @@ from tensordict import TensorDict
 
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.replay import flatten_batch
-from rlcollect.rollout.engine import Rollout
+from rlcollect.rollout.engine import Rollout, RolloutSpec
 from rlcollect.rollout.profiling import ProfileConfig, RolloutProfiler
 from rlcollect.workers.wire import Packed, pack
 
@@ -141,9 +141,10 @@ class Worker:
     def __init__(self, setup: WorkerSetup) -> None:
         torch.set_num_threads(1)  # each worker one thread; the parent's setting is left alone
         self.setup = setup
-        self.rollout = rollout = Rollout(
-            cloudpickle.loads(setup.spec), env_offset=setup.env_offset, traj_stride=setup.num_workers,
-            traj_offset=setup.worker_idx, traj_start=setup.traj_start,
+        spec: RolloutSpec = cloudpickle.loads(setup.spec)
+        self.rollout = rollout = spec.engine(spec, setup) if spec.engine is not None else Rollout(
+            spec, env_offset=setup.env_offset, traj_stride=setup.num_workers, traj_offset=setup.worker_idx,
+            traj_start=setup.traj_start,
         )
         local = setup.slots is None
         storages = setup.slots or (BatchBuffers.allocate_storage(rollout.layout, rollout.num_envs,

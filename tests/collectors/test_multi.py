@@ -293,3 +293,17 @@ def test_policy_factory_and_per_worker_env_kwargs() -> None:
         expected = TiltPolicy()(batch["observation"])
         assert torch.equal(batch["action"], expected)
     np.testing.assert_equal(len(collector.worker_pids), 2)
+
+
+def test_a_rejected_weight_update_changes_nothing_and_collection_goes_on() -> None:
+    with MultiSyncCollector("CartPole-v1", WeightedPolicy(scale=1.0), num_workers=2, frames_per_batch=8,
+                            seed=0, timeout=20) as collector:
+        first = collector.next()
+        assert first is not None and (first["action"] == 1).all()
+        with pytest.raises(ValueError, match=r"'scale' has shape \(3,\), the module's has \(\)"):
+            collector.update_policy_weights_(weights={"scale": torch.zeros(3)})
+        with pytest.raises(KeyError, match="bogus"):
+            collector.update_policy_weights_(weights={"bogus": torch.zeros(1)})
+        for _ in range(10):  # no hang, no torn store: the old weights and version keep collecting
+            batch = collector.next()
+            assert batch is not None and (batch["action"] == 1).all() and (batch["policy_version"] == 0).all()

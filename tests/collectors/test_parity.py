@@ -16,7 +16,7 @@ This test is what keeps the collectors from drifting apart: a new option gets a 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -24,7 +24,7 @@ import torch
 from tensordict import TensorDictBase
 
 from rlcollect import Collector, MultiAsyncCollector, MultiSyncCollector, RayCollector
-from tests.envs_for_tests import TiltPolicy, make_cartpole
+from tests.envs_for_tests import TiltPolicy, assert_ids_label_trajectories, make_cartpole
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -96,25 +96,8 @@ def run(kind: str, options: dict[str, Any], batches: int = BATCHES) -> tuple[lis
     return out, sink
 
 
-@pytest.fixture(scope="module")
-def ray_session() -> Iterator[None]:
-    ray = pytest.importorskip("ray", reason="RayCollector needs ray: pip install rlcollect[ray]")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
 def drop_ids(batch: TensorDictBase) -> TensorDictBase:
     return batch.exclude(("collector", "traj_ids"))
-
-
-def assert_ids_label_trajectories(batches: list[TensorDictBase]) -> None:
-    """Per row: the id changes exactly after a done; no id lives in two rows."""
-    ids = torch.cat([b["collector", "traj_ids"] for b in batches], 1)
-    done = torch.cat([b["next", "done"][..., 0] for b in batches], 1)
-    assert torch.equal(ids[:, 1:] != ids[:, :-1], done[:, :-1])
-    owners = {int(t): r for r in range(ids.shape[0]) for t in ids[r].unique()}
-    assert len(owners) == len(ids.unique())
 
 
 def by_worker(batches: list[TensorDictBase]) -> dict[int, list[TensorDictBase]]:

@@ -9,7 +9,7 @@ batches come in whichever order the workers finish, so each worker's sequence is
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -107,14 +107,6 @@ def test_multi_sync(prefetch: bool) -> None:
 
 def test_multi_async() -> None:
     assert_same_per_worker(*interrupted_and_uninterrupted(multi(MultiAsyncCollector, frames_per_batch=20)))
-
-
-@pytest.fixture(scope="module")
-def ray_session() -> Iterator[None]:
-    ray = pytest.importorskip("ray", reason="RayCollector needs ray: pip install rlcollect[ray]")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
 
 
 @pytest.mark.timeout(300)

@@ -12,7 +12,6 @@ import functools
 import os
 import time
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,25 +21,21 @@ from tensordict import TensorDictBase
 
 ray = pytest.importorskip("ray", reason="RayCollector needs ray: pip install rlcollect[ray]")
 
-from rlcollect import MultiSyncCollector  # noqa: E402
+from rlcollect import Collector, MultiSyncCollector  # noqa: E402
 from rlcollect.distributed import RayCollector  # noqa: E402
 from tests.envs_for_tests import (  # noqa: E402
     CountingEnv,
     EnvBroke,
     TiltPolicy,
     WeightedPolicy,
+    assert_ids_label_trajectories,
     make_cartpole,
 )
 
 NUM_CPUS = 2
 
 
-@pytest.fixture(scope="module", autouse=True)
-def local_ray() -> Iterator[None]:
-    """One local Ray for the whole module; RayCollector uses it and leaves it running."""
-    ray.init(num_cpus=NUM_CPUS, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
+pytestmark = pytest.mark.usefixtures("ray_session")  # one local Ray (2 CPUs) for the module
 
 
 def drop_ids(batch: TensorDictBase) -> TensorDictBase:
@@ -64,15 +59,6 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
-
-
-def assert_ids_unique(batches: list[TensorDictBase]) -> None:
-    """Each trajectory id lives in one row only, and a row changes id exactly after a done."""
-    ids = torch.cat([b["collector", "traj_ids"] for b in batches], 1)
-    done = torch.cat([b["next", "done"][..., 0] for b in batches], 1)
-    assert torch.equal(ids[:, 1:] != ids[:, :-1], done[:, :-1])
-    rows = {int(t): r for r in range(ids.shape[0]) for t in ids[r].unique()}
-    assert len(rows) == len(ids.unique())
 
 
 class FailsOnceEnv(CountingEnv):
@@ -118,7 +104,7 @@ def test_sync_equals_multi_sync_and_resumes_from_state() -> None:
             assert want is not None and have is not None
             assert have.batch_size == (4, 15) and have.names == [None, "time"]
             assert (drop_ids(want) == drop_ids(have)).all()
-        assert_ids_unique(got)
+        assert_ids_label_trajectories(got)
 
         state = collector.state_dict()
         later = [collector.next() for _ in range(2)]
@@ -248,3 +234,31 @@ def test_background_collection_into_a_ray_sink_with_pause_and_profiling(tmp_path
     assert actors == {0, 1}
     assert (tmp_path / "trace_1.json").exists() and not (tmp_path / "trace_0.json").exists()
     ray.kill(sink)
+
+
+@pytest.mark.timeout(240)
+def test_one_actor_per_node_running_worker_processes() -> None:
+    """collector_class=MultiSyncCollector: each actor runs 2 worker processes; the batches equal one
+    process's with the same 4 envs, ids stay unique, and an update reaches the innermost policies."""
+    with Collector(make_cartpole, TiltPolicy(), num_envs=4, frames_per_batch=40, seed=7) as single:
+        expected = [single.next() for _ in range(2)]
+    policy = TiltPolicy()
+    with RayCollector(make_cartpole, policy, num_collectors=2, collector_class=MultiSyncCollector,
+                      collector_kwargs={"num_workers": 2, "num_envs_per_worker": 1},
+                      remote_config={"num_cpus": 1}, frames_per_batch=40, seed=7) as collector:
+        got = [collector.next() for _ in range(2)]
+        for want, have in zip(expected, got, strict=True):
+            assert want is not None and have is not None and have.batch_size == (4, 10)
+            assert (drop_ids(want) == drop_ids(have)).all()
+        assert_ids_label_trajectories(got)  # type: ignore[arg-type]
+        owners = {int(t) % 4 for b in got for t in b["collector", "traj_ids"][:, 0]}  # type: ignore[index]
+        assert owners == {0, 1, 2, 3}  # worker k of actor a labels ids (a * 2 + k) mod 4
+        with torch.no_grad():
+            policy.weight.mul_(-1)  # the opposite pushes: every action flips
+        collector.update_policy_weights_()
+        third = collector.next()
+        assert third is not None and (third["policy_version"] == 1).all()
+        flipped = (third["observation"] @ -TiltPolicy().weight.detach() > 0).long()
+        assert torch.equal(third["action"], flipped)  # the new weights chose every action
+        pids = list(collector.actor_pids)
+    assert_all_gone(pids)

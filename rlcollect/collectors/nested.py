@@ -1,0 +1,96 @@
+"""A worker whose envs are stepped by worker processes of its own: one Ray actor per node.
+
+``RayCollector(collector_class=MultiSyncCollector, collector_kwargs={"num_workers": K, ...})``
+gives each actor a :class:`NestedRollout` in place of a :class:`~rlcollect.rollout.engine.Rollout`:
+a :class:`~rlcollect.MultiSyncCollector` of ``K`` processes on the actor's node, placed in the
+outer collector's id and seed spaces (inner worker ``k`` of actor ``a`` of ``A`` is worker
+``a * K + k`` of ``A * K``), so its batches need no relabelling. The actor receives the weights
+through its own channel and forwards them to its processes before the next batch; every frame is
+stamped with the version the actor received.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.multiprocessing
+
+from rlcollect.collectors.options import CollectorOptions
+from rlcollect.data.buffers import BatchBuffers
+from rlcollect.rollout.engine import RolloutSpec
+from rlcollect.rollout.episodes import EpisodeTracker
+from rlcollect.workers.transport import ProcessTransport
+from rlcollect.workers.worker import WorkerSetup
+
+__all__ = ["NestedRollout"]
+
+
+class NestedRollout:
+    """What a worker needs of a ``Rollout``, served by ``num_workers`` processes of its own."""
+
+    def __init__(self, spec: RolloutSpec, setup: WorkerSetup, *, num_workers: int) -> None:
+        from rlcollect.collectors.multi import MultiSyncCollector
+
+        options = CollectorOptions(
+            create_env_fn=spec.create_env_fn, policy=spec.policy, policy_factory=spec.policy_factory,
+            frames_per_batch=setup.num_steps * spec.num_envs * num_workers, num_workers=num_workers,
+            num_envs_per_worker=spec.num_envs, create_env_kwargs=spec.create_env_kwargs,
+            max_frames_per_traj=spec.max_frames_per_traj, set_truncated=spec.set_truncated,
+            reset_at_each_iter=spec.reset_at_each_iter, exploration_type=spec.exploration_type,
+            policy_device=spec.policy_device, compile_policy=spec.compile_policy,
+            pre_collect_hook=spec.pre_collect_hook, models=spec.models, return_same_td=True,
+            placement=(setup.worker_idx, setup.num_workers, setup.traj_start),
+        )
+        self.collector = collector = MultiSyncCollector.__new__(MultiSyncCollector)
+        context = torch.multiprocessing.get_context(options.start_method)
+        collector._build(options, lambda: ProcessTransport(context), sync=True)
+        self.num_envs = collector.num_envs
+        self.layout = collector._slots[0].layout
+        self.models: dict[str, torch.nn.Module] = collector._models
+        self.episodes = EpisodeTracker(self.num_envs)
+        self.traj_ids = self  # Worker reads traj_ids.next_local_id
+        self.frames, self.collect_seconds = 0, 0.0
+        self._batches = iter(collector)
+        self._forwarded = 0  # weights version last forwarded to the processes
+
+    @property
+    def next_local_id(self) -> int:
+        """The first local trajectory id no inner worker used yet (a restart starts there)."""
+        return max(self.collector._pool.next_traj_id)
+
+    def collect(self, buffers: BatchBuffers, *, random: bool = False, policy_version: int = 0,
+                stop: Any = None) -> int:
+        """One batch of every process into ``buffers``, stamped ``policy_version``."""
+        if policy_version != self._forwarded and self.models:
+            self.collector.update_policy_weights_(weights_dict=dict.fromkeys(self.models))
+            self._forwarded = policy_version
+        self.collector.init_random_frames = 2**62 if random else 0  # the outer collector decides
+        start = time.perf_counter()
+        batch = next(self._batches)
+        assert batch is not None  # no replay buffer in here
+        for key in batch.keys(True, True):
+            buffers.batch.get(key).copy_(batch.get(key))
+        buffers.policy_version.fill_(policy_version)
+        self.episodes.update(buffers.reward_np[:, :, 0], buffers.done_np[:, :, 0])
+        self.collect_seconds += time.perf_counter() - start
+        self.frames += batch.numel()
+        return buffers.num_steps
+
+    def set_seed(self, seed: int | None, *, new_trajectories: bool = False) -> None:
+        if seed is not None:
+            self.collector.set_seed(seed)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"collector": self.collector.state_dict(), "episodes": self.episodes.state_dict(),
+                "frames": self.frames, "forwarded": self._forwarded}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.collector.load_state_dict(state["collector"])
+        self.episodes.load_state_dict(state["episodes"])
+        self.frames, self._forwarded = int(state["frames"]), int(state["forwarded"])
+
+    def close(self) -> None:
+        self.collector.shutdown()

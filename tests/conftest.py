@@ -1,0 +1,16 @@
+"""Fixtures several test packages share."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def ray_session() -> Iterator[None]:
+    """One local Ray (2 CPUs) for a test module; the collectors use it and leave it running."""
+    ray = pytest.importorskip("ray", reason="RayCollector needs ray: pip install rlcollect[ray]")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
