@@ -131,7 +131,11 @@ class PooledCollector(BaseCollector):
         if self._pool.closed:
             raise RuntimeError("the collector was shut down")
         if not self._pool.started:
-            self._pool.start(profile=self._profile_config)
+            try:
+                self._pool.start(profile=self._profile_config)
+            except BaseException:  # a worker that did not start: none of the others is left running
+                self._pool.shutdown(0.0)
+                raise
 
     @property
     def worker_pids(self) -> list[int | None]:

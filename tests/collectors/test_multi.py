@@ -34,16 +34,18 @@ pytestmark = pytest.mark.timeout(90)
 
 
 def child_pids() -> set[int]:
-    """Live children of this process, read from /proc."""
+    """Live children of this process, read from /proc (not multiprocessing's resource tracker,
+    which starts with the first shared-memory allocation and lives as long as this process)."""
     pids = set()
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 stat = Path(f"/proc/{entry}/stat").read_text()
+                command = Path(f"/proc/{entry}/cmdline").read_bytes()
             except OSError:
                 continue
             fields = stat.rsplit(")", 1)[1].split()
-            if int(fields[1]) == os.getpid() and fields[0] != "Z":
+            if int(fields[1]) == os.getpid() and fields[0] != "Z" and b"resource_tracker" not in command:
                 pids.add(int(entry))
     return pids
 
@@ -248,7 +250,7 @@ def test_no_child_process_or_shared_memory_left_after_shutdown() -> None:
     collector.shutdown()  # idempotent
     assert child_pids() <= before_children
     assert shm_entries() <= before_shm
-    assert torch.get_num_threads() >= threads  # the parent's thread count is restored
+    assert torch.get_num_threads() == threads  # workers set their own; this process's is untouched
 
 
 def test_exception_in_the_users_loop_shuts_down() -> None:
@@ -307,3 +309,24 @@ def test_a_rejected_weight_update_changes_nothing_and_collection_goes_on() -> No
         for _ in range(10):  # no hang, no torn store: the old weights and version keep collecting
             batch = collector.next()
             assert batch is not None and (batch["action"] == 1).all() and (batch["policy_version"] == 0).all()
+
+
+def make_env_only_in_the_parent() -> Any:
+    """CartPole in the process that built the collector; an error in a spawned worker."""
+    import multiprocessing
+
+    if multiprocessing.parent_process() is not None:
+        raise EnvBroke("this env cannot be built in a worker")
+    return make_cartpole()
+
+
+def test_a_worker_that_cannot_start_raises_and_leaves_no_process() -> None:
+    before = child_pids()
+    collector = MultiSyncCollector(make_env_only_in_the_parent, None, num_workers=2, frames_per_batch=8,
+                                   max_worker_restarts=0)
+    with pytest.raises(EnvBroke, match="cannot be built in a worker"):
+        collector.next()
+    deadline = time.monotonic() + 10
+    while child_pids() - before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not child_pids() - before
