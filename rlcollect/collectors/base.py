@@ -120,6 +120,14 @@ class BaseCollector(abc.ABC):
         if background is not None:
             background.stop(10.0 if timeout is None else timeout)
 
+    init_random_frames: int = 0
+
+    def _in_warmup(self, collected: int, in_flight: int = 0) -> bool:
+        """Whether the next batch takes random actions: the frames collected (or written to the
+        replay buffer, when it counts its writes) and those under way are below ``init_random_frames``."""
+        written = int(getattr(self.replay_buffer, "write_count", collected))
+        return written + in_flight < self.init_random_frames
+
     def _quiesce(self) -> None:
         """Return once no batch is under way: in one process, none is between two yields."""
         return

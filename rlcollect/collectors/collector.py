@@ -18,7 +18,7 @@ from rlcollect.data.buffers import BatchBuffers
 from rlcollect.envs.factory import EnvSource
 from rlcollect.rollout.engine import Rollout
 from rlcollect.rollout.profiling import RolloutProfiler
-from rlcollect.weights.forms import apply_weights, as_weights
+from rlcollect.weights.forms import apply_weights, as_weights, check_weights
 
 __all__ = ["Collector"]
 
@@ -139,7 +139,7 @@ class Collector(BaseCollector):
         rollout = self._rollout
         rollout.collect(
             self._buffers,
-            random=self._frames_written() < self.init_random_frames,
+            random=self._in_warmup(rollout.frames),
             policy_version=self._policy_version,
         )
         if self._profiler is not None:
@@ -185,10 +185,6 @@ class Collector(BaseCollector):
         self._policy_version = int(state_dict["policy_version"])
         self._rollout.load_state_dict(state_dict["rollout"])
 
-    def _frames_written(self) -> int:
-        """Frames collected, or written to the replay buffer if it counts its writes."""
-        return int(getattr(self.replay_buffer, "write_count", self._rollout.frames))
-
     def stats(self) -> CollectorStats:
         rollout = self._rollout
         returns, lengths = rollout.episodes.returns, rollout.episodes.lengths
@@ -211,6 +207,7 @@ class Collector(BaseCollector):
             if source is None and model_id == "policy":
                 source = self._rollout.user_policy  # pull from the policy given at construction
             if source is not None and source is not modules[model_id]:
+                check_weights(model_id, as_weights(source), as_weights(modules[model_id]))
                 apply_weights(modules[model_id], as_weights(source))
         self._policy_version += 1
 

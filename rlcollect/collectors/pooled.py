@@ -149,9 +149,8 @@ class PooledCollector(BaseCollector):
     def _dispatch(self, worker: int, slot: int) -> None:
         if self.options.update_at_each_batch:
             self.update_policy_weights_(worker_ids=[worker])
-        written = int(getattr(self.replay_buffer, "write_count", self._frames))
         in_flight = len(self._pool.busy()) * self.num_envs_per_worker * self._slots[0].num_steps
-        random = written + in_flight < self.init_random_frames  # batches under way count too
+        random = self._in_warmup(self._frames, in_flight)
         self._pool.collect(worker, (slot, random, self._weights.payload(worker)))
 
     def _dispatch_all(self, slot: int) -> None:
