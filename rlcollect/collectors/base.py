@@ -200,8 +200,9 @@ class BaseCollector(abc.ABC):
     ) -> None:
         """Profile the first ``num_rollouts`` rollouts (of ``workers``) with ``torch.profiler``.
 
-        Traces are Chrome trace files at ``save_path`` (``{worker_idx}`` is replaced), the
-        first ``warmup_rollouts`` rollouts discarded.
+        Traces are Chrome trace files at ``save_path`` (made absolute here, so a worker or a Ray
+        actor with another working directory writes where you said; ``{worker_idx}`` is
+        replaced), the first ``warmup_rollouts`` rollouts discarded.
 
         Raises:
             RuntimeError: called after iteration started.
@@ -213,7 +214,7 @@ class BaseCollector(abc.ABC):
             workers=[0] if workers is None else list(workers),
             num_rollouts=num_rollouts,
             warmup_rollouts=warmup_rollouts,
-            save_path=save_path,
+            save_path=None if save_path is None else Path(save_path).absolute(),  # workers may run elsewhere
             activities=["cpu", "cuda"] if activities is None else list(activities),
             record_shapes=record_shapes,
             profile_memory=profile_memory,
