@@ -50,8 +50,15 @@ def test_main_module_guard_example_runs(tmp_path: Path) -> None:
     assert done.stdout.splitlines() == [f"torch.Size([8, 128]) {1024 * i}" for i in range(1, 5)]
 
 
-def test_benchmark_placeholder_is_there() -> None:
-    assert "<!-- bench:single_process -->" in section("Benchmarks")
+def test_benchmark_commands_and_result_files_exist() -> None:
+    """Every ``python -m bench.X`` the README names is a script, every linked result file exists."""
+    text = README.read_text()
+    scripts = set(re.findall(r"python -m bench\.(\w+)", text))
+    assert {"single_process", "multi_process", "ray"} <= scripts
+    for script in scripts:
+        assert (REPO / "bench" / f"{script}.py").is_file(), f"README names bench.{script}: no such script"
+    for link in re.findall(r"\]\((bench/[^)]+)\)", text):
+        assert (REPO / link).exists(), f"README links {link}, which does not exist"
 
 
 def test_make_targets_named_in_readme_exist() -> None:
