@@ -97,7 +97,8 @@ def split_trajectories(batch: TensorDictBase) -> TensorDictBase:
     """Regroup a ``[N, T]`` batch into ``[num_trajectories, max_len]``, zero-padded along time.
 
     Rows are trajectories ordered by id; ``("collector", "mask")`` marks the real frames. A
-    trajectory that continues past the batch is kept as the part that is in it.
+    trajectory that continues past the batch is kept as the part that is in it. Frames the batch
+    itself masks out (a preempted worker's) are left out.
 
     Example:
         >>> import torch
@@ -110,9 +111,11 @@ def split_trajectories(batch: TensorDictBase) -> TensorDictBase:
         >>> out["collector", "mask"].tolist()
         [[True, True, False], [True, True, True], [True, False, False]]
     """
-    ids = batch.get(("collector", "traj_ids"))
     flat = batch.reshape(-1)
-    flat_ids = ids.reshape(-1)
+    real = batch.get(("collector", "mask"), None)
+    if real is not None:
+        flat = flat[real.reshape(-1)]
+    flat_ids = flat.get(("collector", "traj_ids"))
     # frames of one env are contiguous in time, so sorting by id (stable) keeps time order
     order = torch.argsort(flat_ids, stable=True)
     sorted_ids = flat_ids[order]

@@ -319,11 +319,6 @@ def test_split_of_a_collector_batch_keeps_its_keys_and_time_name() -> None:
     check_split(batch)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="split_trajectories ignores ('collector', 'mask'): the padding frames of a preempted batch "
-    "(traj_ids -1) become one extra trajectory whose frames the output mask marks as real",
-)
 def test_split_of_a_masked_batch_keeps_only_real_frames() -> None:
     done = np.array([[False, True, False], [False, False, False]])
     ids = np.array([[0, 0, -1], [1, -1, -1]])  # as finish_batch leaves a batch stopped early
