@@ -42,15 +42,37 @@ def take(collector: Any, count: int) -> list[TensorDictBase]:
 Batches = list[TensorDictBase]
 
 
-def interrupted_and_uninterrupted(build: Callable[[], Any]) -> tuple[Batches, Batches]:
+def by_worker(batches: Batches) -> dict[int, Batches]:
+    """Batches grouped by the worker that produced them (ids are strided by worker, 2 workers)."""
+    groups: dict[int, Batches] = {0: [], 1: []}
+    for batch in batches:
+        groups[int(batch["collector", "traj_ids"][0, 0]) % 2].append(batch)
+    return groups
+
+
+def enough(batches: Batches, per_worker: bool) -> bool:
+    """``BATCHES`` batches; asynchronously, ``BATCHES // 2`` from each worker (however they interleave)."""
+    if per_worker:
+        return all(len(group) >= BATCHES // 2 for group in by_worker(batches).values())
+    return len(batches) >= BATCHES
+
+
+def interrupted_and_uninterrupted(
+    build: Callable[[], Any], per_worker: bool = False
+) -> tuple[Batches, Batches]:
+    def take_until_enough(collector: Any, batches: Batches) -> Batches:
+        while not enough(batches, per_worker) and len(batches) < 10 * BATCHES:
+            batches += take(collector, 1)
+        return batches
+
     with build() as collector:
-        uninterrupted = take(collector, BATCHES)
+        uninterrupted = take_until_enough(collector, [])
     with build() as collector:
         resumed = take(collector, STOP_AFTER)
         state = roundtrip(collector.state_dict())
     with build() as collector:
         collector.load_state_dict(state)
-        resumed += take(collector, BATCHES - STOP_AFTER)
+        resumed = take_until_enough(collector, resumed)
     return uninterrupted, resumed
 
 
@@ -60,21 +82,11 @@ def assert_same(uninterrupted: list[TensorDictBase], resumed: list[TensorDictBas
         assert want.batch_size == have.batch_size and (want == have).all()
 
 
-def assert_same_per_worker(uninterrupted: list[TensorDictBase], resumed: list[TensorDictBase]) -> None:
-    """Each worker's batches (ids are strided by worker) agree over the length both runs have."""
-    def by_worker(batches: list[TensorDictBase]) -> dict[int, list[TensorDictBase]]:
-        groups: dict[int, list[TensorDictBase]] = {}
-        for batch in batches:
-            groups.setdefault(int(batch["collector", "traj_ids"][0, 0]) % 2, []).append(batch)
-        return groups
-
+def assert_same_per_worker(uninterrupted: Batches, resumed: Batches) -> None:
+    """Each worker's first ``BATCHES // 2`` batches are the same in both runs."""
     want, have = by_worker(uninterrupted), by_worker(resumed)
-    compared = 0
-    for worker in set(want) | set(have):
-        common = min(len(want.get(worker, [])), len(have.get(worker, [])))
-        assert_same(want[worker][:common], have[worker][:common])
-        compared += common
-    assert compared >= BATCHES - 2  # the runs may split the last batches differently between workers
+    for worker in (0, 1):
+        assert_same(want[worker][: BATCHES // 2], have[worker][: BATCHES // 2])
 
 
 def single() -> Collector:
@@ -106,12 +118,14 @@ def test_multi_sync(prefetch: bool) -> None:
 
 
 def test_multi_async() -> None:
-    assert_same_per_worker(*interrupted_and_uninterrupted(multi(MultiAsyncCollector, frames_per_batch=20)))
+    runs = interrupted_and_uninterrupted(multi(MultiAsyncCollector, frames_per_batch=20), per_worker=True)
+    assert_same_per_worker(*runs)
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(("sync", "prefetch"), [(True, False), (True, True), (False, False)])
 def test_ray(ray_session: None, sync: bool, prefetch: bool) -> None:
     frames = 40 if sync else 20
-    runs = interrupted_and_uninterrupted(ray_collector(frames_per_batch=frames, sync=sync, prefetch=prefetch))
+    runs = interrupted_and_uninterrupted(ray_collector(frames_per_batch=frames, sync=sync, prefetch=prefetch),
+                                         per_worker=not sync)
     (assert_same if sync else assert_same_per_worker)(*runs)
