@@ -12,10 +12,13 @@ from __future__ import annotations
 import abc
 import contextlib
 import threading
-from collections.abc import Callable, Iterator, Mapping
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import torch
 from tensordict import TensorDictBase
 
 from rlcollect.collectors.stats import CollectorStats
@@ -152,32 +155,65 @@ class BaseCollector(abc.ABC):
     def update_policy_weights_(
         self,
         policy_or_weights: Any = None,
-        /,
         *,
         weights: Any = None,
         policy: Any = None,
-        worker_ids: int | list[int] | None = None,
+        worker_ids: int | torch.device | Sequence[int | torch.device] | None = None,
         model_id: str | None = None,
         weights_dict: Mapping[str, Any] | None = None,
+        policy_weights: Any = None,
     ) -> None:
         """Bring the collector's weights up to date and bump their version.
 
         Accepts the reference API's forms: no argument (pull from the policy given at
-        construction), a module, a TensorDict or a dict of weights (positionally, or as
-        ``weights=`` / ``policy=``), ``model_id=`` for another model than ``"policy"``,
-        ``weights_dict={model_id: weights, ...}`` for several models at once, and
-        ``worker_ids=`` to update only some workers.
+        construction), a module, a TensorDict or a dict of weights (positionally or as
+        ``policy_or_weights=``, or as ``weights=`` / ``policy=``), ``model_id=`` for another model
+        than ``"policy"``, ``weights_dict={model_id: weights, ...}`` for several models at once,
+        and ``worker_ids=`` (ints, or devices: the workers whose policy runs there) to update only
+        some workers. ``policy_weights=`` is the deprecated name of ``policy_or_weights``.
 
         Raises:
-            ValueError: forms that exclude each other were combined.
+            ValueError: forms that exclude each other were combined, or a worker id or device
+                this collector does not have.
             KeyError: an unknown model id (the known ones are listed).
         """
+        if policy_weights is not None:
+            warnings.warn("update_policy_weights_(policy_weights=...) is deprecated: pass the weights "
+                          "positionally or as policy_or_weights=", DeprecationWarning, stacklevel=2)
+            if policy_or_weights is not None:
+                raise ValueError("give the weights once: got policy_or_weights and policy_weights together")
+            policy_or_weights = policy_weights
         forms = weight_update_forms(
             policy_or_weights, weights=weights, policy=policy, model_id=model_id,
             weights_dict=weights_dict,
         )
-        ids = [worker_ids] if isinstance(worker_ids, int) else worker_ids
-        self._update_weights(forms, ids)
+        self._update_weights(forms, self._worker_ids(worker_ids))
+
+    num_workers: int = 1
+
+    def _worker_ids(self, worker_ids: Any) -> list[int] | None:
+        """``worker_ids`` as a sorted list of ints (devices: the workers whose policy runs there)."""
+        if worker_ids is None:
+            return None
+        items = list(worker_ids) if isinstance(worker_ids, (list, tuple)) else [worker_ids]
+        options = getattr(self, "options", None)
+        policy_device = options.policy_device if options is not None else None
+        ids: set[int] = set()
+        for item in items:
+            if isinstance(item, (torch.device, str)):
+                device = torch.device(item)
+                if device != torch.device(policy_device or "cpu"):
+                    raise ValueError(f"worker_ids={item!r}: the workers' policy runs on "
+                                     f"{policy_device or 'cpu'}, not {device}")
+                ids.update(range(self.num_workers))
+            elif isinstance(item, (int, np.integer)) and not isinstance(item, bool):
+                if not 0 <= item < self.num_workers:
+                    raise ValueError(f"worker_ids={worker_ids!r}: worker {int(item)} is out of range for "
+                                     f"num_workers={self.num_workers}")
+                ids.add(int(item))
+            else:
+                raise TypeError(f"worker_ids must be ints or devices, got {item!r} ({type(item).__name__})")
+        return sorted(ids)
 
     @abc.abstractmethod
     def _update_weights(self, forms: dict[str, Any], worker_ids: list[int] | None) -> None:

@@ -200,8 +200,6 @@ class Collector(BaseCollector):
 
     # -- weights ---------------------------------------------------------------------------
     def _update_weights(self, forms: dict[str, Any], worker_ids: list[int] | None) -> None:
-        if worker_ids not in (None, [0]):
-            raise ValueError(f"worker_ids={worker_ids}: a single-process collector has worker 0 only")
         modules = {model_id: self._rollout.module(model_id) for model_id in forms}  # KeyError first
         for model_id, source in forms.items():
             if source is None and model_id == "policy":

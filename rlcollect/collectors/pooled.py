@@ -228,9 +228,6 @@ class PooledCollector(BaseCollector):
     def _update_weights(self, forms: dict[str, Any], worker_ids: list[int] | None) -> None:
         self._weights.check_model_ids(forms)
         ids = list(range(self.num_workers)) if worker_ids is None else worker_ids
-        bad = [w for w in ids if not 0 <= w < self.num_workers]
-        if bad:
-            raise ValueError(f"worker_ids {bad} out of range for num_workers={self.num_workers}")
         weights = {}
         for model_id, source in forms.items():
             if source is None and model_id not in self._models:

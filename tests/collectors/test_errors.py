@@ -126,8 +126,26 @@ def test_weight_update_errors() -> None:
         collector.update_policy_weights_(weights_dict={"policy": TiltPolicy()}, model_id="policy")
     with pytest.raises(KeyError, match="which the module does not have"):
         collector.update_policy_weights_({"bias": torch.zeros(1)})
-    with pytest.raises(ValueError, match="a single-process collector has worker 0 only"):
+    with pytest.raises(ValueError, match=r"worker_ids=\[1\]: worker 1 is out of range for num_workers=1"):
         collector.update_policy_weights_(TiltPolicy(), worker_ids=[1])
+    with pytest.raises(ValueError, match="the workers' policy runs on cpu, not meta"):
+        collector.update_policy_weights_(TiltPolicy(), worker_ids=torch.device("meta"))
+    with pytest.raises(TypeError, match="worker_ids must be ints or devices, got 1.5"):
+        collector.update_policy_weights_(TiltPolicy(), worker_ids=[1.5])  # type: ignore[list-item]
+
+
+def test_weight_update_forms_of_the_reference() -> None:
+    """policy_or_weights= as a keyword, policy_weights= deprecated, devices and numpy ints as ids."""
+    policy = TiltPolicy()
+    collector = Collector("CartPole-v1", policy, frames_per_batch=10)
+    collector.update_policy_weights_(policy_or_weights=TiltPolicy(sign=-1.0))
+    assert policy.weight[2].item() == -1.0
+    with pytest.warns(DeprecationWarning, match="policy_weights=...\\) is deprecated"):
+        collector.update_policy_weights_(policy_weights=TiltPolicy(sign=2.0))
+    assert policy.weight[2].item() == 2.0
+    collector.update_policy_weights_({"weight": torch.ones(4)}, worker_ids=torch.device("cpu"))
+    collector.update_policy_weights_(TiltPolicy(), worker_ids=[np.int64(0), "cpu"])
+    assert policy.weight[2].item() == 1.0 and collector.stats().policy_version == 4
 
 
 def test_frames_per_batch_rounded_up_with_warning() -> None:
