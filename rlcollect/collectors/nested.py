@@ -11,6 +11,7 @@ stamped with the version the actor received.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -34,15 +35,11 @@ class NestedRollout:
     def __init__(self, spec: RolloutSpec, setup: WorkerSetup, *, num_workers: int) -> None:
         from rlcollect.collectors.multi import MultiSyncCollector
 
+        same = {f.name for f in dataclasses.fields(RolloutSpec)} & set(CollectorOptions.__dataclass_fields__)
         options = CollectorOptions(
-            create_env_fn=spec.create_env_fn, policy=spec.policy, policy_factory=spec.policy_factory,
-            frames_per_batch=setup.num_steps * spec.num_envs * num_workers, num_workers=num_workers,
-            num_envs_per_worker=spec.num_envs, create_env_kwargs=spec.create_env_kwargs,
-            max_frames_per_traj=spec.max_frames_per_traj, set_truncated=spec.set_truncated,
-            reset_at_each_iter=spec.reset_at_each_iter, exploration_type=spec.exploration_type,
-            policy_device=spec.policy_device, compile_policy=spec.compile_policy,
-            pre_collect_hook=spec.pre_collect_hook, models=spec.models, return_same_td=True,
-            placement=(setup.worker_idx, setup.num_workers, setup.traj_start),
+            **{name: getattr(spec, name) for name in same}, num_workers=num_workers,
+            num_envs_per_worker=spec.num_envs, frames_per_batch=setup.num_steps * spec.num_envs * num_workers,
+            return_same_td=True, placement=(setup.worker_idx, setup.num_workers, setup.traj_start),
         )
         self.collector = collector = MultiSyncCollector.__new__(MultiSyncCollector)
         context = torch.multiprocessing.get_context(options.start_method)
