@@ -49,8 +49,11 @@ class ObjectStoreReceiver:
         self._get = get
 
     def pull(self, modules: Mapping[str, torch.nn.Module], seen: int, payload: Payload | None = None) -> int:
-        """Apply the models written after version ``seen``; return the newest version."""
-        if payload is not None:
+        """Apply the models written after version ``seen``; return the newest version.
+
+        A payload older than the one held (a batch request sent again after a restart) is ignored.
+        """
+        if payload is not None and payload[1] >= self.payload[1]:
             self.payload = payload
         (entries,), version = self.payload
         if version <= seen:
