@@ -18,7 +18,7 @@ from rlcollect.data.buffers import BatchBuffers
 from rlcollect.envs.factory import EnvSource
 from rlcollect.rollout.engine import Rollout
 from rlcollect.rollout.profiling import RolloutProfiler
-from rlcollect.weights.forms import apply_weights, as_weights, check_weights
+from rlcollect.weights.forms import apply_weights, as_weights
 
 __all__ = ["Collector"]
 
@@ -205,8 +205,7 @@ class Collector(BaseCollector):
             if source is None and model_id == "policy":
                 source = self._rollout.user_policy  # pull from the policy given at construction
             if source is not None and source is not modules[model_id]:
-                check_weights(model_id, as_weights(source), as_weights(modules[model_id]))
-                apply_weights(modules[model_id], as_weights(source))
+                apply_weights(modules[model_id], as_weights(source), model_id)
         self._policy_version += 1
 
     def receive_weights(

@@ -18,7 +18,7 @@ __all__ = ["RayCollector"]
 
 # RayCollector's own arguments: collector_kwargs may not set them
 _RESERVED = ("frames_per_batch", "total_frames", "seed", "replay_buffer", "return_same_td", "split_trajs",
-             "trajs_per_batch", "traj_format", "num_workers", "num_envs_per_worker", "prefetch",
+             "trajs_per_batch", "traj_format", "prefetch",
              "max_worker_restarts", "timeout", "start_method", "postproc", "post_collect_hook",
              "storing_device")
 
@@ -116,8 +116,8 @@ class RayCollector(PooledCollector):
         if collector_kwargs is not None and not isinstance(collector_kwargs, Mapping):
             raise TypeError(f"collector_kwargs must be a dict, got {type(collector_kwargs).__name__}")
         kwargs = dict(collector_kwargs or {})
-        own = {"num_envs"} if nested else {"num_workers", "num_envs_per_worker"}  # the other class's words
-        reserved = sorted(set(kwargs) & (set(_RESERVED) - {"num_workers", "num_envs_per_worker"} | own))
+        other_class = {"num_envs"} if nested else {"num_workers", "num_envs_per_worker"}
+        reserved = sorted(set(kwargs) & (set(_RESERVED) | other_class))
         if reserved:
             raise ValueError(f"collector_kwargs must not set {reserved}: give them to RayCollector itself")
         if ray_init_config is not None and not isinstance(ray_init_config, Mapping):

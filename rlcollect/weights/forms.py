@@ -9,13 +9,13 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-__all__ = ["apply_weights", "as_weights", "check_weights", "weight_update_forms"]
+__all__ = ["apply_weights", "as_weights", "check_model_ids", "check_weights", "weight_update_forms"]
 
 
 def weight_update_forms(
@@ -68,19 +68,11 @@ def as_weights(source: Any) -> TensorDictBase:
     )
 
 
-def apply_weights(module: torch.nn.Module, weights: TensorDictBase) -> None:
-    """Copy ``weights`` into ``module``'s parameters and buffers in place.
-
-    Raises:
-        KeyError: a key of ``weights`` is not a parameter or buffer of ``module``.
-    """
+def apply_weights(module: torch.nn.Module, weights: TensorDictBase, model_id: str = "policy") -> None:
+    """Copy ``weights`` into ``module``'s parameters and buffers in place (checked first, see
+    :func:`check_weights`)."""
     target = TensorDict.from_module(module).data
-    unknown = set(weights.keys(True, True)) - set(target.keys(True, True))
-    if unknown:
-        raise KeyError(
-            f"weights hold {sorted(map(str, unknown))} which the module does not have "
-            f"(it has {sorted(map(str, target.keys(True, True)))})"
-        )
+    check_weights(model_id, weights, target)
     with torch.no_grad():
         target.update_(weights)
 
@@ -102,3 +94,10 @@ def check_weights(model_id: str, weights: TensorDictBase, reference: TensorDictB
         if given != expected:
             raise ValueError(f"weights for {model_id!r}: {key!r} has shape {tuple(given)}, "
                              f"the module's has {tuple(expected)}")
+
+
+def check_model_ids(model_ids: Iterable[str], known: Iterable[str]) -> None:
+    """Raise ``KeyError`` naming the known ids if one of ``model_ids`` is unknown."""
+    unknown = sorted(set(model_ids) - set(known))
+    if unknown:
+        raise KeyError(f"unknown model id(s) {unknown}; known: {list(known)}")

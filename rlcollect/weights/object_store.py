@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from rlcollect.weights.forms import apply_weights, as_weights, check_weights
+from rlcollect.weights.forms import apply_weights, as_weights, check_model_ids, check_weights
 
 __all__ = ["ObjectStoreReceiver", "ObjectStoreWeights"]
 
@@ -63,7 +63,7 @@ class ObjectStoreReceiver:
         refs = list({id(entries[m][0]): entries[m][0] for _, _, m in changed}.values())
         fetched = dict(zip(map(id, refs), (self._get or _ray_get)(refs), strict=True))
         for _, _, model_id in changed:
-            apply_weights(modules[model_id], fetched[id(entries[model_id][0])][model_id])
+            apply_weights(modules[model_id], fetched[id(entries[model_id][0])][model_id], model_id)
         return version
 
 
@@ -95,9 +95,7 @@ class ObjectStoreWeights:
 
     def check_model_ids(self, model_ids: Iterable[str]) -> None:
         """Raise ``KeyError`` naming the known ids if one of ``model_ids`` is unknown."""
-        unknown = sorted(set(model_ids) - set(self.model_ids))
-        if unknown:
-            raise KeyError(f"unknown model id(s) {unknown}; known: {self.model_ids}")
+        check_model_ids(model_ids, self.model_ids)
 
     def push(self, weights: Mapping[str, TensorDictBase], worker_ids: Iterable[int]) -> None:
         """Put ``weights`` in the object store once; the workers pull it with their next batch."""

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from rlcollect.weights.forms import apply_weights, as_weights, check_weights
+from rlcollect.weights.forms import apply_weights, as_weights, check_model_ids, check_weights
 
 __all__ = ["WeightStore", "WorkerWeights"]
 
@@ -73,7 +73,7 @@ class WorkerWeights:
             changed = [i for i, v in enumerate(written) if v > seen]
             for i in sorted(changed, key=lambda i: written[i]):  # stable: ties in model order
                 model_id = list(self.weights)[i]
-                apply_weights(modules[model_id], self.weights[model_id])
+                apply_weights(modules[model_id], self.weights[model_id], model_id)
             if int(self.sequence[self.worker_idx]) == before:
                 return version
         raise TimeoutError("the weight store stayed locked: is the parent process alive?")
@@ -100,9 +100,7 @@ class WeightStore:
 
     def check_model_ids(self, model_ids: Iterable[str]) -> None:
         """Raise ``KeyError`` naming the known ids if one of ``model_ids`` is unknown."""
-        unknown = sorted(set(model_ids) - set(self.model_ids))
-        if unknown:
-            raise KeyError(f"unknown model id(s) {unknown}; known: {self.model_ids}")
+        check_model_ids(model_ids, self.model_ids)
 
     def push(self, weights: Mapping[str, TensorDictBase], worker_ids: Iterable[int]) -> None:
         """Write ``{model_id: weights}`` for each worker atomically and bump its version.
