@@ -87,13 +87,18 @@ def check_weights(model_id: str, weights: TensorDictBase, reference: TensorDictB
     known = set(reference.keys(True, True))
     unknown = set(weights.keys(True, True)) - known
     if unknown:
-        raise KeyError(f"weights for {model_id!r} hold {sorted(map(str, unknown))} which the module does "
-                       f"not have (it has {sorted(map(str, known))})")
+        raise KeyError(f"weights for {model_id!r} hold {_dotted(unknown)} which the module does "
+                       f"not have (it has {_dotted(known)})")
     for key in weights.keys(True, True):
         given, expected = weights.get(key).shape, reference.get(key).shape
         if given != expected:
-            raise ValueError(f"weights for {model_id!r}: {key!r} has shape {tuple(given)}, "
+            raise ValueError(f"weights for {model_id!r}: {_dotted([key])[0]!r} has shape {tuple(given)}, "
                              f"the module's has {tuple(expected)}")
+
+
+def _dotted(keys: Iterable[Any]) -> list[str]:
+    """Nested TensorDict keys as sorted ``"a.b"`` strings."""
+    return sorted(".".join(key) if isinstance(key, tuple) else str(key) for key in keys)
 
 
 def check_model_ids(model_ids: Iterable[str], known: Iterable[str]) -> None:

@@ -20,9 +20,11 @@ Example (without Ray: ``put`` and ``get`` stand in for ``ray.put`` and ``ray.get
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+import numpy as np
 import torch
 from tensordict import TensorDictBase
 
@@ -63,8 +65,23 @@ class ObjectStoreReceiver:
         refs = list({id(entries[m][0]): entries[m][0] for _, _, m in changed}.values())
         fetched = dict(zip(map(id, refs), (self._get or _ray_get)(refs), strict=True))
         for _, _, model_id in changed:
-            apply_weights(modules[model_id], fetched[id(entries[model_id][0])][model_id], model_id)
+            weights = from_arrays(fetched[id(entries[model_id][0])][model_id])
+            apply_weights(modules[model_id], weights, model_id)
         return version
+
+
+def to_arrays(weights: TensorDictBase) -> dict[str, np.ndarray]:
+    """Weights as ``{"a.b": numpy array}``: Ray stores arrays out of band, and a worker reads them
+    in place (no copy) before they are copied into its module."""
+    return {".".join(key) if isinstance(key, tuple) else key: tensor.detach().cpu().numpy()
+            for key, tensor in weights.items(True, True)}
+
+
+def from_arrays(arrays: Mapping[str, np.ndarray]) -> TensorDictBase:
+    """The inverse of :func:`to_arrays` (tensors viewing the arrays, read-only ones included)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # read-only arrays from the object store
+        return as_weights({key: torch.from_numpy(array) for key, array in arrays.items()})
 
 
 class ObjectStoreWeights:
@@ -92,6 +109,12 @@ class ObjectStoreWeights:
         self.model_ids = sorted(models, key=lambda k: (k != "policy", k))
         self.versions = [0] * num_workers
         self._entries: list[dict[str, tuple[Any, int]]] = [{} for _ in range(num_workers)]
+        self._sizes: dict[int, int] = {}  # bytes of each object put, by id of its ref
+
+    def weight_bytes(self) -> int:
+        """Bytes of the weights the workers' tables still point to in the object store."""
+        live = {id(ref) for entries in self._entries for ref, _ in entries.values()}
+        return sum(self._sizes.get(ref, 0) for ref in live)
 
     def check_model_ids(self, model_ids: Iterable[str]) -> None:
         """Raise ``KeyError`` naming the known ids if one of ``model_ids`` is unknown."""
@@ -102,15 +125,22 @@ class ObjectStoreWeights:
         self.check_model_ids(weights)
         for model_id, td in weights.items():
             check_weights(model_id, td, self._reference[model_id])
-        ref = self._put(dict(weights))
+        ref = self._put({model_id: to_arrays(td) for model_id, td in weights.items()})
+        self._sizes[id(ref)] = sum(t.numel() * t.element_size() for td in weights.values()
+                                   for t in td.values(True, True))
         for worker in worker_ids:
             self.versions[worker] += 1
             for model_id in weights:
                 self._entries[worker][model_id] = (ref, self.versions[worker])
+        live = {id(r) for entries in self._entries for r, _ in entries.values()}
+        self._sizes = {key: size for key, size in self._sizes.items() if key in live}
 
     def payload(self, worker_idx: int) -> Payload:
         """The table sent with each batch request of ``worker_idx``."""
         return [dict(self._entries[worker_idx])], self.versions[worker_idx]
+
+    def release(self, worker_idx: int) -> None:
+        """Nothing to do: what a worker received is its own."""
 
     def receiver(self, worker_idx: int) -> ObjectStoreReceiver:
         """What a (re)started worker starts from: the current table."""
@@ -123,13 +153,14 @@ class ObjectStoreWeights:
         for entries in self._entries:
             refs = {id(ref): ref for ref, _ in entries.values()}
             values = dict(zip(refs, fetch(list(refs.values())), strict=True))
-            newest.append({m: (values[id(ref)][m], v) for m, (ref, v) in entries.items()})
+            newest.append({m: (from_arrays(values[id(ref)][m]).clone(), v)
+                           for m, (ref, v) in entries.items()})
         return {"versions": list(self.versions), "entries": newest}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict` (each worker's weights put again)."""
         self.versions = [int(v) for v in state["versions"]]
         self._entries = [
-            {m: (self._put({m: weights}), int(v)) for m, (weights, v) in entries.items()}
+            {m: (self._put({m: to_arrays(weights)}), int(v)) for m, (weights, v) in entries.items()}
             for entries in state["entries"]
         ]
