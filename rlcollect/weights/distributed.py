@@ -1,0 +1,591 @@
+"""Weights broadcast with ``torch.distributed`` from a learner process to collectors anywhere.
+
+A learner (rank 0, any process on any machine) broadcasts the weights of one model to
+``world_size - 1`` collector processes (ranks ``1..world_size-1``) through a private process group
+(gloo on CPU, NCCL between GPUs): a user's own default process group (DDP in the learner, say) is
+left alone.
+
+How an update travels: the learner announces message ``n`` under a key of a ``TCPStore`` it hosts,
+then broadcasts a header ``[version, flag]`` and the weight tensors (sorted by flattened key). Each
+collector runs a daemon thread that polls the store for message ``n`` (checking its stop event
+between polls, so it never blocks in a collective nobody started), joins that broadcast into a
+staging copy, and publishes the copy only once complete; ``receive()`` applies the newest
+published copy to the collector's model. Every step is bounded by ``timeout``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import threading
+import time
+import warnings
+from typing import Any, ClassVar
+from urllib.parse import urlsplit
+
+import torch
+import torch.distributed as dist
+from tensordict import TensorDictBase
+
+from rlcollect.weights.forms import check_weights
+from rlcollect.weights.schemes import Strategy, WeightSyncScheme
+
+__all__ = ["DistributedWeightSyncScheme"]
+
+_BACKENDS = ("gloo", "nccl")
+_DATA, _STOP = 0, 1
+_POLL_MIN, _POLL_MAX = 0.002, 0.02  # seconds between two looks at the store (doubling while idle)
+_KEEP = 64  # message keys kept in the store behind the newest (a receiver is at most one behind)
+_ACK_WAIT = 5.0  # at most this long (and at most ``timeout``) for the receivers to confirm a stop
+
+
+class _Buffers:
+    """A staging copy of the weights and its tensors in broadcast order."""
+
+    def __init__(self, reference: TensorDictBase, order: list[tuple[str, Any]], device: torch.device) -> None:
+        self.td = reference.apply(lambda t: torch.zeros_like(t, device=device))
+        self.tensors = [_wire(self.td.get(key)) for _, key in order]
+
+
+class DistributedWeightSyncScheme(WeightSyncScheme):
+    """A learner broadcasts the weights of one model to collectors in other processes or machines.
+
+    The learner is rank 0 (``init_on_sender(model_id=..., model=...)``, then ``send()`` after each
+    optimisation step); each collector process is one of ranks ``1..world_size-1``
+    (``collector.register_scheme_receiver({"policy": scheme})``, or ``init_on_receiver`` and
+    ``connect`` for a bare model), after which each of its batches starts with the newest weights
+    received. ``connect()`` joins the group (every rank must join within ``timeout``) and makes the
+    initial synchronisation: the learner's weights at that moment are version 0. Each ``send`` is
+    one broadcast to every receiver (version 1, 2, ...); a receiver applies the newest version that
+    arrived when its ``receive()`` is called and skips those it was too slow to see. ``send`` returns
+    once every receiver has the update (a receiver's thread looks for the next one every few ms).
+
+    The group has a fixed size: once a receiver shuts down, the learner cannot broadcast any more
+    (its ``send`` raises, and so does the ``receive`` of the other receivers). Use one port (one
+    scheme) per model. A not yet initialised scheme pickles, so it can be handed to a spawned
+    process. Across machines gloo picks its network interface as ``torch.distributed`` does
+    (``GLOO_SOCKET_IFNAME``).
+
+    Args:
+        init_method: ``"tcp://host:port"`` where the learner (rank 0) listens; ``host`` must be
+            reachable from every collector.
+        world_size: the learner and its receivers: ``1 + number of collector processes`` (>= 2).
+        rank: 0 for the learner, ``1..world_size-1`` for each collector process (distinct).
+        backend: ``"gloo"`` (CPU tensors, any machine) or ``"nccl"`` (the weights travel between
+            GPUs: each process uses its current CUDA device).
+        timeout: seconds any step may take (joining the group, one broadcast) before it fails.
+        strategy: ``"tensordict"`` or ``"state_dict"`` (see :class:`WeightSyncScheme`).
+
+    Raises:
+        ValueError: an argument out of range (the message names it and what is allowed).
+
+    Example:
+        >>> import torch
+        >>> scheme = DistributedWeightSyncScheme("tcp://127.0.0.1:29500", world_size=2, rank=0)
+        >>> scheme  # picklable until initialised: build it, then give it to the learner process
+        DistributedWeightSyncScheme(rank=0 of 2, tcp://127.0.0.1:29500, gloo, not initialized, model_id=None)
+        >>> # in the learner process (rank 0):
+        >>> policy = torch.nn.Linear(4, 2)
+        >>> scheme.init_on_sender(model_id="policy", model=policy)
+        >>> scheme.connect()  # doctest: +SKIP
+        >>> scheme.send()  # after each optimisation step  # doctest: +SKIP
+        >>> scheme.shutdown()  # the receivers' threads stop; their models keep the last weights
+        >>> # in a collector process (rank 1), with the same init_method and world_size:
+        >>> receiving = DistributedWeightSyncScheme("tcp://127.0.0.1:29500", world_size=2, rank=1)
+        >>> collector.register_scheme_receiver({"policy": receiving})  # doctest: +SKIP
+    """
+
+    #: a learner feeds collectors in other processes, never a collector's own workers
+    transports: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(
+        self, init_method: str = "tcp://127.0.0.1:29500", world_size: int = 2, rank: int = 0,
+        backend: str = "gloo", timeout: float = 60.0, strategy: Strategy = "tensordict",
+    ) -> None:
+        super().__init__(strategy)
+        self._host, self._port = _address(init_method)
+        if not _is_int(world_size) or world_size < 2:
+            raise ValueError(f"world_size={world_size!r}: the learner and at least one receiver, an int >= 2")
+        if not _is_int(rank) or not 0 <= rank < world_size:
+            raise ValueError(f"rank={rank!r}: an int in [0, world_size={world_size}): 0 for the learner, "
+                             f"1..{world_size - 1} for the collector processes")
+        if backend not in _BACKENDS:
+            raise ValueError(f"backend={backend!r} is not one of {_BACKENDS}")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise ValueError(f"timeout={timeout!r}: a number of seconds > 0")
+        self._init_method = init_method
+        self._world_size, self._rank = int(world_size), int(rank)
+        self._backend, self._timeout = backend, float(timeout)
+        self._reset()
+
+    def _reset(self) -> None:
+        self._store: dist.TCPStore | None = None
+        self._pg: Any = None
+        self._device = torch.device("cpu")
+        self._reference: TensorDictBase | None = None
+        self._order: list[tuple[str, Any]] = []
+        self._layout: list[list[Any]] = []
+        self._version = 0
+        self._next = 0  # the number of the next message (sender)
+        self._connected = False
+        self._closed = False
+        self._broken: str | None = None  # why the sender cannot broadcast any more
+        # receiver side
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._staging: _Buffers | None = None
+        self._published: _Buffers | None = None
+        self._published_version = 0
+        self._error: BaseException | None = None
+
+    # -- properties -----------------------------------------------------------------------------
+    @property
+    def version(self) -> int:
+        """The last version sent (sender) or applied to the model (receiver); 0: the initial weights."""
+        return self._version
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def world_size(self) -> int:
+        return self._world_size
+
+    @property
+    def init_method(self) -> str:
+        return self._init_method
+
+    @property
+    def backend(self) -> str:
+        return self._backend
+
+    @property
+    def timeout(self) -> float:
+        return self._timeout
+
+    # -- sender side ----------------------------------------------------------------------------
+    def init_on_sender(
+        self, *, model_id: str, context: Any = None, model: torch.nn.Module | None = None,
+        num_workers: int = 1, **kwargs: Any,
+    ) -> None:
+        """Become the learner's side (rank 0) for ``model``; ``num_workers`` is ignored (the
+        receivers are the ``world_size - 1`` other ranks).
+
+        Raises:
+            ValueError: this scheme's rank is not 0, or ``context`` is given (a collector's own
+                workers cannot be fed by a broadcast from a learner).
+        """
+        if self._side is None and self._rank != 0:
+            raise ValueError(f"rank={self._rank}: the sender (learner) is rank 0; ranks "
+                             f"1..{self._world_size - 1} are receivers (init_on_receiver)")
+        if context is not None:
+            raise ValueError(f"{type(self).__name__} is initialised on the sender side by a learner "
+                             "(init_on_sender(model_id=..., model=...)), not by a collector: collectors "
+                             "receive with register_scheme_receiver")
+        super().init_on_sender(model_id=model_id, context=context, model=model, num_workers=num_workers,
+                               **kwargs)
+
+    def _standalone(self, model_id: str, model: torch.nn.Module, num_workers: int, **kwargs: Any) -> None:
+        if kwargs:
+            raise TypeError(f"init_on_sender() got unexpected keyword arguments {sorted(kwargs)}")
+        self._describe_model()
+
+    def _send_standalone(self, weights: TensorDictBase, worker_ids: Any) -> None:
+        if worker_ids is not None:
+            raise ValueError(f"worker_ids={worker_ids!r}: {type(self).__name__} broadcasts to every "
+                             "receiver; pass worker_ids=None")
+        tensors = self._wire_tensors(weights)  # checked before anything moves
+        self._check_usable()
+        if not self._connected:
+            self._connect_sender()
+        self._broadcast(self._version + 1, _DATA, tensors)
+        self._version += 1
+
+    def _wire_tensors(self, weights: TensorDictBase) -> list[torch.Tensor]:
+        assert self._reference is not None
+        model_id = self.model_id or "policy"
+        check_weights(model_id, weights, self._reference)
+        given = {_name(key) for key in weights.keys(True, True)}
+        missing = [name for name, _ in self._order if name not in given]
+        if missing:
+            raise KeyError(f"weights for {model_id!r} lack {missing}: a broadcast carries every tensor of "
+                           "the model")
+        tensors = []
+        for _, key in self._order:
+            tensor, reference = weights.get(key), self._reference.get(key)
+            if not isinstance(tensor, torch.Tensor):
+                raise TypeError(f"weights for {model_id!r}: {_name(key)!r} is a {type(tensor).__name__}, "
+                                "not a tensor")
+            tensor = tensor.detach().to(device=self._device, dtype=reference.dtype)
+            tensors.append(_wire(tensor.contiguous()))
+        return tensors
+
+    def _connect_sender(self) -> None:
+        assert self._reference is not None
+        tensors = self._wire_tensors(self._reference)
+        store = self._join_store(is_master=True)
+        try:
+            store.set("layout", json.dumps(self._layout))
+            hellos = [f"hello/{rank}" for rank in range(1, self._world_size)]
+            self._wait_keys(store, hellos, "every receiver to connect")
+            refusals = [msg for msg in (store.get(key).decode() for key in hellos) if msg != "ok"]
+            if refusals:
+                store.set("start", "refused: " + "; ".join(refusals))
+                raise ValueError("; ".join(refusals))
+            store.set("start", "ok")
+            self._pg = self._new_group(store)
+            self._store = store
+            self._broadcast(0, _DATA, tensors)
+        except BaseException:
+            self._pg = self._store = None
+            raise
+        self._version, self._connected = 0, True
+
+    def _broadcast(self, version: int, flag: int, tensors: list[torch.Tensor]) -> None:
+        """Announce message ``n`` in the store (unless a receiver left), then broadcast it."""
+        assert self._store is not None and self._pg is not None
+        n, value = self._next, f"{version},{flag}"
+        current = self._store.compare_set(_message(n), "", value).decode()
+        if current != value:  # a receiver claimed this message number when it shut down
+            self._broken = _left(current)
+            raise RuntimeError(self._broken)
+        if n >= _KEEP:
+            self._store.delete_key(_message(n - _KEEP))
+        self._next = n + 1
+        header = torch.tensor([version, flag], dtype=torch.int64, device=self._device)
+        try:
+            works = [self._pg.broadcast(t, 0) for t in [header, *tensors]]
+            for work in works:
+                work.wait()
+        except Exception as exc:
+            self._broken = f"the broadcast of version {version} failed: {exc}"
+            raise RuntimeError(f"{self._who()}: {self._broken}") from exc
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{self._who()} was shut down")
+        if self._broken is not None:
+            raise RuntimeError(f"{self._who()}: {self._broken}")
+
+    # -- receiver side --------------------------------------------------------------------------
+    def init_on_receiver(
+        self, *, model_id: str, context: Any = None, model: torch.nn.Module | None = None,
+        worker_idx: int | None = None, **kwargs: Any,
+    ) -> None:
+        """Become a receiver (rank >= 1): weights received are applied to ``model`` (default: the
+        ``context`` collector's module of ``model_id``).
+
+        Raises:
+            ValueError: this scheme's rank is 0 (the learner's).
+            RuntimeError: the scheme is already the sender.
+        """
+        if self._side is None and self._rank == 0:
+            raise ValueError(f"rank=0 is the sender (learner); a receiver needs a rank in "
+                             f"1..{self._world_size - 1}")
+        super().init_on_receiver(model_id=model_id, context=context, model=model, worker_idx=worker_idx,
+                                 **kwargs)
+
+    def _init_receiver(self, **kwargs: Any) -> None:
+        if kwargs:
+            raise TypeError(f"init_on_receiver() got unexpected keyword arguments {sorted(kwargs)}")
+        self._describe_model()
+
+    def connect(self, *, worker_idx: int | None = None) -> bool:
+        """Join the group and make the initial synchronisation (version 0): the learner broadcasts
+        its weights, a receiver applies them and starts its receiving thread. Blocks until every
+        rank has joined, at most ``timeout`` seconds per step; a second call does nothing.
+        Returns whether weights were applied (a receiver's first call).
+
+        Raises:
+            RuntimeError: the scheme is not initialised, was shut down, or the group could not be
+                joined in time (the cause is chained).
+            ValueError: the learner's model and a receiver's differ (keys, shapes, dtypes).
+        """
+        if worker_idx is not None:
+            self.worker_idx = worker_idx
+        if self.initialized_on_sender:
+            self._check_usable()
+            if not self._connected:
+                self._connect_sender()
+            return False
+        if self.initialized_on_receiver:
+            if self._closed:
+                raise RuntimeError(f"{self._who()} was shut down")
+            if self._connected:
+                return False
+            self._connect_receiver()
+            return True
+        else:
+            raise RuntimeError(f"{type(self).__name__}.connect() needs init_on_sender() or "
+                               "init_on_receiver() first")
+
+    def _connect_receiver(self) -> None:
+        assert self._reference is not None
+        store = self._join_store(is_master=False)
+        try:
+            if store.add(f"joined/{self._rank}", 1) > 1:
+                raise ValueError(f"rank={self._rank}: another receiver already joined the group at "
+                                 f"{self._init_method} with this rank; give each collector process its own")
+            self._wait_keys(store, ["layout"], "the learner's model description")
+            refusal = _compare(json.loads(store.get("layout").decode()), self._layout, self._rank)
+            store.set(f"hello/{self._rank}", refusal or "ok")
+            if refusal:
+                raise ValueError(refusal)
+            self._wait_keys(store, ["start"], "the learner to start")
+            start = store.get("start").decode()
+            if start != "ok":
+                raise RuntimeError(f"the learner did not start the group: {start}")
+            pg = self._new_group(store)
+            staging = _Buffers(self._reference, self._order, self._device)
+            deadline = time.monotonic() + self._timeout
+            while not store.check([_message(0)]):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{self._who()}: the learner's initial weights did not come within "
+                                       f"timeout={self._timeout}s")
+                time.sleep(_POLL_MIN)
+            _take(pg, store.get(_message(0)).decode(), staging, self._device)
+        except BaseException:
+            del store
+            raise
+        self.apply_weights(staging.td)
+        self._store, self._pg = store, pg
+        self._staging, self._published = staging, None  # applied: free to receive the next one
+        self._version = self._published_version = 0
+        self._connected = True
+        self.synchronized_on_receiver = True
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, args=(store, pg), daemon=True,
+                                        name=f"DistributedWeightSyncScheme-rank{self._rank}")
+        self._thread.start()
+
+    def _run(self, store: dist.TCPStore, pg: Any) -> None:
+        """The receiving thread: message after message, until the learner stops or we do."""
+        n, delay, claim = 1, _POLL_MIN, f"left {self._rank}"
+        try:
+            if self._device.type == "cuda":
+                torch.cuda.set_device(self._device)
+            while True:
+                if self._stop.is_set():  # claim the next message number, unless the learner took it
+                    value = store.compare_set(_message(n), "", claim).decode()
+                    if value == claim:
+                        return
+                elif store.check([_message(n)]):
+                    value = store.get(_message(n)).decode()
+                else:
+                    self._stop.wait(delay)
+                    delay = min(2 * delay, _POLL_MAX)
+                    continue
+                delay = _POLL_MIN
+                assert self._staging is not None
+                version, flag = _take(pg, value, self._staging, self._device)
+                n += 1
+                if flag == _STOP:
+                    store.add("stopped", 1)
+                    return
+                with self._cond:  # publish the complete copy; the old published one is the next staging
+                    filled = self._staging
+                    self._staging = self._published or _Buffers(filled.td, self._order, self._device)
+                    self._published, self._published_version = filled, version
+                    self._cond.notify_all()
+        except BaseException as exc:
+            with self._cond:
+                self._error = exc
+        finally:
+            with self._cond:
+                self._cond.notify_all()
+
+    def _receive(self, timeout: float | None) -> TensorDictBase | None:
+        if self._closed:
+            return None
+        if not self._connected:
+            raise RuntimeError(f"{type(self).__name__}.receive() needs connect() first")
+        deadline = None if not timeout or timeout <= 0 else time.monotonic() + timeout
+        with self._cond:
+            while True:
+                if self._published is not None and self._published_version > self._version:
+                    self.apply_weights(self._published.td)  # complete, even if an error followed it
+                    self._version = self._published_version
+                    return self._published.td.clone()
+                if self._error is not None:
+                    raise RuntimeError(f"{self._who()}: receiving weights from the learner at "
+                                       f"{self._init_method} failed: {self._error}") from self._error
+                thread = self._thread
+                if deadline is None or thread is None or not thread.is_alive():
+                    return None
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                self._cond.wait(remaining)
+
+    @property
+    def receiving(self) -> bool:
+        """Whether a receiver's thread is still receiving (not stopped by the learner, an error, or
+        :meth:`shutdown`)."""
+        return self._thread is not None and self._thread.is_alive()
+
+    # -- both sides -----------------------------------------------------------------------------
+    def shutdown(self) -> None:
+        """The learner broadcasts a stop (the receivers' threads end; their models keep the last
+        weights) and frees the group; a receiver stops its thread (joined at most a few seconds).
+        A second call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.initialized_on_sender and self._connected and self._broken is None:
+            try:
+                self._broadcast(self._version, _STOP, [])
+                assert self._store is not None
+                deadline = time.monotonic() + min(self._timeout, _ACK_WAIT)
+                while self._store.add("stopped", 0) < self._world_size - 1 and time.monotonic() < deadline:
+                    time.sleep(_POLL_MIN)
+            except Exception as exc:
+                if self._broken is None or "left the group" not in self._broken:
+                    warnings.warn(f"{self._who()}: the stop could not be broadcast: {exc}", RuntimeWarning,
+                                  stacklevel=2)
+        thread = self._thread
+        if thread is not None:
+            self._stop.set()
+            thread.join(min(self._timeout, _ACK_WAIT))
+        self._pg = self._store = None
+        self._staging = self._published = None
+
+    # -- helpers --------------------------------------------------------------------------------
+    def _describe_model(self) -> None:
+        if self._backend == "nccl":
+            if not torch.cuda.is_available() or not hasattr(dist, "ProcessGroupNCCL"):
+                raise RuntimeError("backend='nccl' needs CUDA and a torch built with NCCL; use "
+                                   "backend='gloo'")
+            self._device = torch.device("cuda", torch.cuda.current_device())
+        reference = self.prepare_weights()
+        self._reference = reference
+        self._order = sorted(((_name(key), key) for key in reference.keys(True, True)), key=lambda p: p[0])
+        self._layout = [[name, list(reference.get(key).shape), str(reference.get(key).dtype)]
+                        for name, key in self._order]
+
+    def _join_store(self, is_master: bool) -> dist.TCPStore:
+        delta = datetime.timedelta(seconds=self._timeout)
+        try:
+            if is_master:
+                return dist.TCPStore(self._host, self._port, self._world_size, True, delta,
+                                     wait_for_workers=False)
+            return dist.TCPStore(self._host, self._port, None, False, delta)
+        except Exception as exc:
+            what = "listen at" if is_master else "reach the learner at"
+            raise RuntimeError(f"{self._who()}: could not {what} {self._init_method} within "
+                               f"timeout={self._timeout}s: {exc}") from exc
+
+    def _wait_keys(self, store: dist.TCPStore, keys: list[str], what: str) -> None:
+        try:
+            store.wait(keys, datetime.timedelta(seconds=self._timeout))
+        except Exception as exc:
+            raise RuntimeError(f"{self._who()}: waited timeout={self._timeout}s for {what} at "
+                               f"{self._init_method}: {exc}") from exc
+
+    def _new_group(self, store: dist.TCPStore) -> Any:
+        """A private process group (the default one, if any, is untouched)."""
+        prefixed = dist.PrefixStore("pg", store)
+        delta = datetime.timedelta(seconds=self._timeout)
+        try:
+            if self._backend == "gloo":
+                return dist.ProcessGroupGloo(prefixed, self._rank, self._world_size, delta)
+            nccl: Any = getattr(dist, "ProcessGroupNCCL")  # noqa: B009 (absent from CPU builds)
+            options = nccl.Options()
+            options.is_high_priority_stream = False
+            options._timeout = delta
+            return nccl(prefixed, self._rank, self._world_size, options)
+        except Exception as exc:
+            raise RuntimeError(f"{self._who()}: could not form the {self._backend} group of "
+                               f"{self._world_size} ranks at {self._init_method} within "
+                               f"timeout={self._timeout}s: {exc}") from exc
+
+    def _who(self) -> str:
+        return f"{type(self).__name__} (rank {self._rank} of {self._world_size}, model {self.model_id!r})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        if self._side is not None:
+            raise TypeError(f"{type(self).__name__} initialised on the {self._side} side cannot be pickled "
+                            "(it holds a process group and threads): pickle it before init_on_sender or "
+                            "init_on_receiver")
+        state = dict(self.__dict__)
+        for name in ("_cond", "_stop", "_thread"):
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._cond, self._stop, self._thread = threading.Condition(), threading.Event(), None
+
+    def __repr__(self) -> str:
+        side = self._side or "not initialized"
+        return (f"{type(self).__name__}(rank={self._rank} of {self._world_size}, {self._init_method}, "
+                f"{self._backend}, {side}, model_id={self.model_id!r})")
+
+
+def _take(pg: Any, value: str, staging: _Buffers, device: torch.device) -> tuple[int, int]:
+    """Join the broadcast announced by ``value`` (a store message): the header, then the tensors
+    into ``staging`` unless it is a stop. Returns ``(version, flag)``."""
+    if value.startswith("left "):
+        raise RuntimeError(_left(value))
+    version, flag = (int(part) for part in value.split(","))
+    header = torch.zeros(2, dtype=torch.int64, device=device)
+    pg.broadcast(header, 0).wait()
+    if header.tolist() != [version, flag]:
+        raise RuntimeError(f"the broadcast header {header.tolist()} differs from the announced [{value}]: "
+                           "the group is out of step")
+    if flag == _DATA:
+        works = [pg.broadcast(t, 0) for t in staging.tensors]
+        for work in works:
+            work.wait()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    return version, flag
+
+
+def _compare(theirs: list[list[Any]], mine: list[list[Any]], rank: int) -> str | None:
+    if theirs == mine:
+        return None
+    known = {row[0]: row for row in theirs}
+    here = {row[0]: row for row in mine}
+    diffs = [f"{name!r} missing here" for name in sorted(set(known) - set(here))]
+    diffs += [f"{name!r} missing on the learner" for name in sorted(set(here) - set(known))]
+    diffs += [f"{name!r}: learner {tuple(known[name][1])} {known[name][2]}, here {tuple(row[1])} {row[2]}"
+              for name, row in sorted(here.items()) if name in known and known[name] != row]
+    return f"rank {rank}: the learner's model and this receiver's differ: {'; '.join(diffs)}"
+
+
+def _left(value: str) -> str:
+    return (f"receiver rank {value.removeprefix('left ')} left the group (its scheme was shut down): the "
+            "learner cannot broadcast to a group that lost a rank")
+
+
+def _message(n: int) -> str:
+    return f"msg/{n}"
+
+
+def _name(key: Any) -> str:
+    return key if isinstance(key, str) else ".".join(key)
+
+
+def _wire(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor as a collective sees it (complex numbers as pairs of reals, sharing storage)."""
+    return torch.view_as_real(tensor) if tensor.is_complex() else tensor
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _address(init_method: Any) -> tuple[str, int]:
+    allowed = "a string 'tcp://host:port' with a port in 1..65535"
+    if not isinstance(init_method, str):
+        raise ValueError(f"init_method={init_method!r}: {allowed}")
+    try:
+        parts = urlsplit(init_method)
+        scheme, host, port, path = parts.scheme, parts.hostname, parts.port, parts.path
+    except ValueError:  # a port that is not a number
+        raise ValueError(f"init_method={init_method!r}: {allowed}") from None
+    if scheme != "tcp" or not host or port is None or not 0 < port < 65536 or path not in ("", "/"):
+        raise ValueError(f"init_method={init_method!r}: {allowed}")
+    return host, port
