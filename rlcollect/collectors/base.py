@@ -10,7 +10,9 @@ profiling settings and the many forms of ``update_policy_weights_`` live here.
 from __future__ import annotations
 
 import abc
+import ast
 import contextlib
+import re
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -23,7 +25,9 @@ from tensordict import TensorDictBase
 
 from rlcollect.collectors.stats import CollectorStats
 from rlcollect.rollout.profiling import ProfileConfig
-from rlcollect.weights.forms import weight_update_forms
+from rlcollect.weights.forms import check_model_ids, weight_update_forms
+from rlcollect.weights.schemes import WeightSyncScheme
+from rlcollect.weights.updater import WeightUpdaterBase
 
 __all__ = ["BaseCollector"]
 
@@ -118,10 +122,14 @@ class BaseCollector(abc.ABC):
         self.shutdown(timeout=timeout, close_env=close_env)
 
     def _stop_background(self, timeout: float | None) -> None:
-        """Stop the background thread, if any (every ``shutdown`` starts with this)."""
+        """Stop the background thread, if any, and the receiver schemes (every ``shutdown``
+        starts with this)."""
         background, self._background = self._background, None
-        if background is not None:
-            background.stop(10.0 if timeout is None else timeout)
+        try:
+            if background is not None:
+                background.stop(10.0 if timeout is None else timeout)
+        finally:
+            self._shutdown_receivers()
 
     init_random_frames: int = 0
 
@@ -151,7 +159,39 @@ class BaseCollector(abc.ABC):
     def stats(self) -> CollectorStats:
         """Frames, batches, fps, episodes, mean return, restarts, policy lag."""
 
-    # -- weights ---------------------------------------------------------------------------
+    # -- weights: sending ---------------------------------------------------------------------
+    _weight_sync_schemes: dict[str, WeightSyncScheme] | None = None
+    _weight_updater: WeightUpdaterBase | None = None
+
+    @property
+    def weight_sync_schemes(self) -> dict[str, WeightSyncScheme]:
+        """``{model_id: scheme}`` moving each model's weights to the workers (defaults included)."""
+        return dict(self._weight_sync_schemes or {})
+
+    @property
+    def weight_updater(self) -> WeightUpdaterBase | None:
+        """The legacy updater called by ``update_policy_weights_`` instead of the schemes."""
+        return self._weight_updater
+
+    @weight_updater.setter
+    def weight_updater(self, value: Any) -> None:
+        if value is not None:
+            if isinstance(value, type):  # a class: built with its default constructor
+                value = value()
+            if not callable(value):
+                raise TypeError(f"weight_updater must be callable (a WeightUpdaterBase), got "
+                                f"{type(value).__name__}")
+            register = getattr(value, "register_collector", None)
+            if register is not None:
+                register(self)
+        self._weight_updater = value
+
+    def init_updater(self, *args: Any, **kwargs: Any) -> None:
+        """Pass ``args`` and ``kwargs`` to the legacy weight updater's ``init`` (no-op without one)."""
+        init = getattr(self._weight_updater, "init", None)
+        if init is not None:
+            init(*args, **kwargs)
+
     def update_policy_weights_(
         self,
         policy_or_weights: Any = None,
@@ -168,13 +208,16 @@ class BaseCollector(abc.ABC):
         Accepts the reference API's forms: no argument (pull from the policy given at
         construction), a module, a TensorDict or a dict of weights (positionally or as
         ``policy_or_weights=``, or as ``weights=`` / ``policy=``), ``model_id=`` for another model
-        than ``"policy"``, ``weights_dict={model_id: weights, ...}`` for several models at once,
-        and ``worker_ids=`` (ints, or devices: the workers whose policy runs there) to update only
-        some workers. ``policy_weights=`` is the deprecated name of ``policy_or_weights``.
+        than ``"policy"``, ``weights_dict={model_id: weights, ...}`` for several models at once
+        (atomically), and ``worker_ids=`` (ints, or devices: the workers whose policy runs there)
+        to update only some workers. ``policy_weights=`` is the deprecated name of
+        ``policy_or_weights``. The weights travel through :attr:`weight_sync_schemes`, or through
+        the legacy ``weight_updater`` when one was given.
 
         Raises:
-            ValueError: forms that exclude each other were combined, or a worker id or device
-                this collector does not have.
+            ValueError: forms that exclude each other were combined, ``model_id`` or
+                ``weights_dict`` with a legacy ``weight_updater``, or a worker id or device this
+                collector does not have.
             KeyError: an unknown model id (the known ones are listed).
         """
         if policy_weights is not None:
@@ -187,6 +230,12 @@ class BaseCollector(abc.ABC):
             policy_or_weights, weights=weights, policy=policy, model_id=model_id,
             weights_dict=weights_dict,
         )
+        if self._weight_updater is not None:
+            if weights_dict is not None or model_id is not None:
+                raise ValueError("model_id and weights_dict are not supported with the legacy "
+                                 "weight_updater: use weight_sync_schemes for several models")
+            self._weight_updater(policy_or_weights=forms["policy"], worker_ids=worker_ids)
+            return
         self._update_weights(forms, self._worker_ids(worker_ids))
 
     num_workers: int = 1
@@ -218,6 +267,119 @@ class BaseCollector(abc.ABC):
     @abc.abstractmethod
     def _update_weights(self, forms: dict[str, Any], worker_ids: list[int] | None) -> None:
         """Apply ``{model_id: weights or None}`` to the given workers (all if ``None``)."""
+
+    # -- weights: receiving ------------------------------------------------------------------
+    _receiver_schemes: dict[str, WeightSyncScheme] | None = None
+
+    def receive_weights(
+        self, policy_or_weights: Any = None, *, weights: Any = None, policy: Any = None
+    ) -> None:
+        """Apply weights received from upstream to what this collector runs.
+
+        With no argument, take the newest weights of every receiver scheme registered with
+        :meth:`register_scheme_receiver` (a collector polls them itself before each batch).
+        With weights (a module, a TensorDict or a dict; positionally, ``weights=`` or
+        ``policy=``), apply them to the policy.
+
+        Raises:
+            ValueError: two forms together, or weights given while receiver schemes are
+                registered (the schemes know where the weights come from).
+        """
+        source = weight_update_forms(policy_or_weights, weights=weights, policy=policy)["policy"]
+        if self._receiver_schemes:
+            if source is not None:
+                raise ValueError("receive_weights() takes no weights when receiver schemes are registered: "
+                                 "they know where the weights come from")
+            self._receive_weights_scheme()
+        elif source is not None:
+            self._apply_received({"policy": source})
+
+    def register_scheme_receiver(
+        self, weight_recv_schemes: Mapping[str, WeightSyncScheme], *, synchronize_weights: bool = True
+    ) -> None:
+        """Receive weights through ``weight_recv_schemes`` ``{model_id: scheme}`` from a sender
+        elsewhere (a learner process, a parent collector); each batch then starts with the newest
+        weights received, forwarded to this collector's own workers.
+
+        Raises:
+            KeyError: a model id this collector does not have (the known ones are listed).
+            RuntimeError: a scheme already initialised on the sender side.
+        """
+        check_model_ids(weight_recv_schemes, self._model_ids())
+        receivers = dict(self._receiver_schemes or {})
+        for model_id, scheme in weight_recv_schemes.items():
+            if not scheme.initialized_on_receiver:
+                scheme.init_on_receiver(model_id=model_id, context=self, worker_idx=self._worker_idx)
+            receivers[model_id] = scheme
+        self._receiver_schemes = receivers
+        if synchronize_weights:
+            synchronized: dict[str, Any] = {}
+            for model_id, scheme in weight_recv_schemes.items():
+                if not scheme.synchronized_on_receiver and scheme.connect(worker_idx=self._worker_idx):
+                    synchronized[model_id] = None
+            if synchronized:  # the sender's weights, applied to this collector's model: to the workers
+                self._apply_received(synchronized)
+
+    def _shutdown_receivers(self) -> None:
+        """Stop the receiver schemes registered here (threads, process groups); every shutdown
+        does this."""
+        receivers, self._receiver_schemes = self._receiver_schemes or {}, None
+        for scheme in receivers.values():
+            scheme.shutdown()
+
+    def _receive_weights_scheme(self) -> None:
+        """Take the newest weights of every receiver scheme; forward those that changed."""
+        received: dict[str, Any] = {}
+        for model_id, scheme in (self._receiver_schemes or {}).items():
+            if scheme.receive() is not None:
+                received[model_id] = None  # applied to the receiver model: pull from it
+        if received:
+            self._apply_received(received)
+
+    def _apply_received(self, forms: dict[str, Any]) -> None:
+        """Weights that arrived from upstream: by default, an update of every worker."""
+        self._update_weights(forms, None)
+
+    def _model_ids(self) -> list[str]:
+        return ["policy"]
+
+    def _receiver_model(self, model_id: str) -> torch.nn.Module:
+        """The module a receiver scheme applies ``model_id``'s weights to."""
+        raise NotImplementedError
+
+    # -- nesting -----------------------------------------------------------------------------
+    _worker_idx: int | None = None
+
+    @property
+    def worker_idx(self) -> int:
+        """This collector's index among the workers of an outer collector.
+
+        Raises:
+            RuntimeError: it is not a worker of another collector.
+        """
+        if self._worker_idx is None:
+            raise RuntimeError("worker_idx has not been set: this collector is not a worker of another "
+                               "collector")
+        return self._worker_idx
+
+    @worker_idx.setter
+    def worker_idx(self, value: int | None) -> None:
+        self._worker_idx = value
+
+    def cascade_execute(self, attr_path: str, *args: Any, **kwargs: Any) -> Any:
+        """Call (or read) the attribute at ``attr_path`` of this collector, e.g.
+        ``"_receiver_schemes['policy'].receive"`` or ``"weight_sync_schemes['policy'].strategy"``.
+
+        Raises:
+            AttributeError, KeyError, IndexError: the path does not resolve.
+            ValueError: arguments given for an attribute that is not callable.
+        """
+        target = _resolve_attribute(self, attr_path)
+        if callable(target):
+            return target(*args, **kwargs)
+        if args or kwargs:
+            raise ValueError(f"{attr_path} is not callable: it takes no arguments (got {args}, {kwargs})")
+        return target
 
     # -- profiling -------------------------------------------------------------------------
     def enable_profile(
@@ -316,3 +478,19 @@ class _Background:
         self._thread.join(timeout)
         if self.error is not None:
             raise self.error
+
+
+_STEP = re.compile(r"\.?([A-Za-z_]\w*)|\[([^\]]+)\]")
+
+
+def _resolve_attribute(root: Any, path: str) -> Any:
+    """``root`` followed along ``path``: attribute names and ``[key]`` subscripts (literals)."""
+    target, position = root, 0
+    while position < len(path):
+        step = _STEP.match(path, position)
+        if step is None:
+            raise ValueError(f"cannot parse {path!r} at {path[position:]!r}")
+        name, key = step.groups()
+        target = getattr(target, name) if name is not None else target[ast.literal_eval(key.strip())]
+        position = step.end()
+    return target

@@ -19,6 +19,7 @@ from rlcollect.envs.factory import EnvSource
 from rlcollect.rollout.engine import Rollout
 from rlcollect.rollout.profiling import RolloutProfiler
 from rlcollect.weights.forms import apply_weights, as_weights
+from rlcollect.weights.schemes import NoWeightSyncScheme, WeightSyncScheme, init_senders
 
 __all__ = ["Collector"]
 
@@ -62,6 +63,11 @@ class Collector(BaseCollector):
         trajs_per_batch: yield exactly this many complete episodes per batch, holding partial
             ones across batches; ``traj_format`` ``"padded"`` (default, ``[n, max_len]`` with
             ``("collector", "mask")``) or ``"cat"`` (``[sum of lengths]``).
+        weight_sync_schemes: ``{model_id: WeightSyncScheme}``; in one process every scheme
+            applies updates in place, except :class:`~rlcollect.weights.NoWeightSyncScheme`
+            (updates of that model change nothing).
+        weight_updater: a legacy :class:`~rlcollect.weights.WeightUpdaterBase` (or its class)
+            called by ``update_policy_weights_`` instead of the schemes.
 
     Example:
         >>> collector = Collector("CartPole-v1", frames_per_batch=8, total_frames=16,
@@ -102,6 +108,8 @@ class Collector(BaseCollector):
         replay_buffer: Any = None,
         trajs_per_batch: int | None = None,
         traj_format: str | None = None,
+        weight_sync_schemes: Mapping[str, WeightSyncScheme] | None = None,
+        weight_updater: Any = None,
     ) -> None:
         options = CollectorOptions.from_arguments(locals(), {"num_envs": "num_envs_per_worker"})
         self.options = options
@@ -118,6 +126,9 @@ class Collector(BaseCollector):
         self._profiler: RolloutProfiler | None = None
         self._closed = False
         self._rollout.set_seed(options.seed)
+        schemes = options.weight_sync_schemes
+        self._weight_sync_schemes = init_senders(schemes, self._rollout.models, "local", self)
+        self.weight_updater = options.weight_updater
 
     @property
     def policy(self) -> Any:
@@ -132,6 +143,8 @@ class Collector(BaseCollector):
         """
         if self._closed:
             raise RuntimeError("the collector was shut down")
+        if self._receiver_schemes:
+            self._receive_weights_scheme()
         if self._profile_config is not None and self._profiler is None:
             self._profiler = RolloutProfiler(self._profile_config, worker_idx=0)
         if self._profiler is not None:
@@ -201,18 +214,27 @@ class Collector(BaseCollector):
     # -- weights ---------------------------------------------------------------------------
     def _update_weights(self, forms: dict[str, Any], worker_ids: list[int] | None) -> None:
         modules = {model_id: self._rollout.module(model_id) for model_id in forms}  # KeyError first
-        for model_id, source in forms.items():
+        schemes = self.weight_sync_schemes
+        moving = {m: s for m, s in forms.items() if not isinstance(schemes.get(m), NoWeightSyncScheme)}
+        if not moving:
+            return
+        for model_id, source in moving.items():
             if source is None and model_id == "policy":
                 source = self._rollout.user_policy  # pull from the policy given at construction
             if source is not None and source is not modules[model_id]:
-                apply_weights(modules[model_id], as_weights(source), model_id)
+                apply_weights(modules[model_id], schemes[model_id].prepare_weights(source), model_id)
         self._policy_version += 1
 
-    def receive_weights(
-        self, policy_or_weights: Any = None, *, weights: Any = None, policy: Any = None
-    ) -> None:
-        """Apply weights to the running policy without bumping the version."""
-        source = next((s for s in (policy_or_weights, weights, policy) if s is not None), None)
-        module = self._rollout.models.get("policy")
-        if source is not None and module is not None and source is not module:
-            apply_weights(module, as_weights(source))
+    def _apply_received(self, forms: dict[str, Any]) -> None:
+        """Weights from upstream (``None``: already applied by a receiver scheme); bumps the version."""
+        for model_id, source in forms.items():
+            module = self._rollout.module(model_id)
+            if source is not None and source is not module:
+                apply_weights(module, as_weights(source), model_id)
+        self._policy_version += 1
+
+    def _model_ids(self) -> list[str]:
+        return list(self._rollout.models)
+
+    def _receiver_model(self, model_id: str) -> torch.nn.Module:
+        return self._rollout.module(model_id)

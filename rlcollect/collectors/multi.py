@@ -13,6 +13,7 @@ from tensordict.nn import InteractionType
 from rlcollect.collectors.options import CollectorOptions
 from rlcollect.collectors.pooled import PooledCollector
 from rlcollect.envs.factory import EnvSource
+from rlcollect.weights.schemes import WeightSyncScheme
 from rlcollect.workers.transport import ProcessTransport
 
 __all__ = ["MultiAsyncCollector", "MultiSyncCollector"]
@@ -60,11 +61,16 @@ class _MultiProcessCollector(PooledCollector):
         replay_buffer: Any = None,
         trajs_per_batch: int | None = None,
         traj_format: str | None = None,
+        weight_sync_schemes: Mapping[str, WeightSyncScheme] | None = None,
+        weight_updater: Any = None,
+        collector_class: type | None = None,
+        collector_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         if num_workers is None:
             if not isinstance(create_env_fn, (list, tuple)):
                 raise ValueError("num_workers is required unless create_env_fn is a list (one per worker)")
             num_workers = len(create_env_fn)
+        nested_workers = _nested_workers(collector_class, collector_kwargs)
         options = CollectorOptions.from_arguments(locals())
         context = torch.multiprocessing.get_context(options.start_method)
         self._build(options, lambda: ProcessTransport(context), sync=self._sync)
@@ -98,6 +104,15 @@ class MultiSyncCollector(_MultiProcessCollector):
         models: other modules by model id for ``update_policy_weights_(weights_dict=...)``;
             they are pickled together with the env factory and policy, so shared objects stay
             shared in the worker.
+        weight_sync_schemes: ``{model_id: WeightSyncScheme}``: how weights reach the workers
+            (default :class:`~rlcollect.weights.SharedMemWeightSyncScheme`; also
+            ``MultiProcessWeightSyncScheme`` and ``NoWeightSyncScheme``).
+        weight_updater: a legacy :class:`~rlcollect.weights.WeightUpdaterBase` (or its class)
+            called by ``update_policy_weights_`` instead of the schemes.
+        collector_class, collector_kwargs: ``MultiSyncCollector`` with ``{"num_workers": K}``
+            makes each worker a collector of ``K`` processes of its own (``M`` envs each); weight
+            updates cascade to them and each frame keeps the version that chose it. Default:
+            each worker steps its envs itself.
         **others: as for :class:`Collector`.
 
     Each worker process runs torch with one thread; this process's settings are left alone.
@@ -134,3 +149,22 @@ class MultiAsyncCollector(_MultiProcessCollector):
     """
 
     _sync = False
+
+
+def _nested_workers(collector_class: type | None, collector_kwargs: Mapping[str, Any] | None) -> Any:
+    """The processes inside each worker that ``collector_class`` / ``collector_kwargs`` ask for."""
+    from rlcollect.collectors.collector import Collector
+
+    kwargs = dict(collector_kwargs or {})
+    single = isinstance(collector_class, type) and issubclass(collector_class, Collector)
+    if collector_class is None or single:
+        if kwargs:
+            raise ValueError(f"collector_kwargs={kwargs!r} needs collector_class=MultiSyncCollector "
+                             "(the default workers take this collector's own arguments)")
+        return 1
+    if not (isinstance(collector_class, type) and issubclass(collector_class, MultiSyncCollector)):
+        raise TypeError(f"collector_class must be Collector or MultiSyncCollector, got {collector_class!r}")
+    if set(kwargs) != {"num_workers"}:
+        raise ValueError(f"collector_kwargs for a nested MultiSyncCollector takes only num_workers, got "
+                         f"{sorted(kwargs)}: the other arguments are this collector's own")
+    return kwargs["num_workers"]  # checked with the other options

@@ -44,6 +44,7 @@ class NestedRollout:
         self.collector = collector = MultiSyncCollector.__new__(MultiSyncCollector)
         context = torch.multiprocessing.get_context(options.start_method)
         collector._build(options, lambda: ProcessTransport(context), sync=True)
+        collector.worker_idx = setup.worker_idx
         self.num_envs = collector.num_envs
         self.layout = collector._slots[0].layout
         self.models: dict[str, torch.nn.Module] = collector._models

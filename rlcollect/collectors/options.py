@@ -32,6 +32,8 @@ from tensordict.nn import InteractionType
 from rlcollect.collectors.delivery import Delivery, make_delivery
 from rlcollect.policies.adapters import interaction_type
 from rlcollect.rollout.engine import RolloutSpec
+from rlcollect.weights import schemes as schemes_module
+from rlcollect.weights.schemes import WeightSyncScheme
 
 __all__ = ["CollectorOptions"]
 
@@ -70,6 +72,18 @@ def _callable(name: str, value: Any) -> Any:
     if value is not None and not callable(value):
         raise TypeError(f"{name} must be callable or None, got {type(value).__name__}")
     return value
+
+
+def _scheme(model_id: str, value: Any) -> WeightSyncScheme:
+    """A weight-sync scheme; TorchRL's schemes become this package's scheme of the same name."""
+    if isinstance(value, WeightSyncScheme):
+        return value
+    ours = getattr(schemes_module, type(value).__name__, None)
+    if type(value).__module__.startswith("torchrl.") and isinstance(ours, type) and issubclass(
+            ours, WeightSyncScheme):
+        return ours(getattr(value, "strategy_str", "tensordict"))
+    raise TypeError(f"weight_sync_schemes[{model_id!r}] must be a WeightSyncScheme, got "
+                    f"{type(value).__name__}")
 
 
 def _per_worker(name: str, value: Any, num_workers: int) -> tuple[Any, ...]:
@@ -123,6 +137,8 @@ class CollectorOptions:
     replay_buffer: Any = None
     trajs_per_batch: int | None = None
     traj_format: str | None = None
+    weight_sync_schemes: Mapping[str, WeightSyncScheme] | None = None
+    weight_updater: Any = None
     # worker processes and actors
     preemptive_threshold: float | None = None
     prefetch: bool = False
@@ -174,6 +190,23 @@ class CollectorOptions:
         if self.models is not None and not isinstance(self.models, Mapping):
             raise TypeError(f"models must be a dict {{model_id: module}}, got {type(self.models).__name__}")
         put("models", dict(self.models or {}))
+        schemes = self.weight_sync_schemes
+        if schemes is not None:
+            if not isinstance(schemes, Mapping):
+                raise TypeError(f"weight_sync_schemes must be a dict {{model_id: WeightSyncScheme}}, got "
+                                f"{type(schemes).__name__}")
+            schemes = {model_id: _scheme(model_id, scheme) for model_id, scheme in schemes.items()}
+            known = ["policy", *(self.models or {})]
+            unknown = sorted(set(schemes) - set(known))
+            if unknown:
+                raise KeyError(f"weight_sync_schemes names model(s) {unknown} this collector does not have "
+                               f"(known: {known}; add the others with models=)")
+            put("weight_sync_schemes", dict(schemes))
+            if self.weight_updater is not None:
+                raise ValueError("give weight_sync_schemes or the legacy weight_updater, not both")
+        if self.weight_updater is not None and not callable(self.weight_updater):
+            raise TypeError(f"weight_updater must be a WeightUpdaterBase (or its class), got "
+                            f"{type(self.weight_updater).__name__}")
         if self.seed is not None:
             _int("seed", self.seed, minimum=0, allowed="an int >= 0 or None")
             if self.seed >= 2**63:

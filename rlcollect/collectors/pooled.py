@@ -41,9 +41,8 @@ from rlcollect.collectors.stats import CollectorStats
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.data.layout import BatchLayout
 from rlcollect.rollout.engine import Rollout
-from rlcollect.weights.forms import as_weights
-from rlcollect.weights.object_store import ObjectStoreWeights
-from rlcollect.weights.store import WeightStore
+from rlcollect.weights.forms import check_model_ids
+from rlcollect.weights.schemes import NoWeightSyncScheme, channel_for, init_senders
 from rlcollect.workers.pool import WorkerPool
 from rlcollect.workers.transport import Transport
 from rlcollect.workers.wire import pack, unpack_into
@@ -92,8 +91,8 @@ class PooledCollector(BaseCollector):
         self, options: CollectorOptions, transport: Transport, layout: BatchLayout, steps: int
     ) -> None:
         """Slots, weights, the workers' setups and the pool (started at the first batch)."""
-        workers, envs, sync = self.num_workers, self.num_envs_per_worker, self.sync
-        outer, outers, traj_start = options.placement  # this collector inside a worker: its ids and seeds
+        workers, sync = self.num_workers, self.sync
+        _, outers, traj_start = options.placement  # this collector inside a worker: its ids and seeds
         sink = options.replay_buffer
         self._delivery = options.delivery(workers_write=sink is not None and transport.can_write(sink))
         written_elsewhere = self._delivery.written_elsewhere
@@ -105,21 +104,19 @@ class PooledCollector(BaseCollector):
         self._stop_flags = torch.zeros(num_slots, dtype=torch.uint8).share_memory_() if masked else None
         if written_elsewhere and hasattr(options.replay_buffer, "init"):
             options.replay_buffer.init(self._slots[0].batch[:1])  # laid out before the workers get it
-        self._weights = (WeightStore if shared else ObjectStoreWeights)(self._models, workers)
-        setups = [
-            WorkerSetup(
-                worker_idx=outer * workers + w, num_workers=outers * workers, traj_start=traj_start,
-                spec=cloudpickle.dumps(options.rollout_spec(w)), num_steps=steps,
-                env_offset=(outer * workers + w) * envs, seed=options.seed, weights=self._weights.receiver(w),
-                slots=tuple(s.storage[w * envs : (w + 1) * envs] for s in self._slots) if shared else None,
-                stop_flags=self._stop_flags,
-                replay_buffer=options.replay_buffer if written_elsewhere else None,
-            )
-            for w in range(workers)
-        ]
-        self._pool = WorkerPool(transport, setups, timeout=options.timeout,
-                                max_restarts=options.max_worker_restarts,
-                                restart_seed_stride=self.num_envs * outers, receiver=self._weights.receiver)
+        schemes = options.weight_sync_schemes
+        self._weight_sync_schemes = init_senders(schemes, self._models, transport.kind, self)
+        self._weights = channel_for(self._weight_sync_schemes, self._models, workers)
+        self.weight_updater = options.weight_updater
+        self._setup_arguments: dict[str, Any] = {
+            "num_workers": outers * workers, "traj_start": traj_start, "num_steps": steps,
+            "seed": options.seed, "stop_flags": self._stop_flags,
+            "replay_buffer": options.replay_buffer if written_elsewhere else None,
+        }
+        self._specs: dict[int, bytes] = {}  # pickled rollout specs, kept while the workers start
+        self._pool = WorkerPool(transport, self._worker_setup, workers, timeout=options.timeout,
+                                max_restarts=options.max_worker_restarts, traj_start=traj_start,
+                                restart_seed_stride=self.num_envs * outers)
         self._finalizer = weakref.finalize(self, self._pool.shutdown)
         self._frames = self._batches = self._last_lag = 0
         self._reports: list[BatchReport | None] = [None] * workers
@@ -127,6 +124,29 @@ class PooledCollector(BaseCollector):
         self._lengths: deque[int] = deque(maxlen=100)
 
     # -- workers ----------------------------------------------------------------------------------
+    def _worker_setup(self, worker: int) -> WorkerSetup:
+        """Worker ``worker``'s setup with the current weights (at its start, and at a restart)."""
+        options, envs = self.options, self.num_envs_per_worker
+        outer = options.placement[0]
+        rows = slice(worker * envs, (worker + 1) * envs)
+        shared = self._pool.transport.shared_slots
+        return WorkerSetup(
+            worker_idx=outer * self.num_workers + worker, spec=self._spec(worker),
+            env_offset=(outer * self.num_workers + worker) * envs, weights=self._weights.receiver(worker),
+            slots=tuple(s.storage[rows] for s in self._slots) if shared else None, **self._setup_arguments,
+        )
+
+    def _spec(self, worker: int) -> bytes:
+        """Worker ``worker``'s rollout spec, pickled (the policy with it): once for all the workers
+        whose env source is the same while they start, again for a restart."""
+        options = self.options
+        same = (options.create_env_fn[worker] is options.create_env_fn[0]
+                and options.create_env_kwargs[worker] == options.create_env_kwargs[0])
+        key = 0 if same else worker
+        if key not in self._specs:
+            self._specs[key] = cloudpickle.dumps(options.rollout_spec(key))
+        return self._specs[key]
+
     def _ensure_started(self) -> None:
         if self._pool.closed:
             raise RuntimeError("the collector was shut down")
@@ -136,6 +156,8 @@ class PooledCollector(BaseCollector):
             except BaseException:  # a worker that did not start: none of the others is left running
                 self._pool.shutdown(0.0)
                 raise
+            finally:
+                self._specs.clear()  # a restart pickles its spec again
 
     @property
     def worker_pids(self) -> list[int | None]:
@@ -147,6 +169,8 @@ class PooledCollector(BaseCollector):
         return self._slots[slot].batch[worker * envs : (worker + 1) * envs]
 
     def _dispatch(self, worker: int, slot: int) -> None:
+        if self._receiver_schemes:
+            self._receive_weights_scheme()
         if self.options.update_at_each_batch:
             self.update_policy_weights_(worker_ids=[worker])
         in_flight = len(self._pool.busy()) * self.num_envs_per_worker * self._slots[0].num_steps
@@ -163,6 +187,7 @@ class PooledCollector(BaseCollector):
         """Take in a worker's report (its rows, if they came with it); return the batch's frames."""
         if report.data is not None:
             unpack_into(report.data, self._rows(report.slot, worker))
+        self._weights.release(worker)
         self._reports[worker] = report
         self._returns.extend(report.returns)
         self._lengths.extend(report.lengths)
@@ -226,15 +251,21 @@ class PooledCollector(BaseCollector):
 
     # -- weights ----------------------------------------------------------------------------------
     def _update_weights(self, forms: dict[str, Any], worker_ids: list[int] | None) -> None:
-        self._weights.check_model_ids(forms)
+        schemes = self._weight_sync_schemes or {}
+        check_model_ids(forms, schemes)
         ids = list(range(self.num_workers)) if worker_ids is None else worker_ids
         weights = {}
         for model_id, source in forms.items():
-            if source is None and model_id not in self._models:
-                raise ValueError(f"there is no {model_id!r} module in this process to pull weights from "
-                                 "(the workers build it): pass the weights")
-            weights[model_id] = as_weights(self._models[model_id] if source is None else source)
-        self._weights.push(weights, ids)
+            if not isinstance(schemes[model_id], NoWeightSyncScheme):
+                weights[model_id] = schemes[model_id].prepare_weights(source)  # None: this process's module
+        if weights:
+            self._weights.push(weights, ids)
+
+    def _model_ids(self) -> list[str]:
+        return list(self._models)
+
+    def _receiver_model(self, model_id: str) -> torch.nn.Module:
+        return self._models[model_id]
 
     # -- seeding and state ------------------------------------------------------------------------
     def set_seed(self, seed: int, static_seed: bool = False) -> int:

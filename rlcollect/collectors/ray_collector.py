@@ -12,6 +12,7 @@ from rlcollect.collectors.multi import MultiSyncCollector
 from rlcollect.collectors.options import CollectorOptions
 from rlcollect.collectors.pooled import PooledCollector
 from rlcollect.envs.factory import EnvSource
+from rlcollect.weights.schemes import WeightSyncScheme
 from rlcollect.workers.ray_transport import RayTransport
 
 __all__ = ["RayCollector"]
@@ -20,7 +21,7 @@ __all__ = ["RayCollector"]
 _RESERVED = ("frames_per_batch", "total_frames", "seed", "replay_buffer", "return_same_td", "split_trajs",
              "trajs_per_batch", "traj_format", "prefetch",
              "max_worker_restarts", "timeout", "start_method", "postproc", "post_collect_hook",
-             "storing_device")
+             "storing_device", "weight_sync_schemes", "weight_updater")
 
 
 class RayCollector(PooledCollector):
@@ -60,6 +61,9 @@ class RayCollector(PooledCollector):
         replay_buffer: a Ray actor with ``extend`` (the actors write to it themselves, only a small
             report comes back) or any local object with ``extend`` (this process writes); iteration
             then yields ``None``; see :meth:`start`.
+        weight_sync_schemes: ``{model_id: WeightSyncScheme}``:
+            :class:`~rlcollect.weights.RayWeightSyncScheme` (default) or ``NoWeightSyncScheme``.
+        weight_updater: a legacy :class:`~rlcollect.weights.WeightUpdaterBase` (or its class).
         postproc, split_trajs, return_same_td, storing_device, post_collect_hook, trajs_per_batch,
         traj_format:
             applied here to each batch, as for :class:`~rlcollect.Collector`.
@@ -108,6 +112,8 @@ class RayCollector(PooledCollector):
         post_collect_hook: Callable[[TensorDictBase], None] | None = None,
         trajs_per_batch: int | None = None,
         traj_format: str | None = None,
+        weight_sync_schemes: Mapping[str, WeightSyncScheme] | None = None,
+        weight_updater: Any = None,
     ) -> None:
         nested = isinstance(collector_class, type) and issubclass(collector_class, MultiSyncCollector)
         if not (nested or isinstance(collector_class, type) and issubclass(collector_class, Collector)):

@@ -31,31 +31,35 @@ class WorkerPool:
 
     Args:
         transport: processes or Ray actors.
-        setups: one per worker.
+        setup: builds worker ``w``'s setup, when it starts and when it restarts (then with the
+            current weights); the pool keeps none, so nothing large stays in this process.
+        num_workers: workers.
         timeout: seconds a worker may take to start or to answer one command.
         max_restarts: restarts allowed per worker.
         restart_seed_stride: added to a worker's seed at each restart (fresh envs, fresh seeds).
-        receiver: the weights receiver a (re)started worker gets, by worker index.
+        traj_start: the first local trajectory id of every worker.
     """
 
     def __init__(
         self,
         transport: Transport,
-        setups: list[WorkerSetup],
+        setup: Callable[[int], WorkerSetup],
+        num_workers: int,
         *,
         timeout: float,
         max_restarts: int,
         restart_seed_stride: int,
-        receiver: Callable[[int], Any],
+        traj_start: int = 0,
     ) -> None:
         self.transport = transport
-        self._setups = list(setups)
+        self._setup = setup
         self.timeout, self.max_restarts = timeout, max_restarts
-        self._seed_stride, self._receiver = restart_seed_stride, receiver
-        self.num_workers = len(setups)
-        self.restarts = [0] * self.num_workers
-        self.next_traj_id = [s.traj_start for s in setups]
-        self.infos: list[WorkerInfo | None] = [None] * self.num_workers
+        self._seed_stride = restart_seed_stride
+        self.num_workers = num_workers
+        self.restarts = [0] * num_workers
+        self.next_traj_id = [traj_start] * num_workers
+        self.infos: list[WorkerInfo | None] = [None] * num_workers
+        self._profile: ProfileConfig | None = None
         self._in_flight: dict[int, tuple[Any, float]] = {}  # worker -> (collect argument, sent at)
         self._stash: list[tuple[int, BatchReport]] = []  # reports arrived but not consumed
         self.started = self.closed = False
@@ -63,11 +67,9 @@ class WorkerPool:
     # -- starting -------------------------------------------------------------------------------
     def start(self, profile: ProfileConfig | None = None) -> None:
         """Start every worker (profiling those ``profile`` selects); return once each is ready."""
-        self.started = True
-        if profile is not None:
-            self._setups = [dataclasses.replace(s, profile=profile) for s in self._setups]
+        self.started, self._profile = True, profile
         for worker in range(self.num_workers):
-            self.transport.spawn(worker, self._setups[worker])
+            self.transport.spawn(worker, dataclasses.replace(self._setup(worker), profile=profile))
         for worker in range(self.num_workers):
             self._await_ready(worker)
 
@@ -168,12 +170,10 @@ class WorkerPool:
             RuntimeWarning,
             stacklevel=3,
         )
-        setup = self._setups[worker]
+        setup = self._setup(worker)  # built now: the current weights
         seed = None if setup.seed is None else setup.seed + self._seed_stride * self.restarts[worker]
-        self._setups[worker] = dataclasses.replace(
-            setup, seed=seed, traj_start=self.next_traj_id[worker], weights=self._receiver(worker)
-        )
-        self.transport.spawn(worker, self._setups[worker])
+        self.transport.spawn(worker, dataclasses.replace(
+            setup, seed=seed, traj_start=self.next_traj_id[worker], profile=self._profile))
         self._await_ready(worker)
         if worker in self._in_flight:  # its batch was lost: collect it again
             self.collect(worker, self._in_flight[worker][0])

@@ -65,6 +65,7 @@ class RayTransport:
     """
 
     shared_slots = False
+    kind = "ray"
 
     def __init__(
         self, ray_init_config: dict[str, Any], remote_config: dict[str, Any], num_workers: int

@@ -26,6 +26,8 @@ class Transport(Protocol):
 
     #: the workers' slots are shared with this process (else batches travel in the reports)
     shared_slots: bool
+    #: what the workers are, for the weight-sync schemes: "process" or "ray"
+    kind: str
 
     def spawn(self, worker: int, setup: WorkerSetup) -> None:
         """Start worker ``worker``; its first message is ``ready`` or ``error``."""
@@ -54,6 +56,7 @@ class ProcessTransport:
     """
 
     shared_slots = True
+    kind = "process"
 
     def __init__(self, context: BaseContext) -> None:
         self._context = context

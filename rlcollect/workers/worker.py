@@ -34,6 +34,7 @@ Example (in this process):
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import socket
 import traceback
@@ -140,8 +141,8 @@ class Worker:
 
     def __init__(self, setup: WorkerSetup) -> None:
         torch.set_num_threads(1)  # each worker one thread; the parent's setting is left alone
-        self.setup = setup
         spec: RolloutSpec = cloudpickle.loads(setup.spec)
+        self.setup = setup = dataclasses.replace(setup, spec=b"")  # the policy's bytes are not kept
         self.rollout = rollout = spec.engine(spec, setup) if spec.engine is not None else Rollout(
             spec, env_offset=setup.env_offset, traj_stride=setup.num_workers, traj_offset=setup.worker_idx,
             traj_start=setup.traj_start,
@@ -161,6 +162,8 @@ class Worker:
         self.profiler = None
         if setup.profile is not None and setup.profile.should_profile_worker(setup.worker_idx):
             self.profiler = RolloutProfiler(setup.profile, setup.worker_idx)
+        if spec.compile_policy and hasattr(setup.weights, "bind"):
+            setup.weights.bind = False  # a compiled policy may keep its parameters: copy into them
         self.version = -1  # pull the weights before the first batch
 
     def info(self) -> WorkerInfo:
@@ -177,8 +180,10 @@ class Worker:
             if command == "state_dict":
                 return "ok", {"rollout": self.rollout.state_dict(), "policy_version": self.version}
             if command == "load_state_dict":
-                self.rollout.load_state_dict(argument["rollout"])
-                self.version = int(argument["policy_version"])
+                state, self.version = argument["rollout"], int(argument["policy_version"])
+                if getattr(self.setup.weights, "bind", False):  # the modules run on the store's copies:
+                    state, self.version = {**state, "models": {}}, -1  # bound again at the next pull
+                self.rollout.load_state_dict(state)
                 return "ok", None
             if command == "close":
                 self.close()
@@ -248,6 +253,7 @@ def process_main(setup: WorkerSetup, conn: Connection) -> None:
             if command == "close":
                 break
             answer = worker.handle(command, argument)
+            command = argument = None  # the command's weights, if any, are not kept until the next
             with contextlib.suppress(BrokenPipeError, OSError):
                 conn.send(answer)
             if answer[0] == "error":

@@ -24,6 +24,7 @@ import torch
 from tensordict import TensorDictBase
 
 from rlcollect import Collector, MultiAsyncCollector, MultiSyncCollector, RayCollector
+from rlcollect.weights import RayWeightSyncScheme, SharedMemWeightSyncScheme
 from tests.envs_for_tests import TiltPolicy, assert_ids_label_trajectories, make_cartpole
 
 pytestmark = pytest.mark.timeout(120)
@@ -62,6 +63,7 @@ CASES: dict[str, tuple[dict[str, Any], str]] = {
     "split_trajs": ({"split_trajs": True}, "trajectories"),
     "trajs_per_batch": ({"trajs_per_batch": 3, "max_frames_per_traj": 8}, "trajectories"),
     "replay_buffer": ({"replay_buffer": "sink"}, "sink"),
+    "weight_sync_schemes": ({"weight_sync_schemes": "explicit"}, "frames"),
 }
 PER_WORKER = ("max_frames_per_traj", "reset_at_each_iter", "set_truncated", "exploration_type",
               "init_random_frames")  # RayCollector takes these in collector_kwargs
@@ -87,6 +89,9 @@ def run(kind: str, options: dict[str, Any], batches: int = BATCHES) -> tuple[lis
     """The outputs of one whole run (a sink's contents when it has one) and the sink."""
     sink = ListSink() if options.get("replay_buffer") == "sink" else None
     options = {**options, "replay_buffer": sink} if sink is not None else options
+    if options.get("weight_sync_schemes") == "explicit":  # a scheme object serves one collector: a fresh one
+        scheme = RayWeightSyncScheme() if kind.startswith("ray") else SharedMemWeightSyncScheme()
+        options = {**options, "weight_sync_schemes": {"policy": scheme}}
     with build(kind, options, batches) as collector:
         out = [b.clone() if b is not None else None for b in collector]
     if sink is not None:

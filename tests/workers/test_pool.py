@@ -76,9 +76,9 @@ def setups(env: Any = None, seed: int = 100, workers: int = 2) -> list[WorkerSet
 
 
 def pool_of(transport: FakeTransport, **kwargs: Any) -> WorkerPool:
-    options: dict[str, Any] = {"timeout": 0.2, "max_restarts": 1, "restart_seed_stride": 2 * ENVS,
-                               "receiver": lambda w: WeightStore({}, 2).receiver(w), **kwargs}
-    pool = WorkerPool(transport, setups(), **options)
+    options: dict[str, Any] = {"timeout": 0.2, "max_restarts": 1, "restart_seed_stride": 2 * ENVS, **kwargs}
+    built = setups()
+    pool = WorkerPool(transport, built.__getitem__, len(built), **options)
     pool.start()
     return pool
 
@@ -124,8 +124,9 @@ def test_a_dead_worker_is_restarted_with_fresh_seeds_and_ids_and_its_batch_asked
 def test_past_the_budget_the_original_error_is_raised_with_the_worker_traceback() -> None:
     env = functools.partial(CountingEnv, fail_at=2)  # every env fails in its first batch
     transport = FakeTransport()
-    pool = WorkerPool(transport, setups(env), timeout=0.2, max_restarts=1, restart_seed_stride=4,
-                      receiver=lambda w: WeightStore({}, 2).receiver(w))
+    built = setups(env)
+    pool = WorkerPool(transport, built.__getitem__, len(built), timeout=0.2, max_restarts=1,
+                      restart_seed_stride=4)
     pool.start()
     pool.collect(0, (0, False, None))
     with warnings.catch_warnings():
