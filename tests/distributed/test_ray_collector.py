@@ -23,6 +23,7 @@ ray = pytest.importorskip("ray", reason="RayCollector needs ray: pip install rlc
 
 from rlcollect import Collector, MultiSyncCollector  # noqa: E402
 from rlcollect.distributed import RayCollector  # noqa: E402
+from rlcollect.weights import NoWeightSyncScheme  # noqa: E402
 from tests.envs_for_tests import (  # noqa: E402
     CountingEnv,
     EnvBroke,
@@ -128,7 +129,8 @@ def test_weights_reach_the_actors_with_their_version() -> None:
     # CountingEnv's reward is the action: the weights decide every reward
     policy = WeightedPolicy(scale=1.0)
     with RayCollector(functools.partial(CountingEnv, episode_length=5), policy, num_collectors=2,
-                      collector_kwargs={"num_envs": 2}, frames_per_batch=40, seed=0) as collector:
+                      collector_kwargs={"num_envs": 2, "models": {"offset": policy.offset}},
+                      frames_per_batch=40, seed=0) as collector:
         first = collector.next()
         assert first is not None
         assert (first["next", "reward"] == 1).all() and (first["policy_version"] == 0).all()
@@ -154,8 +156,30 @@ def test_weights_reach_the_actors_with_their_version() -> None:
         assert [w.policy_version for w in collector.stats().workers] == [2, 3]
         with pytest.raises(KeyError, match="unknown model id"):
             collector.update_policy_weights_(model_id="critic")
+        # a rejected update changes nothing: 10 more batches with the same weights and versions
+        with pytest.raises(ValueError, match=r"'scale' has shape \(2,\), the module's has \(\)"):
+            collector.update_policy_weights_(weights={"scale": torch.ones(2)})
+        for _ in range(10):
+            batch = collector.next()
+            assert batch is not None and (batch["next", "reward"] == 0).all()
+            assert batch["policy_version"][:, 0].tolist() == [2, 2, 3, 3]
+        assert type(collector.weight_sync_schemes["policy"]).__name__ == "RayWeightSyncScheme"
+        # two models in one update, one version: scale 1 with offset -0.5 acts 1 (reward 1)
+        collector.update_policy_weights_(weights_dict={"policy": {"scale": torch.tensor(1.0)},
+                                                       "offset": {"bias": torch.tensor(-0.5)}})
+        batch = collector.next()
+        assert batch is not None and (batch["next", "reward"] == 1).all()
+        assert batch["policy_version"][:, 0].tolist() == [3, 3, 4, 4]
         pids = list(collector.actor_pids)
     assert_all_gone(pids)
+    # NoWeightSyncScheme: the actors keep the weights they started with
+    with RayCollector(functools.partial(CountingEnv, episode_length=5), WeightedPolicy(scale=1.0),
+                      num_collectors=2, collector_kwargs={"num_envs": 2}, frames_per_batch=40, seed=0,
+                      weight_sync_schemes={"policy": NoWeightSyncScheme()}) as collector:
+        collector.update_policy_weights_(WeightedPolicy(scale=-1.0))
+        batch = collector.next()
+        assert batch is not None and (batch["next", "reward"] == 1).all()
+        assert (batch["policy_version"] == 0).all()
 
 
 @pytest.mark.timeout(200)
