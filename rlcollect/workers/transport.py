@@ -66,7 +66,7 @@ class ProcessTransport:
     def spawn(self, worker: int, setup: WorkerSetup) -> None:
         parent_end, child_end = self._context.Pipe()
         process = self._context.Process(  # type: ignore[attr-defined]
-            target=process_main, args=(setup, child_end), name=f"rlcollect-worker-{worker}",
+            target=process_main, args=([setup], child_end), name=f"rlcollect-worker-{worker}",
             daemon=False,  # envs may start processes of their own
         )
         process.start()

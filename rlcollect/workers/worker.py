@@ -238,9 +238,13 @@ def start_worker(setup: WorkerSetup) -> tuple[Worker | None, tuple[str, Any]]:
         return None, ("error", WorkerFailure.from_exception(error))
 
 
-def process_main(setup: WorkerSetup, conn: Connection) -> None:
-    """Entry point of a worker process: runs until ``close``, an error, or the parent's exit."""
-    worker, answer = start_worker(setup)
+def process_main(setup_box: list[WorkerSetup], conn: Connection) -> None:
+    """Entry point of a worker process: runs until ``close``, an error, or the parent's exit.
+
+    The setup comes in a list that is emptied here, so that its pickled policy is not kept for the
+    life of the process (the process object holds its arguments).
+    """
+    worker, answer = start_worker(setup_box.pop())
     conn.send(answer)
     if worker is None:
         return
