@@ -9,8 +9,8 @@ receiver's model).
 =================================== ===================================================================
 scheme                               how the weights travel
 =================================== ===================================================================
-:class:`SharedMemWeightSyncScheme`   shared memory, versioned (default for worker processes): one shared
-                                     copy per version written, read by each worker at its next batch
+:class:`SharedMemWeightSyncScheme`   shared memory, versioned (default for worker processes): written
+                                     once, workers run on the shared copy from their next batch
 :class:`MultiProcessWeightSyncScheme` pickled into the workers' pipes with the next batch request
 :class:`RayWeightSyncScheme`         one ``ray.put`` per update, pulled by version (default for Ray)
 :class:`NoWeightSyncScheme`          not at all: workers keep the weights they started with
@@ -287,9 +287,9 @@ def _of(collector: Any) -> str:
 class SharedMemWeightSyncScheme(WeightSyncScheme):
     """Weights in shared memory, versioned: the default for worker processes.
 
-    A collector writes each update once into a shared copy (several only while ``worker_ids``
-    gives workers different weights); each worker copies it into its policy at the start of its
-    next batch, under a sequence lock, so no batch runs with half an update. Alone
+    A collector writes each update once into a shared copy; from its next batch each worker's
+    policy runs on that copy, and a copy is never written while a worker runs on it (see
+    :mod:`rlcollect.weights.store`), so no batch runs with half an update. Alone
     (``init_on_sender(model_id=..., model=..., num_workers=N)``), it feeds ``N`` receivers in
     other processes on this machine: pickle :meth:`receiver` to them.
     """
