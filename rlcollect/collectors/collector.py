@@ -218,12 +218,10 @@ class Collector(BaseCollector):
         moving = {m: s for m, s in forms.items() if not isinstance(schemes.get(m), NoWeightSyncScheme)}
         if not moving:
             return
-        for model_id, source in moving.items():
-            if source is None and model_id == "policy":
-                source = self._rollout.user_policy  # pull from the policy given at construction
-            if source is not None and source is not modules[model_id]:
-                apply_weights(modules[model_id], schemes[model_id].prepare_weights(source), model_id)
-        self._policy_version += 1
+        if "policy" in moving and moving["policy"] is None:
+            moving["policy"] = self._rollout.user_policy  # pull from the policy given at construction
+        self._apply_received({m: None if s is None or s is modules[m] else schemes[m].prepare_weights(s)
+                              for m, s in moving.items()})
 
     def _apply_received(self, forms: dict[str, Any]) -> None:
         """Weights from upstream (``None``: already applied by a receiver scheme); bumps the version."""

@@ -15,7 +15,8 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-__all__ = ["apply_weights", "as_weights", "check_model_ids", "check_weights", "weight_update_forms"]
+__all__ = ["apply_weights", "as_weights", "check_model_ids", "check_update", "check_weights",
+           "weight_update_forms"]
 
 
 def weight_update_forms(
@@ -94,6 +95,14 @@ def check_weights(model_id: str, weights: TensorDictBase, reference: TensorDictB
         if given != expected:
             raise ValueError(f"weights for {model_id!r}: {_dotted([key])[0]!r} has shape {tuple(given)}, "
                              f"the module's has {tuple(expected)}")
+
+
+def check_update(weights: Mapping[str, TensorDictBase], reference: Mapping[str, TensorDictBase]) -> None:
+    """Check an update ``{model_id: weights}`` against each model's weights before anything is
+    written: model ids (:func:`check_model_ids`), then keys and shapes (:func:`check_weights`)."""
+    check_model_ids(weights, reference)
+    for model_id, td in weights.items():
+        check_weights(model_id, td, reference[model_id])
 
 
 def _dotted(keys: Iterable[Any]) -> list[str]:

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from rlcollect.weights.forms import apply_weights, as_weights, check_model_ids, check_weights
+from rlcollect.weights.forms import apply_weights, as_weights, check_update
 
 __all__ = ["ObjectStoreReceiver", "ObjectStoreWeights"]
 
@@ -106,7 +106,6 @@ class ObjectStoreWeights:
             put = ray.put
         self._put, self._get = put, get
         self._reference = {k: as_weights(m) for k, m in models.items()}
-        self.model_ids = sorted(models, key=lambda k: (k != "policy", k))
         self.versions = [0] * num_workers
         self._entries: list[dict[str, tuple[Any, int]]] = [{} for _ in range(num_workers)]
         self._sizes: dict[int, int] = {}  # bytes of each object put, by id of its ref
@@ -116,15 +115,9 @@ class ObjectStoreWeights:
         live = {id(ref) for entries in self._entries for ref, _ in entries.values()}
         return sum(self._sizes.get(ref, 0) for ref in live)
 
-    def check_model_ids(self, model_ids: Iterable[str]) -> None:
-        """Raise ``KeyError`` naming the known ids if one of ``model_ids`` is unknown."""
-        check_model_ids(model_ids, self.model_ids)
-
     def push(self, weights: Mapping[str, TensorDictBase], worker_ids: Iterable[int]) -> None:
         """Put ``weights`` in the object store once; the workers pull it with their next batch."""
-        self.check_model_ids(weights)
-        for model_id, td in weights.items():
-            check_weights(model_id, td, self._reference[model_id])
+        check_update(weights, self._reference)
         ref = self._put({model_id: to_arrays(td) for model_id, td in weights.items()})
         self._sizes[id(ref)] = sum(t.numel() * t.element_size() for td in weights.values()
                                    for t in td.values(True, True))

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from rlcollect.weights.forms import apply_weights, as_weights, check_model_ids, check_weights
+from rlcollect.weights.forms import apply_weights, as_weights, check_update
 
 __all__ = ["PipeReceiver", "PipeWeights"]
 
@@ -68,16 +68,11 @@ class PipeWeights:
 
     def __init__(self, models: Mapping[str, torch.nn.Module], num_workers: int) -> None:
         self._reference = {k: as_weights(m) for k, m in models.items()}
-        self.model_ids = sorted(models, key=lambda k: (k != "policy", k))
         self.versions = [0] * num_workers
         self._delivered = [0] * num_workers  # the version each worker's last request carried
         self._entries: list[Entries] = [{} for _ in range(num_workers)]
         self._blobs: dict[tuple[Any, ...], bytes] = {}  # one pickling per distinct set of entries
         self._lock = threading.Lock()
-
-    def check_model_ids(self, model_ids: Iterable[str]) -> None:
-        """Raise ``KeyError`` naming the known ids if one of ``model_ids`` is unknown."""
-        check_model_ids(model_ids, self.model_ids)
 
     def weight_bytes(self) -> int:
         """Bytes of the weights held for the workers (each update's copy counted once)."""
@@ -86,9 +81,7 @@ class PipeWeights:
 
     def push(self, weights: Mapping[str, TensorDictBase], worker_ids: Iterable[int]) -> None:
         """Keep a private copy of ``weights`` for ``worker_ids``; they get it with their next request."""
-        self.check_model_ids(weights)
-        for model_id, td in weights.items():
-            check_weights(model_id, td, self._reference[model_id])
+        check_update(weights, self._reference)
         copies = {m: td.detach().clone() for m, td in weights.items()}
         with self._lock:
             for worker in worker_ids:

@@ -73,14 +73,9 @@ class WeightReceiver(Protocol):
 class WeightChannel(Protocol):
     """What a collector needs from a scheme's sender side: one channel carries all its models."""
 
-    model_ids: list[str]
-
     @property
     def versions(self) -> Any:
         """The newest version written for each worker (a sequence of ints)."""
-
-    def check_model_ids(self, model_ids: Iterable[str]) -> None:
-        """Raise ``KeyError`` naming the known ids if one of ``model_ids`` is unknown."""
 
     def push(self, weights: Mapping[str, TensorDictBase], worker_ids: Iterable[int]) -> None:
         """Write ``{model_id: weights}`` for ``worker_ids`` (checked first: a rejected push changes
@@ -392,13 +387,8 @@ class _Unchanged:
 class FrozenWeights:
     """The channel of :class:`NoWeightSyncScheme`: every worker stays at version 0."""
 
-    model_ids: list[str] = []
-
     def __init__(self, num_workers: int) -> None:
         self.versions = [0] * num_workers
-
-    def check_model_ids(self, model_ids: Iterable[str]) -> None:
-        check_model_ids(model_ids, self.model_ids)
 
     def push(self, weights: Mapping[str, TensorDictBase], worker_ids: Iterable[int]) -> None:
         return
@@ -441,7 +431,7 @@ def init_senders(
             raise ValueError(
                 f"weight_sync_schemes[{model_id!r}]: {type(scheme).__name__} cannot feed the workers of "
                 f"{type(collector).__name__} ({_TRANSPORT_WORDS[transport]}); use "
-                f"{' or '.join(c.__name__ for c in _BY_TRANSPORT[transport])}")
+                f"{' or '.join(c.__name__ for c in _SCHEMES if transport in c.transports)}")
     moving = sorted({type(s).__name__ for s in given.values() if not isinstance(s, NoWeightSyncScheme)})
     if len(moving) > 1:
         raise ValueError(f"weight_sync_schemes mixes {moving}: the models of one collector move together "
@@ -468,9 +458,5 @@ def default_scheme(transport: str) -> WeightSyncScheme:
     return RayWeightSyncScheme() if transport == "ray" else SharedMemWeightSyncScheme()
 
 
+_SCHEMES = (SharedMemWeightSyncScheme, MultiProcessWeightSyncScheme, RayWeightSyncScheme, NoWeightSyncScheme)
 _TRANSPORT_WORDS = {"process": "worker processes", "ray": "Ray actors", "local": "a single process"}
-_BY_TRANSPORT = {
-    "process": (SharedMemWeightSyncScheme, MultiProcessWeightSyncScheme, NoWeightSyncScheme),
-    "ray": (RayWeightSyncScheme, NoWeightSyncScheme),
-    "local": (SharedMemWeightSyncScheme, NoWeightSyncScheme),
-}

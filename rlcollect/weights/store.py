@@ -52,7 +52,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from rlcollect.weights.forms import apply_weights, as_weights, check_model_ids, check_weights
+from rlcollect.weights.forms import apply_weights, as_weights, check_update
 
 __all__ = ["Snapshot", "WeightStore", "WorkerWeights"]
 
@@ -148,10 +148,6 @@ class WeightStore:
         self._pinned: dict[int, tuple[int, ...]] = {}  # busy worker -> the copies of its snapshot
         self._lock = threading.Lock()  # push and payload may come from the learner and a background thread
 
-    def check_model_ids(self, model_ids: Iterable[str]) -> None:
-        """Raise ``KeyError`` naming the known ids if one of ``model_ids`` is unknown."""
-        check_model_ids(model_ids, self.model_ids)
-
     def num_copies(self, model_id: str) -> int:
         """Shared copies of ``model_id``'s weights held."""
         return len(self._copies[model_id])
@@ -166,9 +162,7 @@ class WeightStore:
 
         Everything is checked before the first write: a rejected update changes nothing.
         """
-        self.check_model_ids(weights)
-        for model_id, td in weights.items():
-            check_weights(model_id, td, self._copies[model_id][0])
+        check_update(weights, {model_id: copies[0] for model_id, copies in self._copies.items()})
         workers = sorted(set(worker_ids))
         if not workers:
             return
