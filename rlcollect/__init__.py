@@ -10,6 +10,7 @@ Example:
 """
 
 from rlcollect.collectors import (
+    AsyncBatchedCollector,
     BaseCollector,
     Collector,
     CollectorStats,
@@ -24,6 +25,7 @@ from rlcollect.replay import ReplayBuffer
 __version__ = "0.1.0"
 
 __all__ = [
+    "AsyncBatchedCollector",
     "BaseCollector",
     "Collector",
     "CollectorStats",

@@ -25,8 +25,8 @@ from tensordict import TensorDictBase
 
 from rlcollect.collectors.stats import CollectorStats
 from rlcollect.rollout.profiling import ProfileConfig
-from rlcollect.weights.forms import check_model_ids, weight_update_forms
-from rlcollect.weights.schemes import WeightSyncScheme
+from rlcollect.weights.forms import apply_weights, as_weights, check_model_ids, weight_update_forms
+from rlcollect.weights.schemes import NoWeightSyncScheme, WeightSyncScheme
 from rlcollect.weights.updater import WeightUpdaterBase
 
 __all__ = ["BaseCollector"]
@@ -267,6 +267,28 @@ class BaseCollector(abc.ABC):
     @abc.abstractmethod
     def _update_weights(self, forms: dict[str, Any], worker_ids: list[int] | None) -> None:
         """Apply ``{model_id: weights or None}`` to the given workers (all if ``None``)."""
+
+    def _update_in_process(self, forms: dict[str, Any], user_policy: Any) -> None:
+        """``_update_weights`` of a collector whose models run in this process: every scheme
+        applies in place, except ``NoWeightSyncScheme`` (nothing changes); ``None`` for the policy
+        pulls from ``user_policy``, the policy given at construction (nothing to copy when that is
+        the module that runs)."""
+        modules = {model_id: self._receiver_model(model_id) for model_id in forms}  # KeyError first
+        schemes = self.weight_sync_schemes
+        moving = {m: s for m, s in forms.items() if not isinstance(schemes.get(m), NoWeightSyncScheme)}
+        if not moving:
+            return
+        if "policy" in moving and moving["policy"] is None:
+            moving["policy"] = user_policy
+        self._apply_received({m: None if s is None or s is modules[m] else schemes[m].prepare_weights(s)
+                              for m, s in moving.items()})
+
+    def _apply_in_process(self, forms: dict[str, Any]) -> None:
+        """Copy ``{model_id: weights}`` into the modules (``None``: applied already)."""
+        for model_id, source in forms.items():
+            module = self._receiver_model(model_id)
+            if source is not None and source is not module:
+                apply_weights(module, as_weights(source), model_id)
 
     # -- weights: receiving ------------------------------------------------------------------
     _receiver_schemes: dict[str, WeightSyncScheme] | None = None

@@ -18,8 +18,7 @@ from rlcollect.data.buffers import BatchBuffers
 from rlcollect.envs.factory import EnvSource
 from rlcollect.rollout.engine import Rollout
 from rlcollect.rollout.profiling import RolloutProfiler
-from rlcollect.weights.forms import apply_weights, as_weights
-from rlcollect.weights.schemes import NoWeightSyncScheme, WeightSyncScheme, init_senders
+from rlcollect.weights.schemes import WeightSyncScheme, init_senders
 
 __all__ = ["Collector"]
 
@@ -209,26 +208,16 @@ class Collector(BaseCollector):
             mean_return=float(np.mean(returns)) if returns else math.nan,
             mean_length=float(np.mean(lengths)) if lengths else math.nan,
             policy_version=self._policy_version,
+            startup_seconds=0.0,
         )
 
     # -- weights ---------------------------------------------------------------------------
     def _update_weights(self, forms: dict[str, Any], worker_ids: list[int] | None) -> None:
-        modules = {model_id: self._rollout.module(model_id) for model_id in forms}  # KeyError first
-        schemes = self.weight_sync_schemes
-        moving = {m: s for m, s in forms.items() if not isinstance(schemes.get(m), NoWeightSyncScheme)}
-        if not moving:
-            return
-        if "policy" in moving and moving["policy"] is None:
-            moving["policy"] = self._rollout.user_policy  # pull from the policy given at construction
-        self._apply_received({m: None if s is None or s is modules[m] else schemes[m].prepare_weights(s)
-                              for m, s in moving.items()})
+        self._update_in_process(forms, self._rollout.user_policy)
 
     def _apply_received(self, forms: dict[str, Any]) -> None:
         """Weights from upstream (``None``: already applied by a receiver scheme); bumps the version."""
-        for model_id, source in forms.items():
-            module = self._rollout.module(model_id)
-            if source is not None and source is not module:
-                apply_weights(module, as_weights(source), model_id)
+        self._apply_in_process(forms)
         self._policy_version += 1
 
     def _model_ids(self) -> list[str]:

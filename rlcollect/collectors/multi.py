@@ -6,15 +6,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
-import torch.multiprocessing
 from tensordict import TensorDictBase
 from tensordict.nn import InteractionType
 
 from rlcollect.collectors.options import CollectorOptions
-from rlcollect.collectors.pooled import PooledCollector
+from rlcollect.collectors.pooled import PooledCollector, worker_processes
 from rlcollect.envs.factory import EnvSource
 from rlcollect.weights.schemes import WeightSyncScheme
-from rlcollect.workers.transport import ProcessTransport
 
 __all__ = ["MultiAsyncCollector", "MultiSyncCollector"]
 
@@ -57,7 +55,7 @@ class _MultiProcessCollector(PooledCollector):
         update_at_each_batch: bool = False,
         max_worker_restarts: int = 3,
         timeout: float = 60.0,
-        start_method: str = "spawn",
+        start_method: str = "auto",
         replay_buffer: Any = None,
         trajs_per_batch: int | None = None,
         traj_format: str | None = None,
@@ -72,8 +70,7 @@ class _MultiProcessCollector(PooledCollector):
             num_workers = len(create_env_fn)
         nested_workers = _nested_workers(collector_class, collector_kwargs)
         options = CollectorOptions.from_arguments(locals())
-        context = torch.multiprocessing.get_context(options.start_method)
-        self._build(options, lambda: ProcessTransport(context), sync=self._sync)
+        self._build(options, worker_processes(options), sync=self._sync)
 
 
 class MultiSyncCollector(_MultiProcessCollector):

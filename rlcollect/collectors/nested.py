@@ -17,13 +17,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-import torch.multiprocessing
 
 from rlcollect.collectors.options import CollectorOptions
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.rollout.engine import RolloutSpec
 from rlcollect.rollout.episodes import EpisodeTracker
-from rlcollect.workers.transport import ProcessTransport
 from rlcollect.workers.worker import WorkerSetup
 
 __all__ = ["NestedRollout"]
@@ -34,6 +32,7 @@ class NestedRollout:
 
     def __init__(self, spec: RolloutSpec, setup: WorkerSetup, *, num_workers: int) -> None:
         from rlcollect.collectors.multi import MultiSyncCollector
+        from rlcollect.collectors.pooled import worker_processes
 
         same = {f.name for f in dataclasses.fields(RolloutSpec)} & set(CollectorOptions.__dataclass_fields__)
         options = CollectorOptions(
@@ -42,8 +41,7 @@ class NestedRollout:
             return_same_td=True, placement=(setup.worker_idx, setup.num_workers, setup.traj_start),
         )
         self.collector = collector = MultiSyncCollector.__new__(MultiSyncCollector)
-        context = torch.multiprocessing.get_context(options.start_method)
-        collector._build(options, lambda: ProcessTransport(context), sync=True)
+        collector._build(options, worker_processes(options), sync=True)
         collector.worker_idx = setup.worker_idx
         self.num_envs = collector.num_envs
         self.layout = collector._slots[0].layout

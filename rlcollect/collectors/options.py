@@ -37,7 +37,7 @@ from rlcollect.weights.schemes import WeightSyncScheme
 
 __all__ = ["CollectorOptions"]
 
-_START_METHODS = ("spawn", "forkserver", "fork")
+_START_METHODS = ("auto", "spawn", "forkserver", "fork")
 
 
 def _int(name: str, value: Any, *, minimum: int, allowed: str) -> int:
@@ -145,7 +145,7 @@ class CollectorOptions:
     update_at_each_batch: bool = False
     max_worker_restarts: int = 3
     timeout: float = 60.0
-    start_method: str = "spawn"
+    start_method: str = "auto"
     # set by RayCollector: worker processes inside each worker (an actor), and for the collector
     # inside an actor, its place among the outer workers (index, count, first trajectory id)
     nested_workers: int = 1
@@ -291,12 +291,15 @@ class CollectorOptions:
             workers_write=workers_write,
         )
 
-    def unpicklable(self) -> None:
-        """Raise ``TypeError`` naming the first argument a worker cannot receive (cloudpickle)."""
+    def unpicklable(self, *, with_policy: bool = True) -> None:
+        """Raise ``TypeError`` naming the first argument a worker cannot receive (cloudpickle);
+        ``with_policy=False``: the policy stays in this process."""
         import cloudpickle
 
-        objects: dict[str, Any] = {"policy": self.policy, "policy_factory": self.policy_factory,
-                                   "pre_collect_hook": self.pre_collect_hook, "models": self.models}
+        objects: dict[str, Any] = {}
+        if with_policy:
+            objects.update(policy=self.policy, policy_factory=self.policy_factory)
+        objects.update(pre_collect_hook=self.pre_collect_hook, models=self.models)
         for worker in range(self.num_workers):
             objects[f"create_env_fn[{worker}]"] = self.create_env_fn[worker]
             objects[f"create_env_kwargs[{worker}]"] = self.create_env_kwargs[worker]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
@@ -39,22 +40,32 @@ from rlcollect.collectors.base import BaseCollector
 from rlcollect.collectors.options import CollectorOptions
 from rlcollect.collectors.stats import CollectorStats
 from rlcollect.data.buffers import BatchBuffers
-from rlcollect.data.layout import BatchLayout
-from rlcollect.rollout.engine import Rollout
+from rlcollect.envs.factory import source_modules
+from rlcollect.rollout.engine import Rollout, RolloutSpec
 from rlcollect.weights.forms import check_model_ids
 from rlcollect.weights.schemes import NoWeightSyncScheme, channel_for, init_senders
 from rlcollect.workers.pool import WorkerPool
-from rlcollect.workers.transport import Transport
+from rlcollect.workers.transport import ProcessTransport, Transport, start_forkserver
 from rlcollect.workers.wire import pack, unpack_into
 from rlcollect.workers.worker import BatchReport, WorkerSetup
 
-__all__ = ["PooledCollector"]
+__all__ = ["PooledCollector", "worker_processes"]
+
+
+def worker_processes(options: CollectorOptions) -> Callable[[], Transport]:
+    """What makes the worker processes' transport; an explicit forkserver starts at once, so it
+    imports what the workers need while this process builds its probe."""
+    preload = sorted({module for source in options.create_env_fn for module in source_modules(source)})
+    if options.start_method == "forkserver":
+        start_forkserver(preload)
+    return lambda: ProcessTransport(options.start_method, preload)
 
 
 class PooledCollector(BaseCollector):
     """Base of the collectors with workers; subclasses call :meth:`_build` from ``__init__``."""
 
     sync: bool  # a batch is all workers' rows of a slot (sync) or one worker's rows (async)
+    _policy_in_workers = True  # False: the policy runs in this process (a policy server)
 
     def _build(
         self, options: CollectorOptions, make_transport: Callable[[], Transport], *, sync: bool
@@ -66,12 +77,13 @@ class PooledCollector(BaseCollector):
         if not sync and options.prefetch:
             raise ValueError("prefetch=True applies to synchronous collection only: asynchronous "
                              "workers never wait anyway")
-        options.unpicklable()
+        options.unpicklable(with_policy=self._policy_in_workers)
         self.requested_frames_per_batch = options.frames_per_batch
         self.total_frames, self.init_random_frames = options.total_frames, options.init_random_frames
         self.replay_buffer = options.replay_buffer
         self.num_workers = workers = options.num_workers
 
+        self._constructed_at = time.time()
         probe = Rollout(options.rollout_spec(0))  # layout, envs per worker, a dry step of the policy
         probe.close()
         self.num_envs_per_worker = envs = probe.num_envs * options.nested_workers
@@ -82,16 +94,14 @@ class PooledCollector(BaseCollector):
         self._models = dict(probe.models)  # the modules weights are pulled from on update()
         transport = make_transport()
         try:
-            self._allocate(options, transport, probe.layout, steps)
+            self._allocate(options, transport, probe, steps)
         except BaseException:
             transport.close()
             raise
 
-    def _allocate(
-        self, options: CollectorOptions, transport: Transport, layout: BatchLayout, steps: int
-    ) -> None:
+    def _allocate(self, options: CollectorOptions, transport: Transport, probe: Rollout, steps: int) -> None:
         """Slots, weights, the workers' setups and the pool (started at the first batch)."""
-        workers, sync = self.num_workers, self.sync
+        workers, sync, layout = self.num_workers, self.sync, probe.layout
         _, outers, traj_start = options.placement  # this collector inside a worker: its ids and seeds
         sink = options.replay_buffer
         self._delivery = options.delivery(workers_write=sink is not None and transport.can_write(sink))
@@ -104,10 +114,7 @@ class PooledCollector(BaseCollector):
         self._stop_flags = torch.zeros(num_slots, dtype=torch.uint8).share_memory_() if masked else None
         if written_elsewhere and hasattr(options.replay_buffer, "init"):
             options.replay_buffer.init(self._slots[0].batch[:1])  # laid out before the workers get it
-        schemes = options.weight_sync_schemes
-        self._weight_sync_schemes = init_senders(schemes, self._models, transport.kind, self)
-        self._weights = channel_for(self._weight_sync_schemes, self._models, workers)
-        self.weight_updater = options.weight_updater
+        self._init_weights(options, transport)
         self._setup_arguments: dict[str, Any] = {
             "num_workers": outers * workers, "traj_start": traj_start, "num_steps": steps,
             "seed": options.seed, "stop_flags": self._stop_flags,
@@ -117,11 +124,19 @@ class PooledCollector(BaseCollector):
         self._pool = WorkerPool(transport, self._worker_setup, workers, timeout=options.timeout,
                                 max_restarts=options.max_worker_restarts, traj_start=traj_start,
                                 restart_seed_stride=self.num_envs * outers)
-        self._finalizer = weakref.finalize(self, self._pool.shutdown)
+        self._finalizer: weakref.finalize[..., Any] = weakref.finalize(self, self._pool.shutdown)
         self._frames = self._batches = self._last_lag = 0
+        self._startup_seconds = math.nan
         self._reports: list[BatchReport | None] = [None] * workers
         self._returns: deque[float] = deque(maxlen=100)
         self._lengths: deque[int] = deque(maxlen=100)
+
+    def _init_weights(self, options: CollectorOptions, transport: Transport) -> None:
+        """The schemes' senders and the channel carrying the weights to the workers."""
+        schemes = options.weight_sync_schemes
+        self._weight_sync_schemes = init_senders(schemes, self._models, transport.kind, self)
+        self._weights = channel_for(self._weight_sync_schemes, self._models, self.num_workers)
+        self.weight_updater = options.weight_updater
 
     # -- workers ----------------------------------------------------------------------------------
     def _worker_setup(self, worker: int) -> WorkerSetup:
@@ -144,8 +159,12 @@ class PooledCollector(BaseCollector):
                 and options.create_env_kwargs[worker] == options.create_env_kwargs[0])
         key = 0 if same else worker
         if key not in self._specs:
-            self._specs[key] = cloudpickle.dumps(options.rollout_spec(key))
+            self._specs[key] = cloudpickle.dumps(self._worker_spec(key))
         return self._specs[key]
+
+    def _worker_spec(self, worker: int) -> RolloutSpec:
+        """What worker ``worker`` builds its rollout from."""
+        return self.options.rollout_spec(worker)
 
     def _ensure_started(self) -> None:
         if self._pool.closed:
@@ -158,6 +177,8 @@ class PooledCollector(BaseCollector):
                 raise
             finally:
                 self._specs.clear()  # a restart pickles its spec again
+            ready = [info.ready_at for info in self._pool.infos if info is not None]
+            self._startup_seconds = max(ready) - self._constructed_at
 
     @property
     def worker_pids(self) -> list[int | None]:
@@ -336,6 +357,7 @@ class PooledCollector(BaseCollector):
             restarts=sum(self._pool.restarts),
             policy_version=int(max(self._weights.versions)),
             policy_lag=self._last_lag,
+            startup_seconds=self._startup_seconds,
             workers=tuple(workers),
         )
 

@@ -21,6 +21,10 @@ class CollectorStats:
         restarts: worker restarts after a crash.
         policy_version: version of the weights producing the newest frames.
         policy_lag: versions between the newest weights and those of the last batch.
+        startup_seconds: from the collector's construction until every worker was ready (nan
+            before they all were; 0 in one process).
+        inference_batch_size: envs per forward pass of a policy server, on average (nan
+            without one).
         workers: the same counters per worker (multi-process collectors).
     """
 
@@ -33,4 +37,6 @@ class CollectorStats:
     restarts: int = 0
     policy_version: int = 0
     policy_lag: int = 0
+    startup_seconds: float = float("nan")
+    inference_batch_size: float = float("nan")
     workers: tuple[CollectorStats, ...] = field(default=())

@@ -13,7 +13,7 @@ from rlcollect.envs.gym_envs import GymEnvs
 from rlcollect.envs.torchrl_env import TorchRLEnv, is_torchrl_env
 from rlcollect.envs.vector import GymVectorEnv
 
-__all__ = ["EnvSource", "make_env_batch"]
+__all__ = ["EnvSource", "make_env_batch", "source_modules"]
 
 #: An env id, a ``gymnasium.Env`` / ``VectorEnv`` factory, or a ``VectorEnv`` instance.
 EnvSource: TypeAlias = "str | Callable[..., Any] | VectorEnv[Any, Any, Any]"
@@ -41,6 +41,21 @@ def _make_one(source: str | Callable[..., Any], kwargs: dict[str, Any]) -> Any:
                 f"create_env_fn={source!r} is not a registered Gymnasium env id ({error})"
             ) from None
     return source(**kwargs)
+
+
+def source_modules(source: Any) -> list[str]:
+    """The modules a process needs to build envs from ``source`` (ale-py for ``ALE/...`` ids, the
+    factory's own module), for a forkserver to import before it forks workers.
+
+    Example:
+        >>> source_modules("ALE/Pong-v5"), source_modules(make_env_batch)
+        (['ale_py'], ['rlcollect.envs.factory'])
+    """
+    if isinstance(source, str):
+        return ["ale_py"] if source.startswith("ALE/") else []
+    function = getattr(source, "func", source)  # functools.partial
+    module = getattr(function, "__module__", None)
+    return [module] if isinstance(module, str) and module != "__main__" else []
 
 
 def make_env_batch(

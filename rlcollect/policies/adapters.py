@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import abc
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -47,6 +47,7 @@ __all__ = [
 ]
 
 _EXPLORATION = {t.value: t for t in InteractionType}
+NestedKey = tuple[str, ...]
 
 
 def interaction_type(value: str | InteractionType | Any) -> InteractionType:
@@ -89,6 +90,11 @@ class PolicyAdapter(abc.ABC):
     @abc.abstractmethod
     def act(self, t: int) -> None:
         """Write ``action[:, t]`` (and extras) from observation slot ``t``."""
+
+    def outputs(self, obs: Mapping[NestedKey, torch.Tensor]) -> list[torch.Tensor]:
+        """The action, then each of :attr:`extras`, for observations of any number of envs
+        (a policy server's gathered batch); the rollout loop uses :meth:`act` instead."""
+        raise NotImplementedError(f"{type(self).__name__} does not serve gathered observations")
 
 
 class RandomPolicy(PolicyAdapter):
@@ -228,6 +234,9 @@ class ModulePolicy(PolicyAdapter):
             obs = obs.to(self.device, non_blocking=True)
         self._action_views[t].copy_(self.callable(obs))
 
+    def outputs(self, obs: Mapping[NestedKey, torch.Tensor]) -> list[torch.Tensor]:
+        return [self._forward(next(iter(obs.values())))]
+
 
 def _leaf_keys(td: TensorDictBase) -> list[tuple[str, ...]]:
     return [(k,) if isinstance(k, str) else tuple(k) for k in td.keys(True, True)]
@@ -292,6 +301,11 @@ class TensorDictPolicy(PolicyAdapter):
         out = self._forward(self._inputs[t])
         for key, view in self._outputs[t]:
             view.copy_(out.get(key))
+
+    def outputs(self, obs: Mapping[NestedKey, torch.Tensor]) -> list[torch.Tensor]:
+        first = next(iter(obs.values()))
+        out = self._forward(TensorDict(dict(obs), batch_size=first.shape[:1]))
+        return [out.get("action"), *(out.get(field.key) for field in self.extras)]
 
 
 def _is_tensordict_policy(policy: Any) -> bool:

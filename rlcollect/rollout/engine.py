@@ -83,6 +83,8 @@ class Rollout:
         spec: what to build.
         env_offset: index of this process's first env among all the collector's envs (seeds).
         traj_stride, traj_offset, traj_start: trajectory-id space (see ``TrajectoryIds``).
+        served_policy: an adapter that has a policy server choose the actions (and stamp each
+            step's policy version); ``spec.policy`` is then unused.
     """
 
     def __init__(
@@ -93,6 +95,7 @@ class Rollout:
         traj_stride: int = 1,
         traj_offset: int = 0,
         traj_start: int = 0,
+        served_policy: PolicyAdapter | None = None,
     ) -> None:
         self.spec = spec
         self.env_offset = env_offset
@@ -102,8 +105,10 @@ class Rollout:
         self.num_envs = self.envs.num_envs
         obs_space, action_space = self.envs.observation_space, self.envs.action_space
         self.random_policy = RandomPolicy(action_space, self.num_envs)
-        self.user_policy = spec.policy_factory() if spec.policy_factory is not None else spec.policy
-        self.policy: PolicyAdapter = (
+        self.served = served_policy is not None
+        self.user_policy = None if self.served else (
+            spec.policy_factory() if spec.policy_factory is not None else spec.policy)
+        self.policy: PolicyAdapter = served_policy if served_policy is not None else (
             self.random_policy
             if self.user_policy is None
             else make_policy(
@@ -145,7 +150,10 @@ class Rollout:
         policy_version: int = 0,
         stop: np.ndarray | None = None,
     ) -> int:
-        """Collect one batch into ``buffers``; return the steps taken (``T`` unless stopped)."""
+        """Collect one batch into ``buffers``; return the steps taken (``T`` unless stopped).
+
+        A served policy stamps each step's version itself; ``policy_version`` stamps the others.
+        """
         if self.spec.pre_collect_hook is not None:
             self.spec.pre_collect_hook()
         if self.spec.reset_at_each_iter and self.batches > 0:
@@ -155,7 +163,8 @@ class Rollout:
         policy.bind(buffers)
         start = time.perf_counter()
         steps = collect_batch(
-            self.envs, policy, buffers, self.config, self.traj_ids, self.episodes, policy_version,
+            self.envs, policy, buffers, self.config, self.traj_ids, self.episodes,
+            None if self.served and not random else policy_version,
             self.pending_obs, stop,
         )
         self.collect_seconds += time.perf_counter() - start

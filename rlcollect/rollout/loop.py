@@ -38,12 +38,13 @@ def finish_batch(
     config: RolloutConfig,
     traj_ids: TrajectoryIds,
     episodes: EpisodeTracker,
-    policy_version: int,
+    policy_version: int | None,
     pending_obs: Observations,
 ) -> None:
     """Fill what the steps did not write: next observations, done, ids, versions, statistics.
 
     ``steps`` < ``T`` when collection stopped early; the frames after it are masked out.
+    ``policy_version`` ``None``: the policy stamped each step's version itself (a policy server).
     """
     for key, next_obs in buffers.next_obs.items():
         next_obs[:, :steps] = buffers.obs_ext[key][:, 1 : steps + 1]
@@ -57,7 +58,8 @@ def finish_batch(
         buffers.truncated[:, steps - 1] |= ~buffers.terminated[:, steps - 1]
         buffers.done[:, steps - 1] = True
     traj_ids.assign(done, buffers.traj_ids_np[:, :steps])
-    buffers.policy_version.fill_(policy_version)
+    if policy_version is not None:
+        buffers.policy_version.fill_(policy_version)
     if buffers.mask is not None:
         buffers.mask[:, :steps] = True
         buffers.mask[:, steps:] = False
@@ -72,7 +74,7 @@ def collect_batch(
     config: RolloutConfig,
     traj_ids: TrajectoryIds,
     episodes: EpisodeTracker,
-    policy_version: int,
+    policy_version: int | None,
     pending_obs: Observations,
     stop: np.ndarray | None = None,
 ) -> int:

@@ -38,6 +38,8 @@ class WorkerPool:
         max_restarts: restarts allowed per worker.
         restart_seed_stride: added to a worker's seed at each restart (fresh envs, fresh seeds).
         traj_start: the first local trajectory id of every worker.
+        check: called whenever answers arrive, before a failure is handled: a health check of
+            what the workers depend on (a policy server), raising its error instead.
     """
 
     def __init__(
@@ -50,8 +52,10 @@ class WorkerPool:
         max_restarts: int,
         restart_seed_stride: int,
         traj_start: int = 0,
+        check: Callable[[], None] | None = None,
     ) -> None:
         self.transport = transport
+        self.check = check
         self._setup = setup
         self.timeout, self.max_restarts = timeout, max_restarts
         self._seed_stride = restart_seed_stride
@@ -139,6 +143,8 @@ class WorkerPool:
         while True:
             deadline = min(self._in_flight[w][1] for w in workers) + self.timeout
             answers = self.transport.wait(workers, max(0.0, deadline - time.monotonic()))
+            if self.check is not None:
+                self.check()
             reports = []
             for worker, (kind, payload) in answers:
                 if kind == "done":

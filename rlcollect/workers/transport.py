@@ -9,14 +9,23 @@ exist: :class:`ProcessTransport` (processes on this machine, pipes, shared-memor
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
+import multiprocessing.forkserver
+import sys
+import threading
+from collections.abc import Iterable
 from multiprocessing.connection import Connection, wait
 from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 from typing import Any, Protocol
 
+import torch
+import torch.multiprocessing
+
 from rlcollect.workers.worker import WorkerSetup, process_main
 
-__all__ = ["Message", "ProcessTransport", "Transport"]
+__all__ = ["PRELOAD", "Message", "ProcessTransport", "Transport", "fork_is_safe", "start_context",
+           "start_forkserver"]
 
 Message = tuple[str, Any]  # ("ready" | "done" | "ok" | "error" | "died", payload)
 
@@ -48,24 +57,63 @@ class Transport(Protocol):
         """Release what the transport holds (every worker is stopped already)."""
 
 
+#: what a forkserver imports once, before it forks workers: what every worker needs
+PRELOAD = ("numpy", "torch", "tensordict", "gymnasium", "cloudpickle", "rlcollect.workers.worker")
+
+
+def fork_is_safe() -> bool:
+    """Whether this process can be forked safely: Linux, no Python thread but this one, and CUDA
+    not initialised (a fork copies one thread; a lock another thread held stays held forever)."""
+    return (sys.platform.startswith("linux") and threading.active_count() == 1
+            and not torch.cuda.is_initialized())
+
+
+def start_context(start_method: str, preload: Iterable[str] = ()) -> BaseContext:
+    """The multiprocessing context for ``start_method``, decided now.
+
+    ``"auto"``: ``fork`` while :func:`fork_is_safe` (a worker starts in milliseconds, with everything
+    this process imported), else ``forkserver``, which imports :data:`PRELOAD` and ``preload`` once in
+    a fresh process and forks workers from it (``spawn`` where neither exists). A forkserver is
+    started once per process and serves every later collector.
+    """
+    if start_method == "auto":
+        methods = multiprocessing.get_all_start_methods()
+        start_method = ("fork" if fork_is_safe() else "forkserver") if "forkserver" in methods else "spawn"
+    if start_method == "forkserver":
+        modules = [*PRELOAD, *(m for m in preload if m not in PRELOAD and m != "__main__")]
+        multiprocessing.set_forkserver_preload(modules)  # read when the server starts: once
+    return torch.multiprocessing.get_context(start_method)
+
+
+def start_forkserver(preload: Iterable[str] = ()) -> None:
+    """Start this process's forkserver now (if it is not running), importing :data:`PRELOAD` and
+    ``preload`` in the background: the first worker then starts without waiting for the imports."""
+    start_context("forkserver", preload)
+    multiprocessing.forkserver.ensure_running()
+
+
 class ProcessTransport:
-    """Worker processes started with ``context``, one pipe each.
+    """Worker processes, one pipe each, started as ``start_method`` says (see :func:`start_context`:
+    ``"auto"`` decides at each start, so a worker restarted while this process runs threads is
+    not forked).
 
     Args:
-        context: a multiprocessing context (``spawn``, ``forkserver`` or ``fork``).
+        start_method: ``"auto"``, ``"spawn"``, ``"forkserver"`` or ``"fork"``.
+        preload: modules a forkserver imports besides :data:`PRELOAD` (the env's).
     """
 
     shared_slots = True
     kind = "process"
 
-    def __init__(self, context: BaseContext) -> None:
-        self._context = context
+    def __init__(self, start_method: str, preload: Iterable[str] = ()) -> None:
+        self._start_method, self._preload = start_method, tuple(preload)
         self._processes: dict[int, BaseProcess] = {}
         self._conns: dict[int, Connection] = {}
 
     def spawn(self, worker: int, setup: WorkerSetup) -> None:
-        parent_end, child_end = self._context.Pipe()
-        process = self._context.Process(  # type: ignore[attr-defined]
+        context = start_context(self._start_method, self._preload)
+        parent_end, child_end = context.Pipe()
+        process = context.Process(  # type: ignore[attr-defined]
             target=process_main, args=([setup], child_end), name=f"rlcollect-worker-{worker}",
             daemon=False,  # envs may start processes of their own
         )

@@ -37,6 +37,7 @@ import contextlib
 import dataclasses
 import os
 import socket
+import time
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -74,6 +75,8 @@ class WorkerSetup:
         stop_flags: ``[num_slots]`` uint8 raised by the parent to preempt (sync collectors).
         profile: profiling settings (this worker profiles if they select it).
         replay_buffer: a buffer this worker extends itself (shared, memmap, or a Ray actor).
+        served_policy: the adapter through which a policy server acts for this worker's envs
+            (:class:`~rlcollect.workers.inference.ServedPolicy`); ``None``: the spec's policy.
     """
 
     worker_idx: int
@@ -88,15 +91,18 @@ class WorkerSetup:
     stop_flags: torch.Tensor | None = None
     profile: ProfileConfig | None = None
     replay_buffer: Any = None
+    served_policy: Any = None
 
 
 @dataclass(frozen=True)
 class WorkerInfo:
-    """A worker's answer to its start: its envs, process and host."""
+    """A worker's answer to its start: its envs, process and host, and when it was ready
+    (``time.time()``)."""
 
     num_envs: int
     pid: int
     hostname: str
+    ready_at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -145,7 +151,7 @@ class Worker:
         self.setup = setup = dataclasses.replace(setup, spec=b"")  # the policy's bytes are not kept
         self.rollout = rollout = spec.engine(spec, setup) if spec.engine is not None else Rollout(
             spec, env_offset=setup.env_offset, traj_stride=setup.num_workers, traj_offset=setup.worker_idx,
-            traj_start=setup.traj_start,
+            traj_start=setup.traj_start, served_policy=setup.served_policy,
         )
         local = setup.slots is None
         storages = setup.slots or (BatchBuffers.allocate_storage(rollout.layout, rollout.num_envs,
@@ -167,7 +173,7 @@ class Worker:
         self.version = -1  # pull the weights before the first batch
 
     def info(self) -> WorkerInfo:
-        return WorkerInfo(self.rollout.num_envs, os.getpid(), socket.gethostname())
+        return WorkerInfo(self.rollout.num_envs, os.getpid(), socket.gethostname(), time.time())
 
     def handle(self, command: str, argument: Any) -> tuple[str, Any]:
         """Run one command; an exception becomes ``("error", WorkerFailure)``."""

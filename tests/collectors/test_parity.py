@@ -3,7 +3,8 @@
 The reference is ``Collector`` with 4 envs. ``MultiSyncCollector`` and a synchronous
 ``RayCollector`` (2 workers x 2 envs) must yield the same batches, trajectory ids aside (each
 collector numbers them in its own strided space; they are checked unique and changing exactly
-after a done). ``MultiAsyncCollector`` and an asynchronous ``RayCollector`` yield one worker's
+after a done). ``MultiAsyncCollector``, ``AsyncBatchedCollector`` (its policy served from this
+process) and an asynchronous ``RayCollector`` yield one worker's
 ``[2, T]`` rows at a time; worker ``w``'s ``k``-th batch must equal rows ``2w, 2w + 1`` of the
 reference's ``k``-th batch. Where an option regroups frames (``split_trajs``, ``trajs_per_batch``),
 the trajectories are compared as a multiset. The documented difference: random warm-up actions
@@ -23,7 +24,7 @@ import pytest
 import torch
 from tensordict import TensorDictBase
 
-from rlcollect import Collector, MultiAsyncCollector, MultiSyncCollector, RayCollector
+from rlcollect import AsyncBatchedCollector, Collector, MultiAsyncCollector, MultiSyncCollector, RayCollector
 from rlcollect.weights import RayWeightSyncScheme, SharedMemWeightSyncScheme
 from tests.envs_for_tests import TiltPolicy, assert_ids_label_trajectories, make_cartpole
 
@@ -79,6 +80,9 @@ def build(kind: str, options: dict[str, Any], batches: int) -> Any:
     if kind in ("sync", "async"):
         cls = MultiSyncCollector if kind == "sync" else MultiAsyncCollector
         return cls(make_cartpole, TiltPolicy(), num_workers=2, num_envs_per_worker=2, **frames, **options)
+    if kind == "batched":  # one policy server in this process, 2 env workers x 2 envs
+        return AsyncBatchedCollector(make_cartpole, TiltPolicy(), num_envs=4, envs_per_worker=2, **frames,
+                                     **options)
     per_worker = {k: v for k, v in options.items() if k in PER_WORKER}
     top = {k: v for k, v in options.items() if k not in PER_WORKER}
     return RayCollector(make_cartpole, TiltPolicy(), num_collectors=2, sync=kind == "ray-sync",
@@ -179,7 +183,7 @@ def reference_for(name: str) -> Callable[[int], list[TensorDictBase]]:
     return batches
 
 
-@pytest.mark.parametrize("kind", ["sync", "async"])
+@pytest.mark.parametrize("kind", ["sync", "async", "batched"])
 @pytest.mark.parametrize("name", list(CASES))
 def test_multi_process_collectors_match_the_single_process_one(kind: str, name: str) -> None:
     options, how = CASES[name]

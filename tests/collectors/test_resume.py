@@ -16,7 +16,7 @@ import pytest
 import torch
 from tensordict import TensorDictBase
 
-from rlcollect import Collector, MultiAsyncCollector, MultiSyncCollector, RayCollector
+from rlcollect import AsyncBatchedCollector, Collector, MultiAsyncCollector, MultiSyncCollector, RayCollector
 from tests.envs_for_tests import TiltPolicy, make_cartpole
 
 pytestmark = pytest.mark.timeout(150)
@@ -119,6 +119,17 @@ def test_multi_sync(prefetch: bool) -> None:
 
 def test_multi_async() -> None:
     runs = interrupted_and_uninterrupted(multi(MultiAsyncCollector, frames_per_batch=20), per_worker=True)
+    assert_same_per_worker(*runs)
+
+
+def test_async_batched() -> None:
+    """The served policy's weights and version are in the state too (a deterministic policy:
+    the frames do not depend on the order the workers' requests reach the server)."""
+    def build() -> AsyncBatchedCollector:
+        return AsyncBatchedCollector(make_cartpole, TiltPolicy(), num_envs=4, envs_per_worker=2, seed=5,
+                                     frames_per_batch=20)
+
+    runs = interrupted_and_uninterrupted(build, per_worker=True)
     assert_same_per_worker(*runs)
 
 

@@ -1,0 +1,314 @@
+"""``AsyncBatchedCollector``: env workers, and one policy server batching their observations.
+
+The workers are the multi-process collectors' workers with a :class:`ServedPolicy` in place of
+their policy: they step their envs, and at each step the server in this process runs the policy
+once for whichever workers are waiting, reading and writing their shared-memory slots in place
+(see :mod:`rlcollect.workers.inference`). Delivery is asynchronous, as
+:class:`~rlcollect.MultiAsyncCollector`'s: each batch is one worker's ``[M, T]`` rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import InteractionType
+
+from rlcollect.collectors.options import CollectorOptions
+from rlcollect.collectors.pooled import PooledCollector, worker_processes
+from rlcollect.collectors.stats import CollectorStats
+from rlcollect.envs.factory import EnvSource
+from rlcollect.rollout.engine import Rollout, RolloutSpec
+from rlcollect.weights.forms import check_model_ids
+from rlcollect.weights.schemes import WeightSyncScheme, init_senders
+from rlcollect.workers.inference import PolicyServer, ServedPolicy
+from rlcollect.workers.pool import WorkerPool
+from rlcollect.workers.transport import Transport
+from rlcollect.workers.worker import WorkerSetup
+
+__all__ = ["AsyncBatchedCollector"]
+
+
+class AsyncBatchedCollector(PooledCollector):
+    """Env workers step their envs; one policy server in this process acts for all of them.
+
+    The server takes the observations of whichever env workers are waiting (up to
+    ``max_batch_size`` envs), runs the policy once on them, and writes the actions back into the
+    workers' shared-memory slots. There is one copy of the weights (updates wait for the forward
+    pass under way), a fast env never waits for a slow one, and a large policy, or one on a GPU
+    (``device="cuda"``), sees large batches. Each yielded batch is one env worker's
+    ``[envs_per_worker, T]`` rows, as :class:`~rlcollect.MultiAsyncCollector`'s; every frame is
+    stamped with the version of the weights that chose its action.
+
+    Args:
+        create_env_fn: one env source for every env (with ``num_envs``), or, as in TorchRL, a
+            list with one source per env; the envs of one worker must share their source.
+        policy: an ``nn.Module`` / callable from observations to actions, or a TensorDict policy;
+            it runs here only (it is never sent to a worker). ``policy_factory`` builds it instead.
+        frames_per_batch: frames per yielded batch (one worker's; rounded up to a multiple of
+            ``envs_per_worker``).
+        num_envs: envs in all (default: the length of the ``create_env_fn`` list, else
+            ``envs_per_worker``); a multiple of ``envs_per_worker``.
+        envs_per_worker: envs ``M`` per env worker; there are ``num_envs / M`` worker processes.
+        max_batch_size: most envs per forward pass (default: all); at least ``envs_per_worker``.
+        min_batch_size: envs to wait for before a forward pass, for at most ``server_timeout``
+            seconds (default 1: serve whoever is waiting at once).
+        server_timeout: see ``min_batch_size``.
+        device: where the policy runs (a copy is made there once if it lives elsewhere).
+        yield_completed_trajectories: yield one complete episode at a time (``[length]``) instead
+            of fixed batches (``trajs_per_batch=1, traj_format="cat"``).
+        weight_sync: the scheme of the policy's weights (same as ``weight_sync_schemes={"policy":
+            weight_sync}``); the policy runs in this process, so every scheme but
+            :class:`~rlcollect.weights.NoWeightSyncScheme` updates it in place.
+        **others: as for :class:`~rlcollect.MultiAsyncCollector` (``timeout``, ``start_method``,
+            ``max_worker_restarts``, ``replay_buffer``, ``seed``, ...).
+
+    Frames are reproducible for a deterministic policy: the batches then equal
+    :class:`~rlcollect.MultiAsyncCollector`'s with the same seed. A policy that samples draws in the
+    order the workers' requests arrive.
+
+    Example:
+        >>> import torch
+        >>> from rlcollect import AsyncBatchedCollector
+        >>> policy = torch.nn.Sequential(torch.nn.Linear(4, 2), torch.nn.Softmax(-1))
+        >>> greedy = lambda obs: policy(obs).argmax(-1)
+        >>> with AsyncBatchedCollector("CartPole-v1", greedy, num_envs=4, envs_per_worker=2,
+        ...                            frames_per_batch=20, total_frames=80, seed=0) as collector:
+        ...     shapes = {batch.shape for batch in collector}
+        >>> shapes
+        {torch.Size([2, 10])}
+    """
+
+    _policy_in_workers = False
+
+    def __init__(
+        self,
+        create_env_fn: EnvSource | Sequence[EnvSource],
+        policy: Any = None,
+        *,
+        frames_per_batch: int,
+        total_frames: int = -1,
+        num_envs: int | None = None,
+        envs_per_worker: int = 1,
+        policy_factory: Callable[[], Any] | None = None,
+        max_batch_size: int | None = None,
+        min_batch_size: int = 1,
+        server_timeout: float = 0.01,
+        device: Any = None,
+        create_env_kwargs: Mapping[str, Any] | None = None,
+        init_random_frames: int | None = 0,
+        max_frames_per_traj: int | None = None,
+        reset_at_each_iter: bool = False,
+        set_truncated: bool = False,
+        postproc: Callable[[TensorDictBase], TensorDictBase] | None = None,
+        split_trajs: bool = False,
+        exploration_type: str | InteractionType = InteractionType.RANDOM,
+        return_same_td: bool = False,
+        storing_device: Any = None,
+        pre_collect_hook: Callable[[], None] | None = None,
+        post_collect_hook: Callable[[TensorDictBase], None] | None = None,
+        seed: int | None = None,
+        max_worker_restarts: int = 3,
+        timeout: float = 60.0,
+        start_method: str = "auto",
+        replay_buffer: Any = None,
+        trajs_per_batch: int | None = None,
+        traj_format: str | None = None,
+        yield_completed_trajectories: bool = False,
+        weight_sync: WeightSyncScheme | None = None,
+        weight_sync_schemes: Mapping[str, WeightSyncScheme] | None = None,
+        weight_updater: Any = None,
+    ) -> None:
+        if policy is None and policy_factory is None:
+            raise TypeError("AsyncBatchedCollector serves a policy: give policy or policy_factory")
+        sources, num_workers = _group_envs(create_env_fn, num_envs, envs_per_worker)
+        if weight_sync is not None:
+            if weight_sync_schemes is not None:
+                raise ValueError("give weight_sync or weight_sync_schemes, not both")
+            weight_sync_schemes = {"policy": weight_sync}
+        if yield_completed_trajectories:
+            if trajs_per_batch is not None:
+                raise ValueError("give yield_completed_trajectories or trajs_per_batch, not both")
+            trajs_per_batch, traj_format = 1, "cat"
+        options = CollectorOptions.from_arguments(
+            {**locals(), "create_env_fn": sources, "device": None, "policy_device": device,
+             "num_workers": num_workers},
+            {"envs_per_worker": "num_envs_per_worker"},
+        )
+        self._server_settings = _server_settings(max_batch_size, min_batch_size, server_timeout,
+                                                 envs_per_worker, num_workers * envs_per_worker)
+        self._build(options, worker_processes(options), sync=False)
+
+    # -- the server -------------------------------------------------------------------------------
+    def _allocate(self, options: CollectorOptions, transport: Transport, probe: Rollout, steps: int) -> None:
+        super()._allocate(options, transport, probe, steps)
+        self._server = PolicyServer(
+            probe.policy, self._slots, self.num_envs_per_worker, timeout=options.timeout,
+            exploration_type=options.exploration_type, **self._server_settings,
+        )
+        self._pool.check = self._server.check
+        self._finalizer.detach()
+        self._finalizer = weakref.finalize(self, _stop, self._server, self._pool)
+
+    def _init_weights(self, options: CollectorOptions, transport: Transport) -> None:
+        self._weight_sync_schemes = init_senders(options.weight_sync_schemes, self._models, "local", self)
+        self._weights = _ServerVersions(self)
+        self.weight_updater = options.weight_updater
+
+    def _worker_spec(self, worker: int) -> RolloutSpec:
+        return dataclasses.replace(super()._worker_spec(worker), policy=None, policy_factory=None)
+
+    def _worker_setup(self, worker: int) -> WorkerSetup:
+        client = ServedPolicy(self._server.connect(worker), self._server.policy.extras, self.options.timeout)
+        return dataclasses.replace(super()._worker_setup(worker), served_policy=client)
+
+    def _ensure_started(self) -> None:
+        super()._ensure_started()
+        self._server.start()  # after the workers: this process has no thread of its own while they fork
+
+    def _dispatch(self, worker: int, slot: int) -> None:
+        self._server.assign(worker, slot)
+        super()._dispatch(worker, slot)
+
+    @property
+    def policy(self) -> Any:
+        """The policy the server runs (the device copy where one was made)."""
+        return getattr(self._server.policy, "callable", None)
+
+    # -- weights ----------------------------------------------------------------------------------
+    def _update_weights(self, forms: dict[str, Any], worker_ids: list[int] | None) -> None:
+        if worker_ids is not None:
+            raise ValueError(f"worker_ids={worker_ids} does not apply: one policy server acts for every "
+                             "env worker; leave worker_ids out")
+        check_model_ids(forms, self._models)
+        self._update_in_process(forms, self.options.policy)
+
+    def _apply_received(self, forms: dict[str, Any]) -> None:
+        with self._server.lock:  # between two forward passes
+            self._apply_in_process(forms)
+            self._server.version += 1
+
+    # -- state ------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """As :meth:`MultiAsyncCollector.state_dict`, with the served policy's weights and version."""
+        state = super().state_dict()
+        module = self._server.policy.module
+        weights = {} if module is None else {k: v.detach().clone() for k, v in module.state_dict().items()}
+        return {**state, "server": {"version": self._server.version, "policy": weights}}
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        server = state_dict["server"]
+        with self._server.lock:
+            if self._server.policy.module is not None:
+                self._server.policy.module.load_state_dict(server["policy"])
+            self._server.version = int(server["version"])
+
+    def stats(self) -> CollectorStats:
+        server = self._server
+        batch = server.envs_served / server.forward_passes if server.forward_passes else math.nan
+        return dataclasses.replace(super().stats(), policy_version=server.version, inference_batch_size=batch)
+
+    def shutdown(
+        self, timeout: float | None = None, close_env: bool = True, raise_on_error: bool = True
+    ) -> None:
+        """Stop background collection, the server (which releases waiting workers), then the
+        workers; bounded by ``timeout``, idempotent."""
+        try:
+            self._stop_background(timeout)
+        finally:
+            self._server.stop(5.0 if timeout is None else timeout)
+            super().shutdown(timeout, close_env, raise_on_error)
+
+
+class _ServerVersions:
+    """The weight channel of served workers: they hold no weights, only the server's version
+    (stamped on random warm-up frames; the served frames carry the version of their forward pass)."""
+
+    def __init__(self, collector: AsyncBatchedCollector) -> None:
+        self._collector = weakref.ref(collector)
+
+    @property
+    def versions(self) -> list[int]:
+        collector = self._collector()
+        return [0] if collector is None else [collector._server.version] * collector.num_workers
+
+    def push(self, weights: Mapping[str, Any], worker_ids: Any) -> None:
+        return
+
+    def payload(self, worker: int) -> int:
+        return self.versions[0]
+
+    def receiver(self, worker: int) -> _VersionReceiver:
+        return _VersionReceiver()
+
+    def release(self, worker: int) -> None:
+        return
+
+    def weight_bytes(self) -> int:
+        return 0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        return
+
+
+class _VersionReceiver:
+    def pull(self, modules: Mapping[str, torch.nn.Module], seen: int, payload: Any = None) -> int:
+        return int(payload) if payload is not None else max(seen, 0)
+
+
+def _group_envs(create_env_fn: Any, num_envs: int | None, envs_per_worker: int) -> tuple[list[Any], int]:
+    """One env source per worker, and the number of workers."""
+    if isinstance(envs_per_worker, bool) or not isinstance(envs_per_worker, int) or envs_per_worker < 1:
+        raise ValueError(f"envs_per_worker must be a positive int, got {envs_per_worker!r}")
+    listed = isinstance(create_env_fn, (list, tuple))
+    if num_envs is None:
+        num_envs = len(create_env_fn) if listed else envs_per_worker
+    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+        raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+    if listed and len(create_env_fn) != num_envs:
+        raise ValueError(f"create_env_fn has {len(create_env_fn)} entries for num_envs={num_envs}")
+    if num_envs % envs_per_worker:
+        raise ValueError(f"num_envs={num_envs} is not a multiple of envs_per_worker={envs_per_worker}")
+    workers = num_envs // envs_per_worker
+    if not listed:
+        return [create_env_fn] * workers, workers
+    sources = []
+    for worker in range(workers):
+        group = create_env_fn[worker * envs_per_worker : (worker + 1) * envs_per_worker]
+        if any(source is not group[0] and source != group[0] for source in group):
+            raise ValueError(f"create_env_fn[{worker * envs_per_worker}:{(worker + 1) * envs_per_worker}] "
+                             f"(worker {worker}'s envs) are built from different sources; the envs of one "
+                             "worker share one source: pass envs_per_worker=1, or group equal sources")
+        sources.append(group[0])
+    return sources, workers
+
+
+def _server_settings(max_batch_size: Any, min_batch_size: Any, server_timeout: Any, envs_per_worker: int,
+                     num_envs: int) -> dict[str, Any]:
+    """The server's batching arguments, checked."""
+    if max_batch_size is not None and (isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int)
+                                       or max_batch_size < envs_per_worker):
+        raise ValueError(f"max_batch_size must be None or an int >= envs_per_worker={envs_per_worker} (a "
+                         f"worker's envs are served together), got {max_batch_size!r}")
+    if isinstance(min_batch_size, bool) or not isinstance(min_batch_size, int) or not min_batch_size >= 1:
+        raise ValueError(f"min_batch_size must be a positive int, got {min_batch_size!r}")
+    if min_batch_size > num_envs:
+        raise ValueError(f"min_batch_size={min_batch_size} is more than the {num_envs} envs")
+    if isinstance(server_timeout, bool) or not isinstance(server_timeout, (int, float)) or server_timeout < 0:
+        raise ValueError(f"server_timeout must be a number of seconds >= 0, got {server_timeout!r}")
+    return {"max_batch_size": max_batch_size, "min_batch_size": min_batch_size,
+            "server_timeout": float(server_timeout)}
+
+
+def _stop(server: PolicyServer, pool: WorkerPool) -> None:
+    server.stop(1.0)
+    pool.shutdown()

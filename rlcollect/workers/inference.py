@@ -1,0 +1,248 @@
+"""Batched inference for worker processes: one policy server, in the collector's process.
+
+Env workers run their usual rollout loop with a :class:`ServedPolicy` in place of a policy. At step
+``t`` it sends the server ``t`` (4 bytes) and waits for one byte back. The server
+(:class:`PolicyServer`, a thread of the collector's process) takes whichever workers are waiting,
+reads their observations straight from the shared-memory slot each one is filling, runs the policy
+once on all of them, and writes the actions, the policy's extras and the policy version back into
+the slots before it answers. No observation or action crosses a pipe; there is one copy of the
+weights, and a weight update waits for the forward pass under way.
+
+Example (the server and one worker's side, in one process):
+    >>> import gymnasium as gym, torch
+    >>> from rlcollect.data.buffers import BatchBuffers
+    >>> from rlcollect.data.layout import BatchLayout, Field
+    >>> from rlcollect.policies.adapters import make_policy
+    >>> layout = BatchLayout((Field(("observation",), (4,), torch.float32),),
+    ...                      Field(("action",), (), torch.int64))
+    >>> slot = BatchBuffers.allocate(layout, num_envs=2, num_steps=3)  # 2 workers x 1 env
+    >>> slot.obs_ext[("observation",)][1, 0] = 1.0
+    >>> policy = make_policy(lambda obs: obs.sum(-1).gt(0).long(), gym.spaces.Box(-2, 2, (4,)),
+    ...                      gym.spaces.Discrete(2), num_envs=1)
+    >>> server = PolicyServer(policy, [slot], envs_per_worker=1, timeout=5.0)
+    >>> client = ServedPolicy(server.connect(1), policy.extras, timeout=5.0)
+    >>> server.assign(1, slot=0)
+    >>> server.start()
+    >>> client.act(0)  # worker 1, step 0: its action is in the slot now
+    >>> slot.action[1, 0].item(), slot.policy_version[1, 0].item()
+    (1, 0)
+    >>> server.stop(1.0)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import struct
+import threading
+import time
+import traceback
+from collections.abc import Sequence
+from multiprocessing import Pipe
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+import torch
+from tensordict.nn import InteractionType, set_interaction_type
+
+from rlcollect.data.buffers import BatchBuffers
+from rlcollect.data.layout import Field
+from rlcollect.policies.adapters import PolicyAdapter
+
+__all__ = ["PolicyServer", "ServedPolicy"]
+
+_STEP = struct.Struct("<i")
+_SERVED, _FAILED = b"\x01", b"\x00"
+
+
+class ServedPolicy(PolicyAdapter):
+    """The worker's side: asks the server for the actions of step ``t`` and waits for them.
+
+    Picklable to a worker process while it starts (the pipe end travels with it).
+
+    Args:
+        conn: this worker's end of its pipe to the server (:meth:`PolicyServer.connect`).
+        extras: what the served policy writes besides the action.
+        timeout: seconds to wait for one answer.
+    """
+
+    def __init__(self, conn: Connection, extras: tuple[Field, ...], timeout: float) -> None:
+        self._conn, self.extras, self._timeout = conn, extras, timeout
+
+    def _views(self, buffers: BatchBuffers) -> dict[str, Any]:
+        return {}  # the server writes the actions into the shared slot itself
+
+    def act(self, t: int) -> None:
+        conn = self._conn
+        conn.send_bytes(_STEP.pack(t))
+        if not conn.poll(self._timeout):
+            raise TimeoutError(f"the policy server did not answer within timeout={self._timeout} s")
+        if conn.recv_bytes() != _SERVED:
+            raise RuntimeError("the policy server failed (its error is raised by the collector)")
+
+
+class PolicyServer:
+    """Serves every worker's envs with one policy, in a thread of this process.
+
+    Worker ``w`` owns rows ``[w * M, (w + 1) * M)`` of each slot; :meth:`assign` says which slot it
+    fills now. A forward pass takes the waiting workers (at most ``max_batch_size`` envs; with
+    ``min_batch_size`` more than one worker's envs, it waits up to ``server_timeout`` seconds for
+    more to arrive first).
+
+    Args:
+        policy: the adapter that runs (its :meth:`~PolicyAdapter.outputs`).
+        slots: the collector's slots (every worker's rows).
+        envs_per_worker: ``M``.
+        timeout: seconds a worker may go without answering before it is presumed gone.
+        max_batch_size, min_batch_size: envs per forward pass (``None``: all).
+        server_timeout: seconds to wait for ``min_batch_size`` envs.
+        exploration_type: the interaction type the policy runs under.
+    """
+
+    def __init__(
+        self,
+        policy: PolicyAdapter,
+        slots: Sequence[BatchBuffers],
+        envs_per_worker: int,
+        *,
+        timeout: float,
+        max_batch_size: int | None = None,
+        min_batch_size: int = 1,
+        server_timeout: float = 0.0,
+        exploration_type: InteractionType = InteractionType.RANDOM,
+    ) -> None:
+        self.policy, self.envs_per_worker = policy, envs_per_worker
+        self._targets = [[s.action, *(s.extras[f.key] for f in policy.extras)] for s in slots]
+        self._obs = [s.obs_ext for s in slots]
+        self._versions = [s.policy_version for s in slots]
+        self._max = max_batch_size or slots[0].num_envs
+        self._min, self._server_timeout = min_batch_size, server_timeout
+        self._exploration_type = exploration_type
+        self.version = 0
+        self.lock = threading.Lock()  # held during a forward pass; a weight update takes it too
+        self.forward_passes = self.envs_served = 0
+        self.error: BaseException | None = None
+        self._error_text = ""
+        self._slot_of: dict[int, int] = {}
+        self._conns: dict[Connection, int] = {}
+        self._new: list[tuple[int, Connection]] = []  # connections the server thread takes over
+        self._wake_read, self._wake_write = Pipe(duplex=False)
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rlcollect-policy-server", daemon=True)
+
+    # -- the collector's side ---------------------------------------------------------------------
+    def connect(self, worker: int) -> Connection:
+        """A new pipe for worker ``worker`` (at its start or restart); return the worker's end.
+        Its previous pipe, if any, is closed by the server thread."""
+        ours, theirs = Pipe()
+        with self.lock:
+            self._new.append((worker, ours))
+        if self._thread.is_alive():
+            self._wake_write.send_bytes(b"")
+        return theirs
+
+    def assign(self, worker: int, slot: int) -> None:
+        """Worker ``worker`` is about to fill slot ``slot``."""
+        self._slot_of[worker] = slot
+
+    def start(self) -> None:
+        """Start serving (idempotent)."""
+        if not self._thread.is_alive() and not self._stopping.is_set():
+            self._thread.start()
+
+    def check(self) -> None:
+        """Raise the policy's error, if the server stopped on one."""
+        if self.error is not None:
+            error, self.error = self.error, None
+            if hasattr(error, "add_note"):
+                error.add_note(f"raised in the policy server; its traceback:\n{self._error_text}")
+            raise error
+
+    def stop(self, timeout: float) -> None:
+        """Stop the thread (within ``timeout`` s) and close every pipe; idempotent."""
+        self._stopping.set()
+        if self._thread.is_alive():
+            self._wake_write.send_bytes(b"")
+            self._thread.join(timeout)
+        if not self._thread.is_alive():
+            for conn in [*self._conns, *(c for _, c in self._new), self._wake_read, self._wake_write]:
+                conn.close()
+            self._conns.clear()
+            self._new.clear()
+
+    # -- the server thread ------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            with torch.inference_mode(), set_interaction_type(self._exploration_type):
+                while not self._stopping.is_set():
+                    requests = self._gather()
+                    for start in range(0, len(requests), max(1, self._max // self.envs_per_worker)):
+                        self._serve(requests[start : start + max(1, self._max // self.envs_per_worker)])
+        except BaseException as error:  # the collector raises it; the workers are told to stop
+            self._error_text = traceback.format_exc()
+            self.error = error
+            for conn in self._conns:
+                self._answer(conn, _FAILED)
+
+    def _take_new_connections(self) -> None:
+        with self.lock:
+            new, self._new = self._new, []
+        for worker, conn in new:
+            for old in [c for c, w in self._conns.items() if w == worker]:
+                del self._conns[old]
+                old.close()
+            self._conns[conn] = worker
+
+    def _gather(self) -> list[tuple[Connection, int, int]]:
+        """Wait for requests; return ``(conn, worker, t)`` of each (at least ``min_batch_size``
+        envs' worth, unless ``server_timeout`` passed first)."""
+        requests: list[tuple[Connection, int, int]] = []
+        deadline = None
+        while not self._stopping.is_set():
+            self._take_new_connections()
+            waiting = [c for c in self._conns if all(c is not r[0] for r in requests)]
+            timeout = 0.5 if deadline is None else max(0.0, deadline - time.monotonic())
+            for conn in wait([*waiting, self._wake_read], timeout):
+                if conn is self._wake_read:
+                    self._wake_read.recv_bytes()
+                    continue
+                assert isinstance(conn, Connection)
+                try:
+                    (t,) = _STEP.unpack(conn.recv_bytes())
+                except (EOFError, OSError):  # the worker died: the pool restarts it
+                    self._conns.pop(conn, None)
+                    conn.close()
+                    continue
+                requests.append((conn, self._conns[conn], t))
+            if requests and deadline is None:
+                deadline = time.monotonic() + self._server_timeout
+            if requests and (len(requests) * self.envs_per_worker >= self._min
+                             or time.monotonic() >= (deadline or 0.0)):
+                return requests
+        return requests
+
+    def _serve(self, requests: list[tuple[Connection, int, int]]) -> None:
+        m = self.envs_per_worker
+        blocks = [(self._slot_of[w], slice(w * m, (w + 1) * m), t) for _, w, t in requests]
+        keys = list(self._obs[0])
+        if len(blocks) == 1:
+            slot, rows, t = blocks[0]
+            obs = {key: self._obs[slot][key][rows, t] for key in keys}
+        else:
+            obs = {key: torch.cat([self._obs[slot][key][rows, t] for slot, rows, t in blocks])
+                   for key in keys}
+        with self.lock:
+            outputs = self.policy.outputs(obs)
+            version = self.version
+        for i, (slot, rows, t) in enumerate(blocks):
+            for target, output in zip(self._targets[slot], outputs, strict=True):
+                target[rows, t] = output[i * m : (i + 1) * m]
+            self._versions[slot][rows, t] = version
+        self.forward_passes += 1
+        self.envs_served += len(blocks) * m
+        for conn, _, _ in requests:
+            self._answer(conn, _SERVED)
+
+    @staticmethod
+    def _answer(conn: Connection, message: bytes) -> None:
+        with contextlib.suppress(BrokenPipeError, OSError):  # a dead worker: noticed by the pool
+            conn.send_bytes(message)

@@ -1,0 +1,176 @@
+"""AsyncBatchedCollector: one policy server for every env worker.
+
+Its batches equal the single-process collector's (tests/collectors/test_parity.py runs every
+option through it, tests/collectors/test_resume.py its exact resume). Here: what the server adds
+(every frame stamped with the version whose weights chose it, forward passes over several workers,
+extras written back), faults (a killed worker reconnects, a failing policy is raised here) and the
+arguments.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import threading
+import warnings
+from typing import Any
+
+import pytest
+import torch
+from tensordict.nn import TensorDictModule
+
+from rlcollect import AsyncBatchedCollector, MultiSyncCollector
+from tests.collectors.test_multi import child_pids, shm_entries
+from tests.envs_for_tests import CountingEnv, TiltPolicy, WeightedPolicy, make_cartpole
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def test_every_frame_carries_the_version_whose_weights_chose_its_action() -> None:
+    """Updates land between two forward passes, so a batch may mix versions; each frame's action
+    must be the one its stamped version gives (WeightedPolicy: 1 for scale > 0, else 0)."""
+    env = functools.partial(CountingEnv, episode_length=30, step_sleep=0.002)
+    frames = []
+    with AsyncBatchedCollector(env, WeightedPolicy(scale=1.0), num_envs=4, envs_per_worker=2,
+                               frames_per_batch=2 * 25, total_frames=16 * 50) as collector:
+        for index, batch in enumerate(collector):
+            assert batch is not None and batch.shape == (2, 25)
+            frames.append(batch)
+            if index in (3, 8):  # scale -1 (action 0), then +1 (action 1): versions 1 and 2
+                collector.update_policy_weights_(WeightedPolicy(scale=-1.0 if index == 3 else 1.0))
+        assert collector.stats().policy_version == 2
+    versions = torch.cat([b["policy_version"].flatten() for b in frames])
+    actions = torch.cat([b["action"].flatten() for b in frames])
+    assert set(versions.tolist()) == {0, 1, 2}
+    assert torch.equal(actions, (versions != 1).long())
+    for batch in frames:  # within a row, time runs forward: versions never go back
+        assert (batch["policy_version"].diff(dim=1) >= 0).all()
+
+
+def test_a_forward_pass_serves_the_waiting_workers_together() -> None:
+    def run(**server: Any) -> float:
+        with AsyncBatchedCollector(make_cartpole, TiltPolicy(), num_envs=4, envs_per_worker=2,
+                                   frames_per_batch=2 * 10, total_frames=40 * 20, **server) as collector:
+            assert len(list(collector)) == 40
+            return collector.stats().inference_batch_size
+
+    assert run(max_batch_size=2) == 2.0  # one worker's envs per pass, never more
+    assert run(min_batch_size=4, server_timeout=0.05) > 3.0  # mostly both workers in one pass
+
+
+def test_tensordict_policy_extras_are_written_into_the_batch() -> None:
+    def act(obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return (obs[:, 2] > 0).long(), obs.sum(-1)
+
+    policy = TensorDictModule(act, in_keys=["observation"], out_keys=["action", "sample_log_prob"])
+    with AsyncBatchedCollector(make_cartpole, policy, num_envs=2, envs_per_worker=1, frames_per_batch=16,
+                               total_frames=64, seed=0) as collector:
+        batches = [b for b in collector if b is not None]
+    assert len(batches) == 4
+    for batch in batches:
+        obs = batch["observation"]
+        assert batch["sample_log_prob"].dtype == torch.float32
+        assert torch.equal(batch["sample_log_prob"], obs.sum(-1))
+        assert torch.equal(batch["action"], (obs[..., 2] > 0).long())
+
+
+def test_a_killed_worker_is_restarted_reconnected_and_no_frame_is_lost_or_repeated() -> None:
+    env = functools.partial(CountingEnv, episode_length=50, step_sleep=0.01)
+    collector = AsyncBatchedCollector(env, WeightedPolicy(), num_envs=2, frames_per_batch=30,
+                                      total_frames=8 * 30, seed=0, timeout=30)
+    first = collector.next()
+    assert first is not None
+    victim = collector.worker_pids[0]
+    assert victim is not None
+    timer = threading.Timer(0.1, os.kill, (victim, signal.SIGKILL))
+    timer.start()
+    with pytest.warns(RuntimeWarning, match="worker 0 failed .* restarting it with fresh envs"):
+        rest = [b.clone() for b in collector if b is not None]
+    timer.join()
+    batches = [first, *rest]
+    assert len(batches) == 8 and collector.stats().restarts == 1
+    seen = torch.cat([b["observation"].reshape(-1, 2) for b in batches])  # [uid, step] per frame
+    assert len({tuple(frame) for frame in seen.tolist()}) == len(seen) == 8 * 30
+    assert collector.worker_pids[0] != victim
+    collector.shutdown()
+
+
+class FailingPolicy(torch.nn.Module):
+    """Raises at its ``fail_at``-th call (it runs in this process: the count is real)."""
+
+    def __init__(self, fail_at: int) -> None:
+        super().__init__()
+        self.calls, self.fail_at = 0, fail_at
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        if self.calls == self.fail_at:
+            raise ArithmeticError(f"policy broke at call {self.calls}")
+        return torch.zeros(obs.shape[0], dtype=torch.long)
+
+
+def test_a_failing_policy_is_raised_here_and_nothing_is_left_behind() -> None:
+    before_children, before_shm = child_pids(), shm_entries()
+    collector = AsyncBatchedCollector(make_cartpole, FailingPolicy(fail_at=30), num_envs=2,
+                                      frames_per_batch=5, total_frames=1000)
+    with pytest.raises(ArithmeticError, match="policy broke at call 30") as info, warnings.catch_warnings():
+        warnings.simplefilter("error")  # no worker restart: the policy, not a worker, failed
+        list(collector)
+    assert any("policy server" in note for note in getattr(info.value, "__notes__", []))
+    collector.shutdown()
+    assert child_pids() <= before_children and shm_entries() <= before_shm
+
+
+def test_start_up_time_is_reported() -> None:
+    for cls, kwargs in ((AsyncBatchedCollector, {"num_envs": 2}), (MultiSyncCollector, {"num_workers": 2})):
+        with cls(make_cartpole, TiltPolicy(), frames_per_batch=4, total_frames=8, **kwargs) as collector:
+            assert collector.stats().startup_seconds != collector.stats().startup_seconds  # nan: not started
+            list(collector)
+            assert 0 < collector.stats().startup_seconds < 60
+
+
+@pytest.mark.parametrize(("kwargs", "error", "message"), [
+    ({"policy": None}, TypeError, "serves a policy: give policy or policy_factory"),
+    ({"num_envs": 3, "envs_per_worker": 2}, ValueError, "num_envs=3 is not a multiple of envs_per_worker=2"),
+    ({"envs_per_worker": 0}, ValueError, "envs_per_worker must be a positive int, got 0"),
+    ({"num_envs": "4"}, ValueError, "num_envs must be a positive int, got '4'"),
+    ({"max_batch_size": 1, "envs_per_worker": 2}, ValueError, "max_batch_size must be None or an int >= "
+                                                              "envs_per_worker=2"),
+    ({"min_batch_size": 9}, ValueError, "min_batch_size=9 is more than the 4 envs"),
+    ({"min_batch_size": 0}, ValueError, "min_batch_size must be a positive int, got 0"),
+    ({"server_timeout": -1}, ValueError, "server_timeout must be a number of seconds >= 0, got -1"),
+    ({"create_env_fn": [make_cartpole, make_cartpole, "CartPole-v1", make_cartpole], "envs_per_worker": 2},
+     ValueError, r"create_env_fn\[2:4\] \(worker 1's envs\) are built from different sources"),
+    ({"create_env_fn": [make_cartpole] * 3}, ValueError, "create_env_fn has 3 entries for num_envs=4"),
+    ({"frames_per_batch": 0}, ValueError, "frames_per_batch must be a positive int, got 0"),
+    ({"yield_completed_trajectories": True, "trajs_per_batch": 2}, ValueError,
+     "give yield_completed_trajectories or trajs_per_batch, not both"),
+])
+def test_construction_errors_name_the_argument(kwargs: dict[str, Any], error: type, message: str) -> None:
+    arguments: dict[str, Any] = {"create_env_fn": make_cartpole, "policy": TiltPolicy(), "num_envs": 4,
+                                 "frames_per_batch": 8, **kwargs}
+    before = child_pids()
+    with pytest.raises(error, match=message):
+        AsyncBatchedCollector(**arguments)
+    assert child_pids() <= before
+
+
+def test_worker_ids_do_not_apply_and_unknown_models_are_named() -> None:
+    with AsyncBatchedCollector(make_cartpole, TiltPolicy(), num_envs=2, frames_per_batch=4) as collector:
+        with pytest.raises(ValueError, match=r"worker_ids=\[0\] does not apply: one policy server"):
+            collector.update_policy_weights_(TiltPolicy(), worker_ids=[0])
+        with pytest.raises(KeyError, match=r"unknown model id\(s\) \['critic'\]; known: \['policy'\]"):
+            collector.update_policy_weights_(TiltPolicy(), model_id="critic")
+        assert collector.stats().policy_version == 0
+
+
+def test_yield_completed_trajectories_gives_one_whole_episode_at_a_time() -> None:
+    env = functools.partial(CountingEnv, episode_length=7)
+    with AsyncBatchedCollector(env, WeightedPolicy(), num_envs=2, frames_per_batch=10, total_frames=60,
+                               yield_completed_trajectories=True, seed=0) as collector:
+        episodes = [b for b in collector if b is not None]
+    assert episodes and all(e.batch_size == (7,) for e in episodes)
+    for episode in episodes:
+        assert episode["next", "done"][:, 0].tolist() == [False] * 6 + [True]
+        assert episode["collector", "traj_ids"].unique().numel() == 1
