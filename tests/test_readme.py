@@ -50,6 +50,18 @@ def test_main_module_guard_example_runs(tmp_path: Path) -> None:
     assert done.stdout.splitlines() == [f"torch.Size([8, 128]) {1024 * i}" for i in range(1, 5)]
 
 
+@pytest.mark.timeout(180)
+def test_batched_inference_example_runs(tmp_path: Path) -> None:
+    blocks = python_blocks(section("Batched inference: `AsyncBatchedCollector`"))
+    assert len(blocks) == 1
+    script = tmp_path / "batched.py"
+    script.write_text(blocks[0])
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=170)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["torch.Size([2, 128]) 8"]  # 8 batches, one update after each
+
+
 def test_benchmark_commands_and_result_files_exist() -> None:
     """Every ``python -m bench.X`` the README names is a script, every linked result file exists."""
     text = README.read_text()

@@ -9,6 +9,7 @@ once for whichever workers are waiting, reading and writing their shared-memory 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import weakref
@@ -23,6 +24,7 @@ from rlcollect.collectors.options import CollectorOptions
 from rlcollect.collectors.pooled import PooledCollector, worker_processes
 from rlcollect.collectors.stats import CollectorStats
 from rlcollect.envs.factory import EnvSource
+from rlcollect.policies.adapters import ModulePolicy, TensorDictPolicy
 from rlcollect.rollout.engine import Rollout, RolloutSpec
 from rlcollect.weights.forms import check_model_ids
 from rlcollect.weights.schemes import WeightSyncScheme, init_senders
@@ -48,8 +50,10 @@ class AsyncBatchedCollector(PooledCollector):
     Args:
         create_env_fn: one env source for every env (with ``num_envs``), or, as in TorchRL, a
             list with one source per env; the envs of one worker must share their source.
-        policy: an ``nn.Module`` / callable from observations to actions, or a TensorDict policy;
-            it runs here only (it is never sent to a worker). ``policy_factory`` builds it instead.
+        policy: an ``nn.Module`` / callable from observations to actions, or a TensorDict policy.
+            The server runs a copy of a module (never sent to a worker), so training the module
+            never races a forward pass: ``update_policy_weights_()`` copies its weights in between
+            two passes. ``policy_factory`` builds the policy instead.
         frames_per_batch: frames per yielded batch (one worker's; rounded up to a multiple of
             ``envs_per_worker``).
         num_envs: envs in all (default: the length of the ``create_env_fn`` list, else
@@ -146,6 +150,10 @@ class AsyncBatchedCollector(PooledCollector):
 
     # -- the server -------------------------------------------------------------------------------
     def _allocate(self, options: CollectorOptions, transport: Transport, probe: Rollout, steps: int) -> None:
+        policy = probe.policy
+        if isinstance(policy, (ModulePolicy, TensorDictPolicy)) and policy.module is options.policy:  # yours:
+            policy.callable = policy.module = copy.deepcopy(policy.module)  # training must not race a pass
+            self._models["policy"] = policy.module
         super()._allocate(options, transport, probe, steps)
         self._server = PolicyServer(
             probe.policy, self._slots, self.num_envs_per_worker, timeout=options.timeout,

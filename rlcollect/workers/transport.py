@@ -14,6 +14,7 @@ import multiprocessing.forkserver
 import sys
 import threading
 from collections.abc import Iterable
+from multiprocessing import resource_sharer
 from multiprocessing.connection import Connection, wait
 from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
@@ -62,10 +63,15 @@ PRELOAD = ("numpy", "torch", "tensordict", "gymnasium", "cloudpickle", "rlcollec
 
 
 def fork_is_safe() -> bool:
-    """Whether this process can be forked safely: Linux, no Python thread but this one, and CUDA
-    not initialised (a fork copies one thread; a lock another thread held stays held forever)."""
-    return (sys.platform.startswith("linux") and threading.active_count() == 1
-            and not torch.cuda.is_initialized())
+    """Whether this process can be forked safely: Linux, CUDA not initialised, and no Python thread
+    but this one (a fork copies one thread; a lock another thread held stays held forever).
+    multiprocessing's own fd-sharing thread (started when shared tensors are sent through a pipe)
+    does not count: multiprocessing resets it in a forked child."""
+    if not sys.platform.startswith("linux") or torch.cuda.is_initialized():
+        return False
+    sharer = getattr(getattr(resource_sharer, "_resource_sharer", None), "_thread", None)
+    others = [t for t in threading.enumerate() if t is not threading.current_thread() and t is not sharer]
+    return not others
 
 
 def start_context(start_method: str, preload: Iterable[str] = ()) -> BaseContext:

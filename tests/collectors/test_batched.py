@@ -48,6 +48,22 @@ def test_every_frame_carries_the_version_whose_weights_chose_its_action() -> Non
         assert (batch["policy_version"].diff(dim=1) >= 0).all()
 
 
+def test_the_server_runs_a_copy_updated_only_by_update_policy_weights() -> None:
+    policy = WeightedPolicy(scale=1.0)  # action 1
+    with AsyncBatchedCollector(make_cartpole, policy, num_envs=2, frames_per_batch=10) as collector:
+        collector.next()
+        with torch.no_grad():
+            policy.scale.fill_(-1.0)  # trained in place: the server's copy does not change under it
+        batches = [collector.next() for _ in range(3)]
+        assert all(b is not None and (b["action"] == 1).all() and (b["policy_version"] == 0).all()
+                   for b in batches)
+        assert collector.policy is not policy
+        collector.update_policy_weights_()  # now it does, between two forward passes
+        later = [collector.next() for _ in range(4)]
+        assert later[-1] is not None and (later[-1]["action"] == 0).all()
+        assert (later[-1]["policy_version"] == 1).all()
+
+
 def test_a_forward_pass_serves_the_waiting_workers_together() -> None:
     def run(**server: Any) -> float:
         with AsyncBatchedCollector(make_cartpole, TiltPolicy(), num_envs=4, envs_per_worker=2,

@@ -239,15 +239,26 @@ def test_profile_traces_only_chosen_workers(tmp_path: Path) -> None:
     assert (tmp_path / "w1.json").exists() and not (tmp_path / "w0.json").exists()
 
 
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie does not): a worker is this process's child when
+    forked, a forkserver's otherwise."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def test_no_child_process_or_shared_memory_left_after_shutdown() -> None:
     before_children, before_shm = child_pids(), shm_entries()
     collector = MultiSyncCollector("CartPole-v1", TiltPolicy(), num_workers=2, frames_per_batch=8,
                                    total_frames=16, prefetch=True)
     threads = torch.get_num_threads()
     assert len(list(collector)) == 2
-    assert len(child_pids() - before_children) >= 2
+    workers = [pid for pid in collector.worker_pids if pid is not None]
+    assert len(workers) == 2 and all(alive(pid) for pid in workers)
     collector.shutdown()
     collector.shutdown()  # idempotent
+    assert not any(alive(pid) for pid in workers)
     assert child_pids() <= before_children
     assert shm_entries() <= before_shm
     assert torch.get_num_threads() == threads  # workers set their own; this process's is untouched
@@ -330,3 +341,45 @@ def test_a_worker_that_cannot_start_raises_and_leaves_no_process() -> None:
     while child_pids() - before and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not child_pids() - before
+
+
+@pytest.mark.parametrize("start_method", ["spawn", "forkserver", "fork"])
+def test_every_start_method_gives_the_batches_of_auto(start_method: str) -> None:
+    def batches(method: str) -> list[TensorDictBase]:
+        with MultiSyncCollector(make_cartpole, TiltPolicy(), num_workers=2, frames_per_batch=8,
+                                total_frames=24, seed=1, start_method=method) as collector:
+            return [b.clone() for b in collector if b is not None]
+
+    assert all((a == b).all() for a, b in zip(batches("auto"), batches(start_method), strict=True))
+
+
+AUTO_START = """
+import threading
+from rlcollect import MultiSyncCollector
+from rlcollect.workers.transport import fork_is_safe
+from tests.collectors.test_multi import child_pids
+
+def parents():
+    with MultiSyncCollector("CartPole-v1", None, num_workers=2, frames_per_batch=4) as collector:
+        collector.next()
+        return "forked" if set(collector.worker_pids) <= child_pids() else "forkserver"
+
+stop = threading.Event()
+print(fork_is_safe(), parents())
+other = threading.Thread(target=stop.wait)
+other.start()
+print(fork_is_safe(), parents())
+stop.set()
+"""
+
+
+def test_auto_forks_only_without_other_threads() -> None:
+    """``start_method="auto"``: workers are forked children of a process without other threads,
+    and a forkserver's children otherwise (in a fresh interpreter: this one may run threads)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", AUTO_START], capture_output=True, text=True, timeout=80,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["True forked", "False forkserver"]
