@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
@@ -24,8 +25,10 @@ from torch import nn
 from bench.harness import Batches
 
 __all__ = [
-    "WORKLOADS", "PongCNN", "Workload", "iterate", "make_env", "make_policy", "register", "torchrl_env",
-    "torchrl_policy", "vector_loop", "workload",
+    "SLOW_DELAYS_S", "WORKLOADS", "NatureCNN", "PongCNN", "SlowEnv", "Workload", "iterate", "make_env",
+    "make_nature_cnn", "make_policy", "make_pong_preprocessed", "make_slow_policy", "register",
+    "slow_env_factories", "torchrl_env", "torchrl_nature_cnn", "torchrl_policy", "torchrl_pong_preprocessed",
+    "vector_loop", "workload",
 ]
 
 MLP = "MLP obs-64-64-act (tanh)"
@@ -118,7 +121,10 @@ class ScaledTanh(nn.Module):
 
 
 def make_policy(w: Workload) -> nn.Module:
-    """The seeded policy (same weights in every contender): the CNN for Atari, else the MLP."""
+    """The seeded policy (same weights in every contender): the CNN for Atari, else the MLP (pong-8: the
+    Nature CNN, slow-8: the MLP for SlowEnv)."""
+    if w.name in ("pong-8", "slow-8"):
+        return make_nature_cnn() if w.name == "pong-8" else make_slow_policy()
     torch.manual_seed(0)
     if w.env_id.startswith("ALE/"):
         return PongCNN()
@@ -181,3 +187,102 @@ def torchrl_policy(w: Workload) -> Any:
 
     obs_key = "pixels" if w.env_id.startswith("ALE/") else "observation"
     return TensorDictModule(make_policy(w), in_keys=[obs_key], out_keys=["action"])
+
+
+# -- bench.batched: preprocessed Pong with the Nature CNN, and envs of unequal speed ---------------
+NATURE_CNN = "Nature CNN (3 conv + linear 512) on uint8 [4, 84, 84], argmax"
+SLOW_DELAYS_S = (0.0002, 0.0005, 0.001, 0.002)  # one env per worker: 10x between the fastest and slowest
+
+WORKLOADS.update({
+    w.name: w
+    for w in (
+        Workload("pong-8", "ALE/Pong-v5 (frameskip=1) + AtariPreprocessing(84, gray, skip 4) + "
+                 "FrameStackObservation(4)", 1, 8, 256, NATURE_CNN),
+        Workload("slow-8", "SlowEnv (sleeps 0.2 / 0.5 / 1 / 2 ms a step, 200-step episodes)", 4, 1, 256,
+                 f"{MLP}, argmax"),
+    )
+})
+
+
+def make_pong_preprocessed() -> gym.Env[Any, Any]:
+    """``ALE/Pong-v5`` with ``frameskip=1``, Gymnasium's ``AtariPreprocessing`` (skip 4, 84 x 84, gray)
+    and 4 stacked frames: uint8 observations ``[4, 84, 84]``, 6 actions. Module-level, so picklable."""
+    register("ALE/Pong-v5")
+    env = gym.make("ALE/Pong-v5", frameskip=1)
+    env = gym.wrappers.AtariPreprocessing(env, frame_skip=4, screen_size=84, grayscale_obs=True)
+    return gym.wrappers.FrameStackObservation(env, 4)
+
+
+class NatureCNN(nn.Module):
+    """The DQN (Nature, 2015) network: uint8 ``[N, 4, 84, 84]`` -> greedy actions ``[N]`` (also unbatched:
+    ``[4, 84, 84]`` -> ``[]``, as TorchRL's policy server may call it)."""
+
+    def __init__(self, num_actions: int = 6, in_channels: int = 4) -> None:
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Conv2d(in_channels, 32, kernel_size=8, stride=4), nn.ReLU(),  # -> [32, 20, 20]
+            nn.Conv2d(32, 64, kernel_size=4, stride=2), nn.ReLU(),  # -> [64, 9, 9]
+            nn.Conv2d(64, 64, kernel_size=3, stride=1), nn.ReLU(),  # -> [64, 7, 7]
+            nn.Flatten(-3), nn.Linear(64 * 7 * 7, 512), nn.ReLU(), nn.Linear(512, num_actions),
+        )
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(obs.float().div_(255)).argmax(-1)
+
+
+def make_nature_cnn() -> NatureCNN:
+    """The seeded Nature CNN for Pong's 6 actions (the same weights in every contender)."""
+    torch.manual_seed(0)
+    return NatureCNN()
+
+
+class SlowEnv(gym.Env[np.ndarray, Any]):
+    """An env whose ``step`` sleeps ``delay`` seconds: Box(4,) float32 observations, 2 actions, episodes
+    of ``episode_length`` steps (terminated), reward 1 a step. Picklable (a plain class)."""
+
+    def __init__(self, delay: float = 0.001, episode_length: int = 200) -> None:
+        self.delay, self.episode_length, self._t = delay, episode_length, 0
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, shape=(4,), dtype=np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+
+    def _obs(self) -> np.ndarray:
+        return self.np_random.uniform(-1.0, 1.0, size=4).astype(np.float32)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self._t = 0
+        return self._obs(), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        time.sleep(self.delay)
+        self._t += 1
+        return self._obs(), 1.0, self._t >= self.episode_length, False, {}
+
+
+def slow_env_factories() -> list[Callable[[], gym.Env[Any, Any]]]:
+    """One picklable factory per env (per worker), each with its own delay."""
+    return [partial(SlowEnv, delay=delay) for delay in SLOW_DELAYS_S]
+
+
+def make_slow_policy() -> nn.Module:
+    """The seeded MLP 4-64-64-2 (tanh), argmax, as ``make_policy`` builds it for CartPole."""
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 2),
+                         Argmax())
+
+
+def torchrl_pong_preprocessed() -> Any:
+    """``make_pong_preprocessed`` in TorchRL's ``GymWrapper`` (integer actions: the CNN's argmax; the
+    observation key is ``"observation"``)."""
+    from torchrl.envs import GymWrapper
+
+    return GymWrapper(make_pong_preprocessed(), categorical_action_encoding=True)
+
+
+def torchrl_nature_cnn() -> Any:
+    """The seeded Nature CNN as a ``TensorDictModule`` (``"observation"`` -> ``"action"``)."""
+    from tensordict.nn import TensorDictModule
+
+    return TensorDictModule(make_nature_cnn(), in_keys=["observation"], out_keys=["action"])

@@ -41,6 +41,7 @@ from rlcollect.collectors.options import CollectorOptions
 from rlcollect.collectors.stats import CollectorStats
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.envs.factory import source_modules
+from rlcollect.envs.gym_envs import GymEnvs
 from rlcollect.rollout.engine import Rollout, RolloutSpec
 from rlcollect.weights.forms import check_model_ids
 from rlcollect.weights.schemes import NoWeightSyncScheme, channel_for, init_senders
@@ -84,9 +85,17 @@ class PooledCollector(BaseCollector):
         self.num_workers = workers = options.num_workers
 
         self._constructed_at = time.time()
-        probe = Rollout(options.rollout_spec(0))  # layout, envs per worker, a dry step of the policy
+        # the probe: the layout, the envs per worker and a dry step of the policy, on one env (each
+        # copy of a Gymnasium env costs its start-up; a vector env brings its own count)
+        probe = Rollout(dataclasses.replace(options.rollout_spec(0), num_envs=1))
         probe.close()
-        self.num_envs_per_worker = envs = probe.num_envs * options.nested_workers
+        copies = isinstance(probe.envs, GymEnvs)
+        if not copies and options.num_envs_per_worker != 1:
+            raise ValueError(f"num_envs_per_worker={options.num_envs_per_worker}, but create_env_fn builds "
+                             f"{probe.num_envs} env(s) itself ({type(probe.envs).__name__}: a vector env or "
+                             "a TorchRL env); leave num_envs_per_worker=1")
+        per_process = options.num_envs_per_worker if copies else probe.num_envs
+        self.num_envs_per_worker = envs = per_process * options.nested_workers
         self.num_envs = envs * workers
         rows = self.num_envs if sync else envs
         steps = options.steps_per_batch(rows)

@@ -13,6 +13,7 @@ import functools
 import os
 import signal
 import threading
+import time
 import warnings
 from typing import Any
 
@@ -20,8 +21,10 @@ import pytest
 import torch
 from tensordict.nn import TensorDictModule
 
-from rlcollect import AsyncBatchedCollector, MultiSyncCollector
-from tests.collectors.test_multi import child_pids, shm_entries
+from rlcollect import AsyncBatchedCollector, MultiSyncCollector, ReplayBuffer
+from rlcollect.weights import MultiProcessWeightSyncScheme, NoWeightSyncScheme
+from tests.collectors.test_multi import alive, child_pids, shm_entries
+from tests.collectors.test_shared_buffer import check_frames
 from tests.envs_for_tests import CountingEnv, TiltPolicy, WeightedPolicy, make_cartpole
 
 pytestmark = pytest.mark.timeout(90)
@@ -190,3 +193,52 @@ def test_yield_completed_trajectories_gives_one_whole_episode_at_a_time() -> Non
     for episode in episodes:
         assert episode["next", "done"][:, 0].tolist() == [False] * 6 + [True]
         assert episode["collector", "traj_ids"].unique().numel() == 1
+
+
+def test_background_collection_into_a_shared_buffer_with_served_versions() -> None:
+    """Workers write the shared buffer themselves; the versions the server stamped are in it."""
+    buffer = ReplayBuffer(100_000, storage="shared")
+    env = functools.partial(CountingEnv, episode_length=6, step_sleep=0.001)
+    collector = AsyncBatchedCollector(env, WeightedPolicy(scale=1.0), num_envs=2, frames_per_batch=20, seed=0,
+                                      replay_buffer=buffer)
+    collector.start()
+    deadline = time.monotonic() + 60
+    while buffer.write_count < 100 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with collector.pause():
+        held = buffer.write_count
+        collector.update_policy_weights_(WeightedPolicy(scale=-1.0))  # action 0 from version 1 on
+        time.sleep(0.3)
+        assert buffer.write_count == held
+    while buffer.write_count < held + 100 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    collector.async_shutdown(timeout=10)
+    check_frames(buffer, buffer.write_count, [0, 1])
+    data = buffer.data[: len(buffer)]
+    assert set(data["policy_version"].tolist()) == {0, 1}
+    assert torch.equal(data["action"], (data["policy_version"] == 0).long())
+
+
+@pytest.mark.parametrize(("scheme", "moves"), [(MultiProcessWeightSyncScheme(), True),
+                                               (NoWeightSyncScheme(), False)])
+def test_weight_sync_schemes_apply_to_the_served_policy(scheme: Any, moves: bool) -> None:
+    with AsyncBatchedCollector(make_cartpole, WeightedPolicy(scale=1.0), num_envs=2, frames_per_batch=10,
+                               weight_sync=scheme) as collector:
+        collector.next()
+        collector.update_policy_weights_(WeightedPolicy(scale=-1.0))
+        later = [collector.next() for _ in range(4)][-1]
+        assert later is not None and (later["action"] == (0 if moves else 1)).all()
+        assert collector.stats().policy_version == (1 if moves else 0)
+
+
+def test_shutdown_with_a_hung_env_is_bounded_and_leaves_nothing() -> None:
+    before_children, before_shm = child_pids(), shm_entries()
+    collector = AsyncBatchedCollector(functools.partial(CountingEnv, hang_at=5), WeightedPolicy(), num_envs=2,
+                                      frames_per_batch=4, timeout=60)
+    assert collector.next() is not None
+    workers = [pid for pid in collector.worker_pids if pid is not None]
+    start = time.monotonic()
+    collector.shutdown(timeout=1.0)
+    assert time.monotonic() - start < 10
+    assert not any(alive(pid) for pid in workers)
+    assert child_pids() <= before_children and shm_entries() <= before_shm
