@@ -109,7 +109,7 @@ def plan(name: str, quick: bool) -> Plan:
     ratios = [
         Ratio("rlcollect", "hand", "rlcollect / hand loop", 1.0),
         Ratio("rlcollect", "bare", "rlcollect / bare loop (overhead budget at 8 envs)",
-              0.91 if w.num_envs > 1 else None),
+              0.94 if w.num_envs > 1 else None),
         Ratio("rlcollect", "torchrl", "rlcollect / TorchRL Collector",
               8.0 if w.env_id == "CartPole-v1" else None),
     ]
