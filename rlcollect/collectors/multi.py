@@ -97,7 +97,9 @@ class MultiSyncCollector(_MultiProcessCollector):
         max_worker_restarts: restarts allowed per worker after a crash or an env error.
         timeout: seconds a worker may take to start or to collect one batch before it is deemed
             hung (and restarted); also bounds ``shutdown``.
-        start_method: ``"spawn"`` (default), ``"forkserver"`` or ``"fork"``.
+        start_method: ``"auto"`` (default: fork while this process has no other thread and no
+            CUDA, else a forkserver that preloads torch, tensordict and Gymnasium once),
+            ``"spawn"``, ``"forkserver"`` or ``"fork"``.
         models: other modules by model id for ``update_policy_weights_(weights_dict=...)``;
             they are pickled together with the env factory and policy, so shared objects stay
             shared in the worker.
@@ -114,7 +116,7 @@ class MultiSyncCollector(_MultiProcessCollector):
 
     Each worker process runs torch with one thread; this process's settings are left alone.
     Scripts that create it must guard their entry point with ``if __name__ == "__main__":``
-    (``spawn`` imports the main module in every worker).
+    (a forkserver or spawned worker imports the main module again).
 
     Example:
         >>> from rlcollect import MultiSyncCollector
