@@ -32,6 +32,7 @@ Example (the server and one worker's side, in one process):
 from __future__ import annotations
 
 import contextlib
+import os
 import struct
 import threading
 import time
@@ -67,15 +68,22 @@ class ServedPolicy(PolicyAdapter):
 
     def __init__(self, conn: Connection, extras: tuple[Field, ...], timeout: float) -> None:
         self._conn, self.extras, self._timeout = conn, extras, timeout
+        self._parent: int | None = None  # the worker's parent process, read in the worker
 
     def _views(self, buffers: BatchBuffers) -> dict[str, Any]:
         return {}  # the server writes the actions into the shared slot itself
 
     def act(self, t: int) -> None:
         conn = self._conn
+        if self._parent is None:
+            self._parent = os.getppid()
         conn.send_bytes(_STEP.pack(t))
-        if not conn.poll(self._timeout):
-            raise TimeoutError(f"the policy server did not answer within timeout={self._timeout} s")
+        deadline = time.monotonic() + self._timeout
+        while not conn.poll(min(1.0, max(0.0, deadline - time.monotonic()))):
+            if os.getppid() != self._parent:  # the collector's process is gone
+                raise EOFError("the collector's process exited")
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"the policy server did not answer within timeout={self._timeout} s")
         if conn.recv_bytes() != _SERVED:
             raise RuntimeError("the policy server failed (its error is raised by the collector)")
 

@@ -250,6 +250,7 @@ def process_main(setup_box: list[WorkerSetup], conn: Connection) -> None:
     The setup comes in a list that is emptied here, so that its pickled policy is not kept for the
     life of the process (the process object holds its arguments).
     """
+    parent = os.getppid()
     worker, answer = start_worker(setup_box.pop())
     conn.send(answer)
     if worker is None:
@@ -257,6 +258,9 @@ def process_main(setup_box: list[WorkerSetup], conn: Connection) -> None:
     try:
         while True:
             try:
+                while not conn.poll(1.0):
+                    if os.getppid() != parent:  # a forked sibling may hold the parent's pipe end open:
+                        raise EOFError  # no end-of-file would come, but the parent is gone
                 command, argument = conn.recv()
             except (EOFError, OSError):  # the parent is gone
                 break

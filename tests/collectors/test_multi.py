@@ -383,3 +383,40 @@ def test_auto_forks_only_without_other_threads() -> None:
                           cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["True forked", "False forkserver"]
+
+
+PARENT_KILLED = """
+import os, signal, sys
+from rlcollect import AsyncBatchedCollector, MultiSyncCollector
+from tests.envs_for_tests import TiltPolicy, make_cartpole
+
+if __name__ == "__main__":
+    if sys.argv[1] == "sync":
+        collector = MultiSyncCollector(make_cartpole, TiltPolicy(), num_workers=2, frames_per_batch=8)
+    else:
+        collector = AsyncBatchedCollector(make_cartpole, TiltPolicy(), num_envs=2, frames_per_batch=8)
+    collector.next()
+    print(*collector.worker_pids, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.parametrize("kind", ["sync", "batched"])
+def test_workers_exit_when_their_parent_is_killed(tmp_path: Path, kind: str) -> None:
+    """Forked siblings hold each other's pipe ends, so a worker cannot rely on end-of-file: it
+    watches its parent (idle, or waiting for the policy server) and exits within seconds."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "parent.py"
+    script.write_text(PARENT_KILLED)
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, str(script), kind], capture_output=True, text=True, timeout=80,
+                          cwd=repo, env={**os.environ, "PYTHONPATH": str(repo)})
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    workers = [int(pid) for pid in done.stdout.split()]
+    assert len(workers) == 2
+    deadline = time.monotonic() + 15
+    while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(pid) for pid in workers)
