@@ -164,6 +164,9 @@ class Worker:
         self.returns_data = local
         flags = setup.stop_flags
         self.stop_flags: np.ndarray | None = flags.numpy() if flags is not None else None
+        if setup.seed is None:  # a forked worker starts with its parent's generators: draw its own
+            torch.seed()
+            np.random.seed()
         rollout.set_seed(setup.seed)
         self.profiler = None
         if setup.profile is not None and setup.profile.should_profile_worker(setup.worker_idx):

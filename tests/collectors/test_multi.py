@@ -420,3 +420,15 @@ def test_workers_exit_when_their_parent_is_killed(tmp_path: Path, kind: str) -> 
     while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(alive(pid) for pid in workers)
+
+
+def coin(obs: torch.Tensor) -> torch.Tensor:
+    return torch.randint(0, 2, (obs.shape[0],))
+
+
+def test_unseeded_workers_draw_different_numbers() -> None:
+    """Forked workers start with this process's torch generator: unseeded, each draws its own."""
+    with MultiSyncCollector(make_cartpole, coin, num_workers=2, frames_per_batch=2 * 64,
+                            total_frames=2 * 64) as collector:
+        batch = collector.next()
+    assert batch is not None and not torch.equal(batch["action"][0], batch["action"][1])
