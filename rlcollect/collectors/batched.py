@@ -16,11 +16,12 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import InteractionType
 
-from rlcollect.collectors.options import CollectorOptions
+from rlcollect.collectors.options import CollectorOptions, check_int
 from rlcollect.collectors.pooled import PooledCollector, worker_processes
 from rlcollect.collectors.stats import CollectorStats
 from rlcollect.envs.factory import EnvSource
@@ -275,13 +276,11 @@ class _VersionReceiver:
 
 def _group_envs(create_env_fn: Any, num_envs: int | None, envs_per_worker: int) -> tuple[list[Any], int]:
     """One env source per worker, and the number of workers."""
-    if isinstance(envs_per_worker, bool) or not isinstance(envs_per_worker, int) or envs_per_worker < 1:
-        raise ValueError(f"envs_per_worker must be a positive int, got {envs_per_worker!r}")
+    envs_per_worker = check_int("envs_per_worker", envs_per_worker, minimum=1, allowed="a positive int")
     listed = isinstance(create_env_fn, (list, tuple))
     if num_envs is None:
         num_envs = len(create_env_fn) if listed else envs_per_worker
-    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
-        raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+    num_envs = check_int("num_envs", num_envs, minimum=1, allowed="a positive int")
     if listed and len(create_env_fn) != num_envs:
         raise ValueError(f"create_env_fn has {len(create_env_fn)} entries for num_envs={num_envs}")
     if num_envs % envs_per_worker:
@@ -303,15 +302,15 @@ def _group_envs(create_env_fn: Any, num_envs: int | None, envs_per_worker: int) 
 def _server_settings(max_batch_size: Any, min_batch_size: Any, server_timeout: Any, envs_per_worker: int,
                      num_envs: int) -> dict[str, Any]:
     """The server's batching arguments, checked."""
-    if max_batch_size is not None and (isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int)
-                                       or max_batch_size < envs_per_worker):
-        raise ValueError(f"max_batch_size must be None or an int >= envs_per_worker={envs_per_worker} (a "
-                         f"worker's envs are served together), got {max_batch_size!r}")
-    if isinstance(min_batch_size, bool) or not isinstance(min_batch_size, int) or not min_batch_size >= 1:
-        raise ValueError(f"min_batch_size must be a positive int, got {min_batch_size!r}")
+    if max_batch_size is not None:  # a worker's envs are served together
+        max_batch_size = check_int("max_batch_size", max_batch_size, minimum=envs_per_worker,
+                                   allowed=f"None or an int >= envs_per_worker={envs_per_worker}")
+    min_batch_size = check_int("min_batch_size", min_batch_size, minimum=1, allowed="a positive int")
     if min_batch_size > num_envs:
         raise ValueError(f"min_batch_size={min_batch_size} is more than the {num_envs} envs")
-    if isinstance(server_timeout, bool) or not isinstance(server_timeout, (int, float)) or server_timeout < 0:
+    if isinstance(server_timeout, bool) or not isinstance(server_timeout, (int, float, np.number)):
+        raise TypeError(f"server_timeout must be a number of seconds >= 0, got {server_timeout!r}")
+    if server_timeout < 0:
         raise ValueError(f"server_timeout must be a number of seconds >= 0, got {server_timeout!r}")
     return {"max_batch_size": max_batch_size, "min_batch_size": min_batch_size,
             "server_timeout": float(server_timeout)}

@@ -35,13 +35,14 @@ from rlcollect.rollout.engine import RolloutSpec
 from rlcollect.weights import schemes as schemes_module
 from rlcollect.weights.schemes import WeightSyncScheme
 
-__all__ = ["CollectorOptions"]
+__all__ = ["CollectorOptions", "check_int"]
 
 _START_METHODS = ("auto", "spawn", "forkserver", "fork")
 
 
-def _int(name: str, value: Any, *, minimum: int, allowed: str) -> int:
-    """``value`` as an int >= ``minimum`` (numpy integers included), else an error naming ``name``."""
+def check_int(name: str, value: Any, *, minimum: int, allowed: str) -> int:
+    """``value`` as an int >= ``minimum`` (numpy integers included), else an error naming ``name``
+    (``TypeError`` for a value that is no integer, ``ValueError`` below ``minimum``)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be {allowed}, got {value!r} ({type(value).__name__})")
     if value < minimum:
@@ -53,7 +54,7 @@ def _frames(name: str, value: Any) -> int:
     """A frame budget: a positive int, or -1 / ``None`` for no end."""
     if value is None or (isinstance(value, (int, np.integer)) and value == -1):
         return -1
-    return _int(name, value, minimum=1, allowed="a positive int or -1 (no end)")
+    return check_int(name, value, minimum=1, allowed="a positive int or -1 (no end)")
 
 
 def _device(name: str, value: Any) -> torch.device | None:
@@ -155,9 +156,9 @@ class CollectorOptions:
         def put(name: str, value: Any) -> None:
             object.__setattr__(self, name, value)
 
-        workers = _int("num_workers", self.num_workers, minimum=1, allowed="a positive int")
+        workers = check_int("num_workers", self.num_workers, minimum=1, allowed="a positive int")
         put("num_workers", workers)
-        put("num_envs_per_worker", _int("num_envs_per_worker", self.num_envs_per_worker, minimum=1,
+        put("num_envs_per_worker", check_int("num_envs_per_worker", self.num_envs_per_worker, minimum=1,
                                         allowed="a positive int"))
         put("create_env_fn", _per_worker("create_env_fn", self.create_env_fn, workers))
         kwargs = _per_worker("create_env_kwargs", self.create_env_kwargs, workers)
@@ -166,14 +167,15 @@ class CollectorOptions:
                 raise TypeError(f"create_env_kwargs must be a dict (or one per worker), got "
                                 f"{type(entry).__name__} for worker {index}")
         put("create_env_kwargs", tuple(dict(entry or {}) for entry in kwargs))
-        put("frames_per_batch", _int("frames_per_batch", self.frames_per_batch, minimum=1,
+        put("frames_per_batch", check_int("frames_per_batch", self.frames_per_batch, minimum=1,
                                      allowed="a positive int"))
         put("total_frames", _frames("total_frames", self.total_frames))
-        put("init_random_frames", _int("init_random_frames", self.init_random_frames or 0, minimum=0,
+        put("init_random_frames", check_int("init_random_frames", self.init_random_frames or 0, minimum=0,
                                        allowed="an int >= 0"))
         limit = self.max_frames_per_traj
         if limit is not None:
-            limit = _int("max_frames_per_traj", limit, minimum=-(2**63), allowed="an int (<= 0: no limit)")
+            limit = check_int("max_frames_per_traj", limit, minimum=-(2**63),
+                              allowed="an int (<= 0: no limit)")
         put("max_frames_per_traj", limit if limit is not None and limit > 0 else None)
         if self.policy is not None and self.policy_factory is not None:
             raise ValueError("give policy or policy_factory, not both")
@@ -208,7 +210,7 @@ class CollectorOptions:
             raise TypeError(f"weight_updater must be a WeightUpdaterBase (or its class), got "
                             f"{type(self.weight_updater).__name__}")
         if self.seed is not None:
-            _int("seed", self.seed, minimum=0, allowed="an int >= 0 or None")
+            check_int("seed", self.seed, minimum=0, allowed="an int >= 0 or None")
             if self.seed >= 2**63:
                 raise ValueError(f"seed must be below 2**63, got {self.seed}")
             put("seed", int(self.seed))
@@ -217,8 +219,9 @@ class CollectorOptions:
             raise ValueError(f"preemptive_threshold must be in (0, 1] or None, got {threshold!r}")
         if self.start_method not in _START_METHODS:
             raise ValueError(f"start_method={self.start_method!r} is not one of {_START_METHODS}")
-        put("nested_workers", _int("num_workers", self.nested_workers, minimum=1, allowed="a positive int"))
-        put("max_worker_restarts", _int("max_worker_restarts", self.max_worker_restarts, minimum=0,
+        put("nested_workers", check_int("num_workers", self.nested_workers, minimum=1,
+                                        allowed="a positive int"))
+        put("max_worker_restarts", check_int("max_worker_restarts", self.max_worker_restarts, minimum=0,
                                         allowed="an int >= 0"))
         timeout = self.timeout
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:

@@ -17,6 +17,7 @@ import time
 import warnings
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from tensordict.nn import TensorDictModule
@@ -153,12 +154,14 @@ def test_start_up_time_is_reported() -> None:
     ({"policy": None}, TypeError, "serves a policy: give policy or policy_factory"),
     ({"num_envs": 3, "envs_per_worker": 2}, ValueError, "num_envs=3 is not a multiple of envs_per_worker=2"),
     ({"envs_per_worker": 0}, ValueError, "envs_per_worker must be a positive int, got 0"),
-    ({"num_envs": "4"}, ValueError, "num_envs must be a positive int, got '4'"),
+    ({"num_envs": "4"}, TypeError, "num_envs must be a positive int, got '4' \\(str\\)"),
+    ({"num_envs": np.int64(2), "envs_per_worker": np.int64(1)}, None, ""),  # numpy integers are ints
     ({"max_batch_size": 1, "envs_per_worker": 2}, ValueError, "max_batch_size must be None or an int >= "
-                                                              "envs_per_worker=2"),
+                                                              "envs_per_worker=2, got 1"),
     ({"min_batch_size": 9}, ValueError, "min_batch_size=9 is more than the 4 envs"),
     ({"min_batch_size": 0}, ValueError, "min_batch_size must be a positive int, got 0"),
     ({"server_timeout": -1}, ValueError, "server_timeout must be a number of seconds >= 0, got -1"),
+    ({"server_timeout": "1"}, TypeError, "server_timeout must be a number of seconds >= 0, got '1'"),
     ({"create_env_fn": [make_cartpole, make_cartpole, "CartPole-v1", make_cartpole], "envs_per_worker": 2},
      ValueError, r"create_env_fn\[2:4\] \(worker 1's envs\) are built from different sources"),
     ({"create_env_fn": [make_cartpole] * 3}, ValueError, "create_env_fn has 3 entries for num_envs=4"),
@@ -166,12 +169,16 @@ def test_start_up_time_is_reported() -> None:
     ({"yield_completed_trajectories": True, "trajs_per_batch": 2}, ValueError,
      "give yield_completed_trajectories or trajs_per_batch, not both"),
 ])
-def test_construction_errors_name_the_argument(kwargs: dict[str, Any], error: type, message: str) -> None:
+def test_construction_errors_name_the_argument(kwargs: dict[str, Any], error: type | None,
+                                                message: str) -> None:
     arguments: dict[str, Any] = {"create_env_fn": make_cartpole, "policy": TiltPolicy(), "num_envs": 4,
                                  "frames_per_batch": 8, **kwargs}
     before = child_pids()
-    with pytest.raises(error, match=message):
-        AsyncBatchedCollector(**arguments)
+    if error is None:
+        AsyncBatchedCollector(**arguments).shutdown()
+    else:
+        with pytest.raises(error, match=message):
+            AsyncBatchedCollector(**arguments)
     assert child_pids() <= before
 
 
