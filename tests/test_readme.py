@@ -25,41 +25,35 @@ def python_blocks(text: str) -> list[str]:
     return re.findall(r"^```python\n(.*?)^```", text, flags=re.S | re.M)
 
 
-@pytest.mark.timeout(180)
-def test_quick_start_runs_as_pasted(tmp_path: Path) -> None:
-    blocks = python_blocks(section("Quick start"))
-    assert len(blocks) == 1, "the quick start has one python block"
-    script = tmp_path / "quick_start.py"
+def run_block(title: str, tmp_path: Path) -> list[str]:
+    """Run the one python block of section ``title`` as a script; return its output lines."""
+    blocks = python_blocks(section(title))
+    assert len(blocks) == 1, f"section {title!r} has one python block"
+    script = tmp_path / "block.py"
     script.write_text(blocks[0])
     done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
                           timeout=170)
     assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
-    assert len(lines) == 10 and lines[-1].startswith("batch 9: 10240 frames"), done.stdout
+    return done.stdout.splitlines()
+
+
+@pytest.mark.timeout(180)
+def test_quick_start_runs_as_pasted(tmp_path: Path) -> None:
+    lines = run_block("Quick start", tmp_path)
+    assert len(lines) == 10 and lines[-1].startswith("batch 9: 10240 frames"), lines
 
 
 @pytest.mark.timeout(180)
 def test_main_module_guard_example_runs(tmp_path: Path) -> None:
-    blocks = python_blocks(section("Multi-process collection: the main-module guard"))
-    assert len(blocks) == 1 and 'if __name__ == "__main__":' in blocks[0]
-    script = tmp_path / "guarded.py"
-    script.write_text(blocks[0])
-    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=170)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == [f"torch.Size([8, 128]) {1024 * i}" for i in range(1, 5)]
+    assert 'if __name__ == "__main__":' in section("Multi-process collection: the main-module guard")
+    lines = run_block("Multi-process collection: the main-module guard", tmp_path)
+    assert lines == [f"torch.Size([8, 128]) {1024 * i}" for i in range(1, 5)]
 
 
 @pytest.mark.timeout(180)
 def test_batched_inference_example_runs(tmp_path: Path) -> None:
-    blocks = python_blocks(section("Batched inference: `AsyncBatchedCollector`"))
-    assert len(blocks) == 1
-    script = tmp_path / "batched.py"
-    script.write_text(blocks[0])
-    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=170)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["torch.Size([2, 128]) 8"]  # 8 batches, one update after each
+    lines = run_block("Batched inference: `AsyncBatchedCollector`", tmp_path)
+    assert lines == ["torch.Size([2, 128]) 8"]  # 8 batches, one update after each
 
 
 def test_benchmark_commands_and_result_files_exist() -> None:

@@ -17,7 +17,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import torch
 from tensordict import TensorDictBase
 from tensordict.nn import InteractionType
 
@@ -28,7 +27,7 @@ from rlcollect.envs.factory import EnvSource
 from rlcollect.policies.adapters import ModulePolicy, TensorDictPolicy
 from rlcollect.rollout.engine import Rollout, RolloutSpec
 from rlcollect.weights.forms import check_model_ids
-from rlcollect.weights.schemes import WeightSyncScheme, init_senders
+from rlcollect.weights.schemes import FrozenWeights, WeightSyncScheme, init_senders
 from rlcollect.workers.inference import PolicyServer, ServedPolicy
 from rlcollect.workers.pool import WorkerPool
 from rlcollect.workers.transport import Transport
@@ -166,7 +165,7 @@ class AsyncBatchedCollector(PooledCollector):
 
     def _init_weights(self, options: CollectorOptions, transport: Transport) -> None:
         self._weight_sync_schemes = init_senders(options.weight_sync_schemes, self._models, "local", self)
-        self._weights = _ServerVersions(self)
+        self._weights = FrozenWeights(self.num_workers, version=lambda: self._server.version)  # no weights
         self.weight_updater = options.weight_updater
 
     def _worker_spec(self, worker: int) -> RolloutSpec:
@@ -233,45 +232,6 @@ class AsyncBatchedCollector(PooledCollector):
         finally:
             self._server.stop(5.0 if timeout is None else timeout)
             super().shutdown(timeout, close_env, raise_on_error)
-
-
-class _ServerVersions:
-    """The weight channel of served workers: they hold no weights, only the server's version
-    (stamped on random warm-up frames; the served frames carry the version of their forward pass)."""
-
-    def __init__(self, collector: AsyncBatchedCollector) -> None:
-        self._collector = weakref.ref(collector)
-
-    @property
-    def versions(self) -> list[int]:
-        collector = self._collector()
-        return [0] if collector is None else [collector._server.version] * collector.num_workers
-
-    def push(self, weights: Mapping[str, Any], worker_ids: Any) -> None:
-        return
-
-    def payload(self, worker: int) -> int:
-        return self.versions[0]
-
-    def receiver(self, worker: int) -> _VersionReceiver:
-        return _VersionReceiver()
-
-    def release(self, worker: int) -> None:
-        return
-
-    def weight_bytes(self) -> int:
-        return 0
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        return
-
-
-class _VersionReceiver:
-    def pull(self, modules: Mapping[str, torch.nn.Module], seen: int, payload: Any = None) -> int:
-        return int(payload) if payload is not None else max(seen, 0)
 
 
 def _group_envs(create_env_fn: Any, num_envs: int | None, envs_per_worker: int) -> tuple[list[Any], int]:

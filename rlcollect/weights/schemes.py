@@ -39,7 +39,7 @@ Example:
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar, Literal, Protocol
 
 import torch
@@ -381,20 +381,26 @@ class NoWeightSyncScheme(WeightSyncScheme):
 
 class _Unchanged:
     def pull(self, modules: Mapping[str, torch.nn.Module], seen: int, payload: Any = None) -> int:
-        return max(seen, 0)
+        return int(payload) if payload is not None else max(seen, 0)
 
 
 class FrozenWeights:
-    """The channel of :class:`NoWeightSyncScheme`: every worker stays at version 0."""
+    """The channel that moves no weights: :class:`NoWeightSyncScheme`'s (every worker stays at
+    version 0), and that of workers whose policy runs elsewhere (a policy server): ``version``
+    gives its version, sent with each batch request to stamp the workers' own (random) frames."""
 
-    def __init__(self, num_workers: int) -> None:
-        self.versions = [0] * num_workers
+    def __init__(self, num_workers: int, version: Callable[[], int] | None = None) -> None:
+        self._num_workers, self._version = num_workers, version
+
+    @property
+    def versions(self) -> list[int]:
+        return [self._version() if self._version is not None else 0] * self._num_workers
 
     def push(self, weights: Mapping[str, TensorDictBase], worker_ids: Iterable[int]) -> None:
         return
 
-    def payload(self, worker_idx: int) -> None:
-        return None
+    def payload(self, worker_idx: int) -> int | None:
+        return self._version() if self._version is not None else None
 
     def receiver(self, worker_idx: int) -> _Unchanged:
         return _Unchanged()

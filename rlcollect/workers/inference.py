@@ -68,15 +68,13 @@ class ServedPolicy(PolicyAdapter):
 
     def __init__(self, conn: Connection, extras: tuple[Field, ...], timeout: float) -> None:
         self._conn, self.extras, self._timeout = conn, extras, timeout
-        self._parent: int | None = None  # the worker's parent process, read in the worker
+        self._parent = -1  # the worker's parent process, read in the worker by bind()
 
     def _views(self, buffers: BatchBuffers) -> dict[str, Any]:
-        return {}  # the server writes the actions into the shared slot itself
+        return {"_parent": os.getppid()}  # in the worker; the server writes the actions itself
 
     def act(self, t: int) -> None:
         conn = self._conn
-        if self._parent is None:
-            self._parent = os.getppid()
         conn.send_bytes(_STEP.pack(t))
         deadline = time.monotonic() + self._timeout
         while not conn.poll(min(1.0, max(0.0, deadline - time.monotonic()))):
@@ -122,7 +120,7 @@ class PolicyServer:
         self._targets = [[s.action, *(s.extras[f.key] for f in policy.extras)] for s in slots]
         self._obs = [s.obs_ext for s in slots]
         self._versions = [s.policy_version for s in slots]
-        self._max = max_batch_size or slots[0].num_envs
+        self._workers_per_pass = max(1, (max_batch_size or slots[0].num_envs) // envs_per_worker)
         self._min, self._server_timeout = min_batch_size, server_timeout
         self._exploration_type = exploration_type
         self.version = 0
@@ -182,9 +180,9 @@ class PolicyServer:
         try:
             with torch.inference_mode(), set_interaction_type(self._exploration_type):
                 while not self._stopping.is_set():
-                    requests = self._gather()
-                    for start in range(0, len(requests), max(1, self._max // self.envs_per_worker)):
-                        self._serve(requests[start : start + max(1, self._max // self.envs_per_worker)])
+                    requests, per_pass = self._gather(), self._workers_per_pass
+                    for start in range(0, len(requests), per_pass):
+                        self._serve(requests[start : start + per_pass])
         except BaseException as error:  # the collector raises it; the workers are told to stop
             self._error_text = traceback.format_exc()
             self.error = error
@@ -207,7 +205,8 @@ class PolicyServer:
         deadline = None
         while not self._stopping.is_set():
             self._take_new_connections()
-            waiting = [c for c in self._conns if all(c is not r[0] for r in requests)]
+            asked = {id(conn) for conn, _, _ in requests}
+            waiting = [c for c in self._conns if id(c) not in asked]
             timeout = 0.5 if deadline is None else max(0.0, deadline - time.monotonic())
             for conn in wait([*waiting, self._wake_read], timeout):
                 if conn is self._wake_read:
