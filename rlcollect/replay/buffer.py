@@ -110,11 +110,12 @@ class ReplayBuffer:
         ValueError: an argument out of range or a combination that does not fit (the message names it).
 
     Processes: a ``"shared"`` buffer must be laid out (:meth:`init` or a first :meth:`extend`) before
-    it goes to another process, as an argument of the process being started (its multiprocessing lock
-    travels only that way): ``Process(target=work, args=(rb,))`` with the ``spawn`` start method. A
-    ``"memmap"`` buffer travels as its folder, any way, or is reopened by path. Every process may
-    :meth:`extend` concurrently (see :mod:`rlcollect.replay.storage` for the scheme); priorities live in
-    the process that samples.
+    multiprocessing sends it to another process (``Process(target=work, args=(rb,))``, any start
+    method), while the process that created it is alive. A ``"memmap"`` buffer travels as its folder,
+    any way, or is reopened by path. Every process may :meth:`extend` concurrently (see
+    :mod:`rlcollect.replay.storage` for the scheme); a process killed at any point, even inside the
+    buffer's lock, blocks no other and leaves no frame of its unfinished write readable. Priorities
+    live in the process that samples.
 
     Example:
         >>> import torch
@@ -161,7 +162,8 @@ class ReplayBuffer:
         return self.config.batch_size
 
     def __len__(self) -> int:
-        """Frames stored: ``min(write_count, capacity)``."""
+        """Committed frames stored (at most ``capacity``): slots being written, or left by a writer that
+        died, are not counted, so it dips while frames are overwritten."""
         return len(self._storage)
 
     @property
@@ -174,18 +176,15 @@ class ReplayBuffer:
 
     @property
     def write_count(self) -> int:
-        """Frames ever written (overwritten ones included).
-
-        With writers in other processes, this counts frames as their slots are reserved, which is
-        a little before their data is copied in: :meth:`sample` only returns committed frames, but
-        reading ``data`` directly is only safe while writes are paused.
-        """
+        """Frames ever written and committed (overwritten ones included); a write under way or
+        abandoned by a writer that died is not (it moves :attr:`cursor`). Reading ``data`` directly is
+        only safe while writes are paused; :meth:`sample` always is."""
         return self._storage.write_count
 
     @property
     def cursor(self) -> int:
         """The slot the next frame goes to."""
-        return self.write_count % self.capacity
+        return self._storage.reserved_count % self.capacity
 
     @property
     def data(self) -> TensorDictBase:
@@ -207,6 +206,10 @@ class ReplayBuffer:
 
         When the batch holds more than ``capacity`` frames, only its last ``capacity`` are stored
         and returned.
+
+        Raises:
+            ValueError: the frames' keys, frame shapes or dtypes are not the buffer's (the message names
+                the missing and unexpected keys, or the key with both shapes and dtypes).
         """
         return self._storage.extend(flatten_batch(batch))
 
@@ -214,6 +217,10 @@ class ReplayBuffer:
         """Forget every frame and priority (``len`` and ``write_count`` back to 0); the layout stays."""
         self._storage.clear()
         self._sampler.reset()
+
+    def close(self) -> None:
+        """Remove a ``"shared"`` buffer's lock file (as collection or exit do); copies elsewhere go on."""
+        self._storage.close()
 
     # -- sampling --------------------------------------------------------------------------------
 
@@ -226,7 +233,8 @@ class ReplayBuffer:
 
         Raises:
             ValueError: no batch size given, or (slice sampler) not a multiple of ``slice_len``.
-            RuntimeError: the buffer is empty, or nothing valid could be drawn.
+            RuntimeError: nothing was ever committed, or nothing valid could be drawn (for
+                ``SAMPLE_TIMEOUT_S``: meanwhile, frames being rewritten are waited for).
         """
         size = batch_size if batch_size is not None else self.config.batch_size
         if size is None:
@@ -236,9 +244,9 @@ class ReplayBuffer:
         group = self._sampler.group
         if size % group:
             raise ValueError(f"batch_size must be a multiple of slice_len={group}, got batch_size={size}")
-        if len(self._storage) == 0:
+        if self._storage.write_count == 0:
             raise RuntimeError("cannot sample from an empty ReplayBuffer: extend it first")
-        self._sampler.sync(self._storage.write_count)
+        self._sampler.sync(self._storage.reserved_count)
         slots, leaves = self._draw(size // group)
         sample = assemble(self._storage.keys, leaves, size)
         sample.set("index", slots)
@@ -253,7 +261,7 @@ class ReplayBuffer:
         deadline = time.monotonic() + SAMPLE_TIMEOUT_S
         while missing:
             stored = len(storage)
-            slots = sampler.draw(sampler.draws_for(missing), stored)  # [k, group]
+            slots = sampler.draw(sampler.draws_for(missing), min(storage.reserved_count, self.capacity))
             before = storage.stamps(slots)
             ok = sampler.accept(slots, before, storage)
             if len(slots) != missing or not bool(ok.all()):  # else the usual case: all of them
@@ -268,8 +276,7 @@ class ReplayBuffer:
                     slots, keep = slots[untorn], untorn.repeat_interleave(sampler.group)
                     flat, leaves = flat[keep], [leaf[keep] for leaf in leaves]
                 pieces.append((flat, leaves))
-                missing -= len(slots)
-                accepted += len(slots)
+                missing, accepted = missing - len(slots), accepted + len(slots)
             if not missing:
                 break
             impossible = accepted == 0 and proposed > GIVE_UP_PROPOSALS_PER_FRAME * stored + 1000
@@ -308,14 +315,14 @@ class ReplayBuffer:
             raise ValueError(
                 f"indices must be slots in [0, {self.capacity}), got values in [{slots.min()}, {slots.max()}]"
             )
-        sampler.sync(self._storage.write_count)  # new frames get their default before these override it
+        sampler.sync(self._storage.reserved_count)  # new frames get their default before these override it
         sampler.update_priority(slots, values)
 
     # -- state -----------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
         """A snapshot of the contents and the sampler (generator, priorities); the settings are not in it."""
-        self._sampler.sync(self._storage.write_count)
+        self._sampler.sync(self._storage.reserved_count)
         return {"storage": self._storage.state_dict(), "sampler": self._sampler.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -331,7 +338,7 @@ class ReplayBuffer:
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
         dump_storage(self._storage, folder / "storage")
-        self._sampler.sync(self._storage.write_count)
+        self._sampler.sync(self._storage.reserved_count)
         torch.save(self._sampler.state_dict(), folder / "sampler.pt")
         meta = {"capacity": self.capacity, "sampler": self.config.sampler, "batch_size": self.batch_size}
         (folder / "buffer.json").write_text(json.dumps(meta) + "\n")
@@ -351,13 +358,10 @@ class ReplayBuffer:
                     f"{str(path)!r} holds a buffer with {name}={meta[name]!r}, this one has "
                     f"{name}={getattr(self.config, name)!r}"
                 )
-        if meta["batch_size"] is not None and self.config.sampler == "slice":
-            assert self.config.slice_len is not None
-            if meta["batch_size"] % self.config.slice_len:
-                raise ValueError(f"the saved batch_size={meta['batch_size']} is not a multiple of slice_len")
+        config = replace(self.config, batch_size=meta["batch_size"])  # checked before anything is loaded
         load_storage(self._storage, folder / "storage")
         self._sampler.load_state_dict(torch.load(folder / "sampler.pt", weights_only=True))
-        self.config = replace(self.config, batch_size=meta["batch_size"])
+        self.config = config
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

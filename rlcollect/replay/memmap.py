@@ -2,8 +2,9 @@
 
 :class:`MemmapStorage` keeps its frames and bookkeeping (see :mod:`rlcollect.replay.storage`) in
 files, so they outlive the process and any process that opens the folder can write concurrently
-(a file lock serialises the bookkeeping). :func:`dump_storage` writes any storage's contents as such a
-folder; :func:`load_storage` reads one back into any storage of the same capacity.
+(a file lock, which the kernel releases if its holder dies, serialises the bookkeeping).
+:func:`dump_storage` writes any storage's contents as such a folder; :func:`load_storage` reads one
+back into any storage of the same capacity.
 
 Example:
     >>> import tempfile, torch
@@ -24,10 +25,11 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
 
-from rlcollect.replay._locks import FileLock, Lock
+from rlcollect.replay._locks import Lock
 from rlcollect.replay.storage import EMPTY, Storage
 
 __all__ = ["MemmapStorage", "dump_storage", "load_storage"]
@@ -61,6 +63,11 @@ class MemmapStorage(Storage):
                     f"path={str(path)!r} holds a replay buffer of capacity {meta['capacity']}, "
                     f"got capacity={capacity}"
                 )
+            elif meta["version"] == 1 and meta["initialized"]:  # one counter then, all frames committed
+                old = np.fromfile(self.path / "count.memmap", dtype=np.int64)[0]
+                stored = (np.fromfile(self.path / "stamp.memmap", dtype=np.int64) >= 0).sum()
+                np.array([old, old, stored], dtype=np.int64).tofile(self.path / "count.memmap")
+                self._write_meta(initialized=True)
         self._refresh()
 
     @classmethod
@@ -72,14 +79,14 @@ class MemmapStorage(Storage):
         return cls(path, meta["capacity"])
 
     def _make_lock(self) -> Lock:
-        return FileLock(self.path / "lock")
+        return Lock(self.path / "lock")
 
     def _read_meta(self) -> dict[str, Any] | None:
         meta_path = self.path / _META
         return json.loads(meta_path.read_text()) if meta_path.exists() else None
 
     def _write_meta(self, initialized: bool) -> None:
-        meta = {"format": _FORMAT, "version": 1, "capacity": self.capacity, "initialized": initialized}
+        meta = {"format": _FORMAT, "version": 2, "capacity": self.capacity, "initialized": initialized}
         tmp = self.path / f"{_META}.tmp"
         tmp.write_text(json.dumps(meta) + "\n")
         os.replace(tmp, self.path / _META)  # readers see the old or the new file, never half of one
@@ -91,7 +98,7 @@ class MemmapStorage(Storage):
         return MemoryMappedTensor.from_filename(filename, dtype=torch.int64, shape=torch.Size(shape))
 
     def _open_files(self, create: bool) -> None:
-        self._count = self._bookkeeping("count", (1,), create)
+        self._count = self._bookkeeping("count", (3,), create)
         self._stamp = self._bookkeeping("stamp", (self.capacity,), create)
         self._reserved = self._bookkeeping("reserved", (self.capacity,), create)
 

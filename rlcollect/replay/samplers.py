@@ -13,13 +13,14 @@ sampler without them (workers only write).
 Example:
     >>> import torch
     >>> sampler = UniformSampler(capacity=10, seed=0)
-    >>> slots = sampler.draw(4, size=3)  # 4 groups of one slot among the 3 stored frames
+    >>> slots = sampler.draw(4, size=3)  # 4 groups of one slot among slots 0, 1 and 2
     >>> slots.shape, bool((slots < 3).all())
     (torch.Size([4, 1]), True)
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any
 
@@ -63,15 +64,15 @@ class Sampler:
         self._generator = torch.Generator()
         self._generator.set_state(torch.frombuffer(bytearray(state["_generator"]), dtype=torch.uint8))
 
-    def sync(self, write_count: int) -> None:
-        """Account for frames written since the last call (``write_count`` frames ever written)."""
+    def sync(self, reserved: int) -> None:
+        """Account for frames written since the last call (``reserved`` sequence numbers handed out)."""
 
     def draws_for(self, missing: int) -> int:
         """How many groups to propose when ``missing`` are still needed."""
         return missing
 
     def draw(self, n: int, size: int) -> torch.Tensor:
-        """``n`` proposed groups of slots, ``[n, group]`` int64, among ``size`` stored frames."""
+        """``n`` proposed groups of slots, ``[n, group]`` int64, among slots ``[0, size)``."""
         return torch.randint(0, size, (n, 1), generator=self._generator)
 
     def accept(self, slots: torch.Tensor, stamps: torch.Tensor, storage: Storage) -> torch.Tensor:
@@ -86,12 +87,9 @@ class Sampler:
 
     def fresh(self) -> Sampler:
         """The same sampler without per-frame state (priorities), drawing from the same generator state."""
-        copy = self.__class__.__new__(self.__class__)
-        copy.__dict__.update(self.__dict__)
-        copy._generator = torch.Generator()
-        copy._generator.set_state(self._generator.get_state())
-        copy.reset()
-        return copy
+        fresh = copy.copy(self)  # with a generator of its own (see __setstate__)
+        fresh.reset()
+        return fresh
 
     def state_dict(self) -> dict[str, Any]:
         """The generator state (and per-frame state, in subclasses)."""
@@ -124,7 +122,7 @@ class PrioritizedSampler(Sampler):
         super().__init__(capacity, seed)
         self.alpha, self.beta, self.eps = alpha, beta, eps
         self._tree: SumTree | None = None  # allocated on first use: processes that only write never pay
-        self._seen = 0  # write_count the tree accounts for
+        self._seen = 0  # reserved count the tree accounts for
         self._max_priority: float | None = None
 
     @property
@@ -134,10 +132,10 @@ class PrioritizedSampler(Sampler):
             self._tree = SumTree(self.capacity)
         return self._tree
 
-    def sync(self, write_count: int) -> None:
-        if write_count < self._seen:  # emptied or reloaded behind our back
+    def sync(self, reserved: int) -> None:
+        if reserved < self._seen:  # emptied or reloaded behind our back
             self.reset()
-        new = write_count - self._seen
+        new = reserved - self._seen
         if new == 0:
             return
         if new >= self.capacity:
@@ -146,7 +144,7 @@ class PrioritizedSampler(Sampler):
             slots = (self._seen + np.arange(new)) % self.capacity
         default = 1.0 if self._max_priority is None else self._max_priority
         self.tree.set(slots, np.full(len(slots), (default + self.eps) ** self.alpha))
-        self._seen = write_count
+        self._seen = reserved
 
     def draw(self, n: int, size: int) -> torch.Tensor:
         tree = self.tree

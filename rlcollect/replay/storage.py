@@ -3,33 +3,35 @@
 A storage holds one tensor per key of shape ``[capacity, *frame_shape]`` (a TensorDict with batch size
 ``[capacity]``, laid out from the first frames it is given) and three bookkeeping tensors:
 
-- ``count`` (int64 ``[1]``): frames ever written (``write_count``); the next write starts at slot
-  ``count % capacity``.
+- ``count`` (int64 ``[3]``): sequence numbers handed out (``reserved_count``: the next write starts
+  at slot ``reserved_count % capacity``), frames committed (``write_count``) and slots holding a
+  committed frame (``len``).
 - ``stamp`` (int64 ``[capacity]``): what a slot holds. ``>= 0``: a committed frame, whose value is the
-  frame's sequence number (the ``count`` it was written at); ``-1``: nothing; ``<= -2``: a frame being
-  written by process ``pid = -stamp - 2``.
+  frame's sequence number; ``-1``: nothing; ``<= -2``: a frame being written by process
+  ``pid = -stamp - 2``.
 - ``reserved`` (int64 ``[capacity]``): the sequence number of the newest write that claimed the slot.
 
-Writers (``extend``, possibly in several processes at once; the lock is a thread lock, a
-multiprocessing lock or a file lock, see :mod:`rlcollect.replay._locks`):
+Writers (``extend``, possibly in several processes at once, under the lock of
+:mod:`rlcollect.replay._locks`, which the kernel releases if its holder dies):
 
-1. Under the lock: take ``count`` as the first sequence number and add the number of frames (the
-   range is reserved), record the range in ``reserved``, and mark its slots as being written. One
-   tiny critical section: a few slice assignments, no frame data.
+1. Under the lock: take the next sequence numbers (the range is reserved) and record them in
+   ``reserved``; then, under the lock again, mark the slots still ours as being written.
 2. Without the lock: copy the frames into their slots.
-3. Under the lock: commit, i.e. set each slot's stamp to its frame's sequence number.
+3. Under the lock: commit, i.e. set each slot's stamp to its frame's sequence number, and count.
 
 If a reserved slot is still being written by an older writer (concurrent writes spanning more than
 ``capacity`` frames), the writer waits, lock released, until that write commits; slots claimed
 meanwhile by a newer writer are left to it (their frames are already overwritten, logically). A slot
-held by a process that died is taken over. So one slot is never written by two writers at once.
+held by a process that died is taken over. So one slot is never written by two writers at once, and
+a writer killed anywhere leaves a range that counts nowhere but in ``reserved_count``, that readers
+skip and that later writers reuse.
 
-Readers never return a torn frame (fields from different writes). ``sample`` reads the stamps of the
-chosen slots under the lock, copies the frames, reads the stamps again under the lock, and keeps only
-frames whose two stamps are equal and ``>= 0`` (a seqlock per slot; the others are drawn again). A
-writer marks a slot before touching its data and commits after, both under the lock, so a frame
-overwritten during the copy shows a changed stamp; the lock's acquire/release ordering is what makes
-the data copied between two equal stamps the committed frame.
+Readers never return a torn frame (fields from different writes) nor an uncommitted one. ``sample``
+reads the stamps of the chosen slots under the lock, copies the frames, reads the stamps again under
+the lock, and keeps only frames whose two stamps are equal and ``>= 0`` (a seqlock per slot; the
+others are drawn again). A writer marks a slot before touching its data and commits after, both under
+the lock, so a frame overwritten during the copy shows a changed stamp; the lock's acquire/release
+ordering is what makes the data copied between two equal stamps the committed frame.
 
 Example:
     >>> import torch
@@ -50,15 +52,17 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from rlcollect.replay._locks import Lock, ProcessLock, ThreadLock, pid_alive
+from rlcollect.replay._locks import Lock, pid_alive
 
 __all__ = ["EMPTY", "Key", "MemoryStorage", "SharedStorage", "Storage", "assemble"]
 
 Key = str | tuple[str, ...]
 EMPTY = -1
+NEXT, COMMITTED, STORED = 0, 1, 2  # the entries of ``count``
 #: How long a writer waits for a slot that another live writer is still writing.
 WRITER_TIMEOUT_S = 60.0
 
@@ -86,17 +90,17 @@ class Storage:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self._data: TensorDictBase | None = None
-        self._keys: list[Key] = []
-        self._leaves: list[torch.Tensor] = []  # the data's tensors, in the order of ``_keys``
-        self._count = torch.zeros(1, dtype=torch.int64)  # the three are allocated by init()
+        self._layout: dict[Key, tuple[tuple[int, ...], torch.dtype]] = {}  # frame shape and dtype per key
+        self._leaves: list[torch.Tensor] = []  # the data's tensors, in the order of ``_layout``
+        self._count = torch.zeros(3, dtype=torch.int64)  # the three are allocated by init()
         self._stamp = torch.empty(0, dtype=torch.int64)
         self._reserved = torch.empty(0, dtype=torch.int64)
-        self._lock: Lock = self._make_lock()
+        self._lock = self._make_lock()
 
     # -- where tensors live (subclasses) ---------------------------------------------------------
 
     def _make_lock(self) -> Lock:
-        return ThreadLock()
+        return Lock()
 
     def _allocate(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         return torch.zeros(shape, dtype=dtype)
@@ -109,6 +113,10 @@ class Storage:
 
     def _refresh(self) -> None:
         """Pick up a layout another process created (memmap only)."""
+
+    def close(self) -> None:
+        """Close the lock's file (a ``"shared"`` storage's creator removes it, ending its use)."""
+        self._lock.close()
 
     # -- layout ----------------------------------------------------------------------------------
 
@@ -136,19 +144,19 @@ class Storage:
             if self._data is not None:
                 self.check_layout(template)
                 return
-            self._count = self._allocate((1,), torch.int64)
+            self._count = self._allocate((3,), torch.int64)
             self._stamp = self._allocate((self.capacity,), torch.int64).fill_(EMPTY)
             self._reserved = self._allocate((self.capacity,), torch.int64).fill_(EMPTY)
             self._adopt(self._allocate_data(template.detach()))
 
     def _adopt(self, data: TensorDictBase) -> None:
         self._data = data
-        self._keys = list(data.keys(True, True))
         self._leaves = [t.as_subclass(torch.Tensor) for t in data.values(True, True)]
+        self._layout = _describe(data)
 
     def check_layout(self, frames: TensorDictBase) -> None:
         """Raise ``ValueError`` naming the difference if ``frames`` are not laid out like the storage."""
-        mine, theirs = _describe(self.data), _describe(frames)
+        mine, theirs = self._layout, _describe(frames)
         if mine == theirs:
             return
         missing, extra = set(mine) - set(theirs), set(theirs) - set(mine)
@@ -165,103 +173,96 @@ class Storage:
 
     def leaf(self, key: Key) -> torch.Tensor | None:
         """The ``[capacity, ...]`` tensor stored under ``key``, or None if there is no such key."""
-        if not self.initialized or key not in self._keys:
+        if not self.initialized or key not in self._layout:
             return None
-        return self._leaves[self._keys.index(key)]
+        return self._leaves[list(self._layout).index(key)]
 
     # -- counters --------------------------------------------------------------------------------
 
+    def _counter(self, which: int) -> int:
+        self._refresh()
+        return int(self._count.numpy()[which])
+
     @property
     def write_count(self) -> int:
-        """Frames ever written (not reduced by overwriting)."""
-        self._refresh()
-        return int(self._count.numpy()[0])
+        """Frames ever committed (not reduced by overwriting; unfinished writes are not counted)."""
+        return self._counter(COMMITTED)
+
+    @property
+    def reserved_count(self) -> int:
+        """Sequence numbers handed out: committed frames plus those of unfinished writes."""
+        return self._counter(NEXT)
 
     def __len__(self) -> int:
-        return min(self.write_count, self.capacity)
+        return self._counter(STORED)
 
     # -- writing ---------------------------------------------------------------------------------
-
-    def _sources(self, frames: TensorDictBase) -> list[torch.Tensor]:
-        """``frames``' tensors in the storage's key order, checked against the layout."""
-        try:
-            sources = [frames.get(key) for key in self._keys]
-        except KeyError:
-            sources = []
-        if len(sources) != len(self._keys) or len(list(frames.keys(True, True))) != len(self._keys):
-            self.check_layout(frames)
-        for src, dst in zip(sources, self._leaves, strict=True):
-            if src.dtype != dst.dtype or src.shape[1:] != dst.shape[1:]:
-                self.check_layout(frames)
-        return sources
-
-    def _segments(self, first: int, n: int) -> list[tuple[int, int, int]]:
-        """Slot ranges ``[a, b)`` for sequence numbers ``first .. first + n``, with the source offset."""
-        start = first % self.capacity
-        if start + n <= self.capacity:
-            return [(start, start + n, 0)]
-        return [(start, self.capacity, 0), (0, n - (self.capacity - start), self.capacity - start)]
 
     def extend(self, frames: TensorDictBase) -> torch.Tensor:
         """Write ``frames`` (batch size ``[n]``) at the cursor; return the slots written, in order.
 
         When ``n > capacity`` only the last ``capacity`` frames are stored (the others would be
         overwritten by them) but all ``n`` count in ``write_count``.
+
+        Raises:
+            ValueError: ``frames`` have other keys, frame shapes or dtypes than the storage (named).
         """
         if not self.initialized:
             self.init(frames)
+        self.check_layout(frames)
         total = frames.batch_size[0]
-        sources = self._sources(frames)
         keep = min(total, self.capacity)
-        if keep < total:
-            sources = [src[total - keep :] for src in sources]
-        marker = -(os.getpid() + 2)
-        with self._lock:  # reserve and mark: the only critical section before the copy
-            first = int(self._count[0]) + total - keep
-            self._count += total
-            seqs = torch.arange(first, first + keep)
-            segments = self._segments(first, keep)
-            busy = False
-            for a, b, o in segments:
-                self._reserved[a:b] = seqs[o : o + b - a]
-                busy = busy or bool((self._stamp[a:b] <= -2).any())
-            if not busy:
-                for a, b, _ in segments:
-                    self._stamp[a:b] = marker
-        if busy:
-            self._write_when_free(seqs, sources, marker)
-            return seqs % self.capacity
+        sources = [frames.get(key) for key in self._layout]
+        sources = [src[total - keep :] for src in sources] if keep < total else sources
+        counts, stamp = self._count.numpy(), self._stamp.numpy()  # numpy: a tenth of the cost of torch ops
+        with self._lock:  # reserve
+            first = int(counts[NEXT]) + total - keep
+            counts[NEXT] += total
+            seqs = np.arange(first, first + keep, dtype=np.int64)
+            slots = seqs % self.capacity
+            self._reserved.numpy()[slots] = seqs
+        mine = self._claim(slots, seqs)
         try:
-            for src, dst in zip(sources, self._leaves, strict=True):
-                for a, b, o in segments:
-                    dst[a:b].copy_(src[o : o + b - a])
+            if mine.all():  # the usual case: contiguous copies, in two parts where the range wraps round
+                start = first % self.capacity
+                cut = min(keep, self.capacity - start)
+                for src, dst in zip(sources, self._leaves, strict=True):
+                    dst[start : start + cut].copy_(src[:cut])
+                    dst[: keep - cut].copy_(src[cut:])
+            else:
+                rows = torch.from_numpy(np.flatnonzero(mine))
+                for src, dst in zip(sources, self._leaves, strict=True):
+                    dst[torch.from_numpy(slots[mine])] = src[rows].to(dst.device)
         except BaseException:  # half-written slots: empty, not left in flight for others to wait on
             with self._lock:
-                for a, b, _ in segments:
-                    self._stamp[a:b] = EMPTY
+                stamp[slots] = np.where(mine, EMPTY, stamp[slots])
             raise
         with self._lock:
-            for a, b, o in segments:
-                self._stamp[a:b] = seqs[o : o + b - a]
-        return seqs % self.capacity
+            stamp[slots] = np.where(mine, seqs, stamp[slots])
+            counts[COMMITTED] += total
+            counts[STORED] += np.count_nonzero(mine)
+        return torch.from_numpy(slots)
 
-    def _write_when_free(self, seqs: torch.Tensor, sources: list[torch.Tensor], marker: int) -> None:
-        """Slow path: wait until no older writer is writing our slots, then write those still ours."""
-        slots = seqs % self.capacity
+    def _claim(self, slots: np.ndarray, seqs: np.ndarray) -> np.ndarray:
+        """Mark the reserved slots still ours (a bool mask, returned) as being written by this process,
+        once no older writer is writing any of them."""
+        marker = -(os.getpid() + 2)
+        stamp, reserved = self._stamp.numpy(), self._reserved.numpy()
         deadline, delay = time.monotonic() + WRITER_TIMEOUT_S, 1e-4
         while True:
             with self._lock:
-                mine = self._reserved[slots] == seqs
-                stamps = self._stamp[slots]
+                mine = reserved[slots] == seqs
+                stamps = stamp[slots]
                 busy = mine & (stamps <= -2)
                 if not busy.any():
-                    self._stamp[slots[mine]] = marker
-                    break
+                    self._count.numpy()[STORED] -= np.count_nonzero(mine & (stamps >= 0))
+                    stamp[slots] = np.where(mine, marker, stamps)
+                    return mine
             dead = [pid for pid in set((-stamps[busy] - 2).tolist()) if not pid_alive(pid)]
             if dead:  # their frames will never be committed: take the slots over
                 with self._lock:
                     for pid in dead:
-                        self._stamp[self._stamp == -(pid + 2)] = EMPTY
+                        stamp[stamp == -(pid + 2)] = EMPTY
                 continue
             if time.monotonic() > deadline:
                 raise RuntimeError(
@@ -269,16 +270,6 @@ class Storage:
                 )
             time.sleep(delay)
             delay = min(2 * delay, 0.01)
-        positions = mine.nonzero().squeeze(1)
-        try:
-            for src, dst in zip(sources, self._leaves, strict=True):
-                dst[slots[positions]] = src[positions].to(dst.device)
-        except BaseException:
-            with self._lock:
-                self._stamp[slots[positions]] = EMPTY
-            raise
-        with self._lock:
-            self._stamp[slots[positions]] = seqs[positions]
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -294,7 +285,7 @@ class Storage:
     @property
     def keys(self) -> list[Key]:
         """The stored keys (leaves), nested keys as tuples."""
-        return list(self._keys)
+        return list(self._layout)
 
     # -- whole-storage operations ----------------------------------------------------------------
 
@@ -306,17 +297,17 @@ class Storage:
             self._reserved.fill_(EMPTY)
 
     def state_dict(self) -> dict[str, Any]:
-        """A snapshot (copies): capacity, write count, stamps and the ``[capacity]`` data, or None."""
+        """A snapshot (copies): capacity, counters, stamps and the ``[capacity]`` data, or None."""
         with self._lock:  # writers cannot start writing a committed slot meanwhile
             stamps = self._stamp.clone()
             stamps[stamps <= -2] = EMPTY  # frames being written are not part of the snapshot
             return {
                 "capacity": self.capacity,
-                "write_count": int(self._count[0]),
+                "write_count": int(self._count[COMMITTED]),
+                "reserved_count": int(self._count[NEXT]),
                 "stamps": stamps,
-                "data": assemble(self._keys, [t.clone() for t in self._leaves], self.capacity)
-                if self._data is not None
-                else None,
+                "data": None if self._data is None else assemble(self.keys, [t.clone() for t in self._leaves],
+                                                                 self.capacity),
             }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -335,12 +326,13 @@ class Storage:
         else:
             self.init(data[:0])
         with self._lock:
-            for key, dst in zip(self._keys, self._leaves, strict=True):
+            for key, dst in zip(self._layout, self._leaves, strict=True):
                 dst.copy_(data.get(key))
             stamps = state["stamps"].clamp(min=EMPTY)
             self._stamp.copy_(stamps)
             self._reserved.copy_(stamps)
-            self._count.fill_(int(state["write_count"]))
+            self._count[NEXT] = state.get("reserved_count", state["write_count"])  # older states: none
+            self._count[COMMITTED], self._count[STORED] = state["write_count"], stamps.ge(0).sum()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -358,17 +350,15 @@ class MemoryStorage(Storage):
     """Plain tensors in this process (a thread lock makes concurrent threads safe)."""
 
 
-
 class SharedStorage(Storage):
-    """Tensors in shared memory, writable from spawned processes that receive the storage.
+    """Tensors in shared memory, writable from the processes the storage is sent to by multiprocessing.
 
-    Lay the storage out (``init``) before sending it to another process, as an argument of the
-    process being started (the multiprocessing lock travels only that way).
+    Lay the storage out (``init``) before sending it to another process. Its lock file (in
+    ``/dev/shm``) is removed when this storage, in the process that created it, is closed or collected.
     """
 
-
     def _make_lock(self) -> Lock:
-        return ProcessLock()
+        return Lock.temporary()
 
     def _allocate(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         return torch.zeros(shape, dtype=dtype).share_memory_()

@@ -54,11 +54,6 @@ class SumTree:
         """A copy of all ``capacity`` leaves (0 where unset)."""
         return self._sum[self._size : self._size + self.capacity].copy()
 
-    def clear(self) -> None:
-        """Unset every leaf."""
-        self._sum.fill(0.0)
-        self._min.fill(np.inf)
-
     def set(self, leaves: IntArray, values: FloatArray) -> None:
         """Set ``leaves`` to ``values`` (with repeated leaves, which value wins is unspecified)."""
         nodes = self._size + np.asarray(leaves, dtype=np.int64)

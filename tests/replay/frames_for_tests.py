@@ -12,6 +12,8 @@ small module.
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -91,3 +93,59 @@ def write_memmap_and_exit(path: str, capacity: int, num_batches: int) -> None:
     for b in range(num_batches):
         buffer.extend(make_batch(7, 2, b * 5, 5, done_every=3))
     time.sleep(0.01)
+
+
+def flat_frames(writer: int, steps: int = 8) -> TensorDict:
+    """``steps`` flat frames ``[steps]`` of one env of ``writer`` (codes ``writer * 100_000 + step``)."""
+    return make_batch(writer, 1, 0, steps).reshape(-1)
+
+
+def die_inside_a_write(buffer: ReplayBuffer, stalled: Any) -> None:
+    """Process target: commit the frames of writer 1, then stop inside the copy of writer 2's frames.
+
+    The copy stops after the first field of writer 2's frames has reached the buffer (a torn write),
+    sets the multiprocessing event ``stalled`` and sleeps until the test kills the process.
+    """
+    buffer.extend(flat_frames(1))
+    copy = torch.Tensor.copy_
+
+    def copy_then_stall(dst: torch.Tensor, src: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        out = copy(dst, src, *args, **kwargs)
+        if src.dtype != torch.bool and src.numel() and float(src.reshape(-1)[0]) >= 200_000:
+            stalled.set()
+            time.sleep(600)
+        return out
+
+    torch.Tensor.copy_ = copy_then_stall  # type: ignore[method-assign]
+    buffer.extend(flat_frames(2))
+
+
+def die_holding_the_lock(buffer: ReplayBuffer, holding: Any) -> None:
+    """Process target: commit the frames of writer 1, then take the buffer's lock and sleep until killed."""
+    buffer.extend(flat_frames(1))
+    with buffer._storage._lock:
+        holding.set()
+        time.sleep(600)
+
+
+def extend_and_own_a_buffer(buffer: ReplayBuffer, report: str) -> None:
+    """Process target: extend ``buffer`` with writer 5's frames, lay out a shared buffer of its own,
+    write its lock file's path to the file ``report`` and exit (without closing it)."""
+    buffer.extend(flat_frames(5))
+    own = ReplayBuffer(8, storage="shared")
+    own.extend(flat_frames(6))
+    Path(report).write_text(str(own._storage._lock.path))
+
+
+def own_a_buffer_and_die(report: str) -> None:
+    """Process target: lay out a shared buffer, write its lock file's path to ``report``, then SIGKILL
+    itself (no exit handler runs)."""
+    own = ReplayBuffer(8, storage="shared")
+    Path(report).write_text(str(own._storage._lock.path))
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def extend_and_signal(buffer: ReplayBuffer, writer: int, done: Any) -> None:
+    """Process target: extend ``buffer`` with ``flat_frames(writer)``, then set the event ``done``."""
+    buffer.extend(flat_frames(writer))
+    done.set()

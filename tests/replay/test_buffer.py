@@ -92,11 +92,19 @@ def test_init_lays_out_the_storage_before_any_frame() -> None:
         rb.init(make_batch(0, 1, 0, 1, obs_size=5))
 
 
-def test_frames_with_another_layout_are_refused_with_the_difference() -> None:
-    rb = ReplayBuffer(8)
+@pytest.mark.parametrize("storage", ["memory", "shared"])
+def test_frames_with_another_layout_are_refused_with_the_difference(storage: str) -> None:
+    rb = ReplayBuffer(8, storage=storage)
     rb.extend(make_batch(0, 1, 0, 2))
     with pytest.raises(ValueError, match=r"missing \[\"\('next', 'reward'\)\"\]"):
         rb.extend(make_batch(0, 1, 0, 2).exclude(("next", "reward")))
+    renamed = make_batch(0, 1, 0, 2)  # as many keys, one of them another: was an AttributeError on None
+    renamed["next", "rew"] = renamed.pop(("next", "reward"))
+    missing = r"missing \[\"\('next', 'reward'\)\"\], unexpected \[\"\('next', 'rew'\)\"\]"
+    with pytest.raises(ValueError, match=missing):
+        rb.extend(renamed)
+    with pytest.raises(ValueError, match=r"'observation' has frame shape \(5,\) .* buffer stores \(4,\)"):
+        rb.extend(make_batch(0, 1, 0, 2, obs_size=5))
     with pytest.raises(ValueError, match="unexpected \\['extra'\\]"):
         rb.extend(make_batch(0, 1, 0, 2).set("extra", torch.zeros(1, 2)))
     bad = make_batch(0, 1, 0, 2)
@@ -107,7 +115,8 @@ def test_frames_with_another_layout_are_refused_with_the_difference() -> None:
         rb.extend({"observation": torch.zeros(2, 4)})
     with pytest.raises(ValueError, match="at least one batch dimension"):
         rb.extend(TensorDict({"observation": torch.zeros(4)}, batch_size=[]))
-    assert rb.write_count == 2  # nothing was reserved by the refused batches
+    assert (len(rb), rb.write_count, rb.cursor) == (2, 2, 2)  # nothing was reserved by the refused batches
+    assert rb.data["action"][:2].tolist() == [0, 1]
 
 
 def test_empty_forgets_frames_and_keeps_the_layout() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 from pathlib import Path
 
@@ -92,3 +93,17 @@ def test_memmap_reopened_after_the_writing_process_exited(tmp_path: Path) -> Non
     reopened.extend(make_batch(8, 1, 0, 1))  # and it goes on writing at its cursor
     assert int(ReplayBuffer(12, storage="memmap", path=tmp_path).data["action"][6]) == 800_000
 
+
+
+def test_a_memmap_folder_of_format_1_is_upgraded_in_place(tmp_path: Path) -> None:
+    rb = ReplayBuffer(4, storage="memmap", path=tmp_path)
+    rb.extend(TensorDict({"x": torch.arange(6.0)}, batch_size=[6]))
+    del rb
+    # as rlcollect wrote it before commits were counted apart: one counter (reserved = committed)
+    (tmp_path / "count.memmap").write_bytes(torch.tensor([6]).numpy().tobytes())
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    (tmp_path / "meta.json").write_text(json.dumps({**meta, "version": 1}))
+    reopened = ReplayBuffer(4, storage="memmap", path=tmp_path)
+    assert (len(reopened), reopened.write_count, reopened.cursor) == (4, 6, 2)
+    assert reopened.data["x"].tolist() == [4.0, 5.0, 2.0, 3.0]
+    assert json.loads((tmp_path / "meta.json").read_text())["version"] == 2

@@ -6,7 +6,9 @@ processes produce only by chance (see the scheme in ``rlcollect/replay/storage.p
 
 from __future__ import annotations
 
+import fcntl
 import os
+import pickle
 import subprocess
 import threading
 import time
@@ -15,7 +17,9 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from rlcollect.replay.storage import MemoryStorage
+from rlcollect.replay import ReplayBuffer
+from rlcollect.replay._locks import Lock
+from rlcollect.replay.storage import NEXT, MemoryStorage
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -62,3 +66,54 @@ def test_a_write_waits_for_a_live_writer_and_leaves_newer_claims_alone() -> None
     assert done.is_set()
     assert storage.leaf("code").tolist() == [0, 11, 12, 13]  # slot 0 is the newer writer's
     assert storage.stamps(torch.arange(4)).tolist() == [99, 5, 6, 7]
+
+
+def test_counters_leave_out_a_range_whose_writer_died() -> None:
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    rb = ReplayBuffer(8, seed=0)
+    rb.extend(frames(0, 4))
+    storage = rb._storage
+    storage._count[NEXT] += 2  # a writer reserved sequence numbers 4 and 5, marked their slots, died
+    storage._reserved[4:6] = torch.tensor([4, 5])
+    storage._stamp[4:6] = in_flight(dead.pid)
+    storage._leaves[0][4:6] = -7  # and half wrote them
+    assert (len(rb), rb.write_count, rb.cursor) == (4, 4, 6)
+    assert set(rb.sample(64)["code"].tolist()) == {0, 1, 2, 3}  # never the dead writer's slots
+    assert rb.state_dict()["storage"]["stamps"].tolist() == [0, 1, 2, 3, -1, -1, -1, -1]
+    assert rb.extend(frames(10, 4)).tolist() == [6, 7, 0, 1]  # the cursor skipped the range
+    assert (len(rb), rb.write_count) == (6, 8)
+    assert set(rb.sample(64)["code"].tolist()) == {2, 3, 10, 11, 12, 13}
+    assert rb.extend(frames(20, 4)).tolist() == [2, 3, 4, 5]  # and the next write reuses it
+    assert (len(rb), rb.write_count) == (8, 12)
+    assert rb.data["code"].tolist() == [12, 13, 20, 21, 22, 23, 10, 11]
+
+
+def test_a_write_that_fails_in_its_copy_counts_nothing() -> None:
+    storage = MemoryStorage(4)
+    storage.extend(frames(0, 2))
+    bad = TensorDict({"code": torch.empty(2, dtype=torch.int64, device="meta")}, batch_size=[2])
+    with pytest.raises(NotImplementedError):  # a meta tensor holds no data to copy
+        storage.extend(bad)
+    assert (len(storage), storage.write_count, storage.reserved_count) == (2, 2, 4)
+    assert storage.stamps(torch.arange(4)).tolist() == [0, 1, -1, -1]  # not left in flight
+    assert storage.extend(frames(4, 2)).tolist() == [0, 1]  # goes on at the cursor: slots 2, 3 stay empty
+    assert (len(storage), storage.write_count, storage.reserved_count) == (2, 4, 6)
+    assert storage.stamps(torch.arange(4)).tolist() == [4, 5, -1, -1]
+
+
+def test_a_lock_copy_opens_its_own_file_and_only_the_creator_removes_it() -> None:
+    lock = Lock.temporary()
+    assert lock.path is not None and lock.path.exists()
+    copy = pickle.loads(pickle.dumps(lock))
+    assert copy.path == lock.path and copy._fd not in (None, lock._fd)
+    with lock, open(lock.path) as other, pytest.raises(BlockingIOError):  # another open file: excluded
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with copy:
+        pass
+    copy.close()
+    assert lock.path.exists()
+    lock.close()
+    assert not lock.path.exists()
+    with pytest.raises(RuntimeError, match="lock file .* is gone"):
+        pickle.loads(pickle.dumps(lock))
