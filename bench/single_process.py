@@ -4,7 +4,8 @@ Workloads cartpole-1, cartpole-8 and pendulum-8 (bench/workloads.py). Contenders
 process (bench/README.md):
 
 - rlcollect: ``Collector(env_id, policy, num_envs=N, frames_per_batch=..., seed=0,
-  return_same_td=True)``, iterated as users do;
+  return_same_td=True)``, iterated as users do; the same with ``check="off"`` prices the data
+  checks (every write and every batch checked by default);
 - hand loop: what a user writes instead, storing observation, action, reward, terminated and
   truncated into preallocated numpy arrays: ``env.step`` + policy for one env, CleanRL's
   ``SyncVectorEnv`` loop (same-step autoreset) for 8;
@@ -27,12 +28,12 @@ from bench.workloads import iterate, make_env, make_policy, torchrl_env, torchrl
 WORKLOADS = ("cartpole-1", "cartpole-8", "pendulum-8")
 
 
-def rlcollect_collector(workload_name: str, quick: bool) -> Batches:
+def rlcollect_collector(workload_name: str, quick: bool, check: str = "full") -> Batches:
     from rlcollect import Collector
 
     w = workload(workload_name, quick)
     return iterate(Collector(w.env_id, make_policy(w), frames_per_batch=w.frames_per_batch,
-                             num_envs=w.num_envs, seed=0, return_same_td=True))
+                             num_envs=w.num_envs, seed=0, return_same_td=True, check=check))
 
 
 def hand_loop(workload_name: str, quick: bool) -> Any:
@@ -102,11 +103,14 @@ def plan(name: str, quick: bool) -> Plan:
     serial = "GymEnv" if w.num_envs == 1 else f"SerialEnv of {w.num_envs} GymEnv"
     contenders = [
         Contender("rlcollect", "**rlcollect Collector**", rlcollect_collector, kwargs),
+        Contender("unchecked", "rlcollect Collector, check='off' (no data checks)", rlcollect_collector,
+                  {**kwargs, "check": "off"}),
         Contender("hand", f"hand loop ({vector} + policy, into numpy arrays)", hand_loop, kwargs),
         Contender("bare", "bare loop (env steps + policy forward, nothing stored)", bare_loop, kwargs),
         Contender("torchrl", f"TorchRL Collector ({serial})", torchrl_collector, kwargs),
     ]
     ratios = [
+        Ratio("rlcollect", "unchecked", "rlcollect / check='off' (the data checks' cost)", 0.98),
         Ratio("rlcollect", "hand", "rlcollect / hand loop", 1.0),
         Ratio("rlcollect", "bare", "rlcollect / bare loop (overhead budget at 8 envs)",
               0.94 if w.num_envs > 1 else None),

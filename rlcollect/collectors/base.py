@@ -14,6 +14,7 @@ import ast
 import contextlib
 import re
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -51,9 +52,18 @@ class BaseCollector(abc.ABC):
         self._iteration_started = True
         try:
             yield from self.iterator()
-        except BaseException:
-            self.shutdown()
+        except BaseException as error:  # the loop's body or collection raised (a Ctrl-C, too)
+            self._shutdown_quietly(error)
             raise
+
+    def _shutdown_quietly(self, error: BaseException) -> None:
+        """Shut down while ``error`` propagates: a failure of the shutdown itself is a warning, not
+        a second exception on top of the first."""
+        try:
+            self.shutdown(raise_on_error=False)
+        except Exception as failure:
+            warnings.warn(f"shutting down after {type(error).__name__} failed too: {failure!r}",
+                          RuntimeWarning, stacklevel=3)
 
     def next(self) -> TensorDictBase | None:
         """The next batch, or ``None`` once ``total_frames`` are collected."""
@@ -101,7 +111,7 @@ class BaseCollector(abc.ABC):
         if self._background is not None:
             raise RuntimeError("start() was already called")
         self._iteration_started = True
-        self._background = _Background(self.iterator(), self._quiesce)
+        self._background = _Background(self.iterator(), self._quiesce, self._on_background_error)
 
     @contextlib.contextmanager
     def pause(self, timeout: float = 60.0) -> Iterator[None]:
@@ -109,27 +119,42 @@ class BaseCollector(abc.ABC):
 
         Entering waits (up to ``timeout`` seconds) for the batches under way to be written.
         """
-        if self._background is None:
+        background = self._background
+        if background is None:
             raise RuntimeError("pause() needs background collection: call start() first")
-        self._background.hold(timeout)
+        if not background.hold(timeout):  # collection stopped on an error: stop the rest, raise it
+            self.shutdown(timeout=timeout)
+            raise RuntimeError("background collection stopped")  # (shutdown raised its error)
         try:
             yield
         finally:
-            self._background.release()
+            background.release()
 
     def async_shutdown(self, timeout: float | None = None, close_env: bool = True) -> None:
-        """Stop background collection started by :meth:`start`, then shut down."""
+        """Stop background collection started by :meth:`start`, then shut down (see
+        :meth:`shutdown`: every thread and process is stopped before an error of the collection
+        is raised)."""
         self.shutdown(timeout=timeout, close_env=close_env)
 
-    def _stop_background(self, timeout: float | None) -> None:
+    def _stop_background(self, deadline: float, interrupt: Callable[[], None] | None = None
+                         ) -> BaseException | None:
         """Stop the background thread, if any, and the receiver schemes (every ``shutdown``
-        starts with this)."""
+        starts with this); return the error collection stopped on, for the caller to raise once
+        everything is stopped.
+
+        The thread may finish the batch under way until half the time left to ``deadline``
+        (``time.monotonic()``); then ``interrupt`` makes it give up its waits.
+        """
         background, self._background = self._background, None
         try:
-            if background is not None:
-                background.stop(10.0 if timeout is None else timeout)
+            return background.stop(deadline, interrupt) if background is not None else None
         finally:
             self._shutdown_receivers()
+
+    def _on_background_error(self) -> None:
+        """Called in the background thread once collection stopped on an error: release what
+        would otherwise keep running until :meth:`shutdown` (the workers)."""
+        return
 
     init_random_frames: int = 0
 
@@ -244,13 +269,19 @@ class BaseCollector(abc.ABC):
         """``worker_ids`` as a sorted list of ints (devices: the workers whose policy runs there)."""
         if worker_ids is None:
             return None
-        items = list(worker_ids) if isinstance(worker_ids, (list, tuple)) else [worker_ids]
+        if isinstance(worker_ids, np.ndarray) and worker_ids.ndim <= 1 and worker_ids.dtype.kind in "iu":
+            worker_ids = worker_ids.tolist()
+        items = list(worker_ids) if isinstance(worker_ids, (list, tuple, range)) else [worker_ids]
         options = getattr(self, "options", None)
         policy_device = options.policy_device if options is not None else None
         ids: set[int] = set()
         for item in items:
             if isinstance(item, (torch.device, str)):
-                device = torch.device(item)
+                try:
+                    device = torch.device(item)
+                except (RuntimeError, ValueError):
+                    raise ValueError(f"worker_ids={worker_ids!r}: {item!r} is neither a worker index nor a "
+                                     "device") from None
                 if device != torch.device(policy_device or "cpu"):
                     raise ValueError(f"worker_ids={item!r}: the workers' policy runs on "
                                      f"{policy_device or 'cpu'}, not {device}")
@@ -456,8 +487,9 @@ class BaseCollector(abc.ABC):
 class _Background:
     """A thread running a collector's iterator, which can be held between batches and stopped."""
 
-    def __init__(self, batches: Iterator[TensorDictBase | None], quiesce: Callable[[], None]) -> None:
-        self._batches, self._quiesce = batches, quiesce
+    def __init__(self, batches: Iterator[TensorDictBase | None], quiesce: Callable[[], None],
+                 on_error: Callable[[], None] = lambda: None) -> None:
+        self._batches, self._quiesce, self._on_error = batches, quiesce, on_error
         self._stop, self._hold = threading.Event(), threading.Event()
         self._held, self._released = threading.Event(), threading.Event()
         self.error: BaseException | None = None
@@ -476,30 +508,35 @@ class _Background:
                         pass
                     self._released.clear()
                     self._held.clear()
-        except BaseException as error:  # kept for the caller: raised by hold() / stop()
+        except BaseException as error:  # kept for the caller: raised after the shutdown
             if not self._stop.is_set():  # errors caused by the shutdown itself are not news
                 self.error = error
+                with contextlib.suppress(BaseException):
+                    self._on_error()
         finally:
             self._held.set()
 
-    def hold(self, timeout: float) -> None:
+    def hold(self, timeout: float) -> bool:
+        """Pause between batches; ``False`` if collection stopped on an error instead."""
         self._hold.set()
         if not self._held.wait(timeout):
             self._hold.clear()
             raise TimeoutError(f"background collection did not pause within {timeout} s")
-        if self.error is not None:
-            raise self.error
+        return self.error is None
 
     def release(self) -> None:
         self._hold.clear()
         self._released.set()
 
-    def stop(self, timeout: float) -> None:
+    def stop(self, deadline: float, interrupt: Callable[[], None] | None = None) -> BaseException | None:
+        """Stop the thread (see :meth:`BaseCollector._stop_background`); return its error."""
         self._stop.set()
         self._released.set()
-        self._thread.join(timeout)
-        if self.error is not None:
-            raise self.error
+        self._thread.join(max(0.0, (deadline - time.monotonic()) / 2))
+        if self._thread.is_alive() and interrupt is not None:
+            interrupt()
+            self._thread.join(min(max(0.0, deadline - time.monotonic()), 0.5) or 0.2)
+        return self.error
 
 
 _STEP = re.compile(r"\.?([A-Za-z_]\w*)|\[([^\]]+)\]")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -69,8 +70,8 @@ class AsyncBatchedCollector(PooledCollector):
         weight_sync: the scheme of the policy's weights (same as ``weight_sync_schemes={"policy":
             weight_sync}``); the policy runs in this process, so every scheme but
             :class:`~rlcollect.weights.NoWeightSyncScheme` updates it in place.
-        **others: as for :class:`~rlcollect.MultiAsyncCollector` (``timeout``, ``start_method``,
-            ``max_worker_restarts``, ``replay_buffer``, ``seed``, ...).
+        **others: as for :class:`~rlcollect.MultiAsyncCollector` (``timeout``, ``start_timeout``,
+            ``start_method``, ``max_worker_restarts``, ``replay_buffer``, ``seed``, ``check``, ...).
 
     Frames are reproducible for a deterministic policy: the batches then equal
     :class:`~rlcollect.MultiAsyncCollector`'s with the same seed. A policy that samples draws in the
@@ -119,6 +120,7 @@ class AsyncBatchedCollector(PooledCollector):
         seed: int | None = None,
         max_worker_restarts: int = 3,
         timeout: float = 60.0,
+        start_timeout: float = 120.0,
         start_method: str = "auto",
         replay_buffer: Any = None,
         trajs_per_batch: int | None = None,
@@ -127,6 +129,7 @@ class AsyncBatchedCollector(PooledCollector):
         weight_sync: WeightSyncScheme | None = None,
         weight_sync_schemes: Mapping[str, WeightSyncScheme] | None = None,
         weight_updater: Any = None,
+        check: str = "full",
     ) -> None:
         if policy is None and policy_factory is None:
             raise TypeError("AsyncBatchedCollector serves a policy: give policy or policy_factory")
@@ -222,16 +225,20 @@ class AsyncBatchedCollector(PooledCollector):
         batch = server.envs_served / server.forward_passes if server.forward_passes else math.nan
         return dataclasses.replace(super().stats(), policy_version=server.version, inference_batch_size=batch)
 
+    def _stop_server(self, deadline: float) -> None:
+        """The server stops before the workers (which it releases): see :meth:`shutdown`."""
+        self._server.stop(min(5.0, max(0.0, deadline - time.monotonic()) / 2))
+
     def shutdown(
         self, timeout: float | None = None, close_env: bool = True, raise_on_error: bool = True
     ) -> None:
         """Stop background collection, the server (which releases waiting workers), then the
-        workers; bounded by ``timeout``, idempotent."""
+        workers, then raise the error background collection stopped on (if any); bounded by
+        ``timeout`` as :meth:`MultiAsyncCollector.shutdown`, idempotent."""
         try:
-            self._stop_background(timeout)
-        finally:
-            self._server.stop(5.0 if timeout is None else timeout)
             super().shutdown(timeout, close_env, raise_on_error)
+        finally:
+            self._server.stop(0.0)  # closed already, unless shutdown failed before reaching it
 
 
 def _group_envs(create_env_fn: Any, num_envs: int | None, envs_per_worker: int) -> tuple[list[Any], int]:

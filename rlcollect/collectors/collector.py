@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -12,12 +13,13 @@ from tensordict import TensorDictBase
 from tensordict.nn import InteractionType
 
 from rlcollect.collectors.base import BaseCollector
-from rlcollect.collectors.options import CollectorOptions
+from rlcollect.collectors.options import CollectorOptions, check_seed
 from rlcollect.collectors.stats import CollectorStats
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.envs.factory import EnvSource
 from rlcollect.rollout.engine import Rollout
 from rlcollect.rollout.profiling import RolloutProfiler
+from rlcollect.weights.forms import UnknownKeyError
 from rlcollect.weights.schemes import WeightSyncScheme, init_senders
 
 __all__ = ["Collector"]
@@ -67,6 +69,10 @@ class Collector(BaseCollector):
             (updates of that model change nothing).
         weight_updater: a legacy :class:`~rlcollect.weights.WeightUpdaterBase` (or its class)
             called by ``update_policy_weights_`` instead of the schemes.
+        check: what is checked of the envs' and the policy's data: ``"full"`` (default: every
+            value's shape and type before it is written, every batch's values against the
+            spaces), ``"batch"`` (only the values, per batch) or ``"off"``; a failed check raises
+            :class:`~rlcollect.data.checks.BadDataError` naming the env, the step and the value.
 
     Example:
         >>> collector = Collector("CartPole-v1", frames_per_batch=8, total_frames=16,
@@ -109,6 +115,7 @@ class Collector(BaseCollector):
         traj_format: str | None = None,
         weight_sync_schemes: Mapping[str, WeightSyncScheme] | None = None,
         weight_updater: Any = None,
+        check: str = "full",
     ) -> None:
         options = CollectorOptions.from_arguments(locals(), {"num_envs": "num_envs_per_worker"})
         self.options = options
@@ -169,14 +176,18 @@ class Collector(BaseCollector):
     def shutdown(
         self, timeout: float | None = None, close_env: bool = True, raise_on_error: bool = True
     ) -> None:
+        """Stop background collection, close the envs, then raise the error background collection
+        stopped on (if any, and ``raise_on_error``); idempotent."""
         if self._closed:
             return
-        self._stop_background(timeout)
+        error = self._stop_background(time.monotonic() + (10.0 if timeout is None else timeout))
         self._closed = True
         if self._profiler is not None:
             self._profiler.stop()
         if close_env:
             self._rollout.close()
+        if error is not None and raise_on_error:
+            raise error
 
     # -- seeding and state -----------------------------------------------------------------
     def set_seed(self, seed: int, static_seed: bool = False) -> int:
@@ -185,8 +196,11 @@ class Collector(BaseCollector):
         Returns:
             ``seed + num_envs``, the first seed no env of this collector used.
         """
-        self._rollout.set_seed(seed, new_trajectories=self._rollout.batches > 0)
-        return seed + self.num_envs
+        checked = check_seed("seed", seed)
+        if checked is None:
+            raise TypeError("set_seed(seed) needs an int in [0, 2**63), got None")
+        self._rollout.set_seed(checked, new_trajectories=self._rollout.batches > 0)
+        return checked + self.num_envs
 
     def state_dict(self) -> dict[str, Any]:
         """Counters, trajectory ids, episode sums, RNG states, weights and envs."""
@@ -224,4 +238,8 @@ class Collector(BaseCollector):
         return list(self._rollout.models)
 
     def _receiver_model(self, model_id: str) -> torch.nn.Module:
-        return self._rollout.module(model_id)
+        try:
+            return self._rollout.module(model_id)
+        except KeyError as error:  # also a ValueError: an unknown model id is a bad argument value
+            raise UnknownKeyError(error.args[0] if error.args else model_id) from None
+

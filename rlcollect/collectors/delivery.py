@@ -95,12 +95,9 @@ def make_delivery(
     """
     if replay_buffer is not None and not callable(getattr(replay_buffer, "extend", None)):
         raise TypeError(
-            f"replay_buffer must have an extend(TensorDict) method, got {type(replay_buffer).__name__}"
+            f"replay_buffer must have an extend(TensorDict) method (e.g. rlcollect.replay.ReplayBuffer), "
+            f"got {type(replay_buffer).__name__} {replay_buffer!r:.80}"
         )
-    if trajs_per_batch is not None and (
-        isinstance(trajs_per_batch, bool) or not isinstance(trajs_per_batch, int) or trajs_per_batch <= 0
-    ):
-        raise ValueError(f"trajs_per_batch must be a positive int or None, got {trajs_per_batch!r}")
     if traj_format is not None and trajs_per_batch is None:
         raise ValueError(f"traj_format={traj_format!r} needs trajs_per_batch")
     if traj_format not in (None, "padded", "cat"):

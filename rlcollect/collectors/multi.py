@@ -55,12 +55,14 @@ class _MultiProcessCollector(PooledCollector):
         update_at_each_batch: bool = False,
         max_worker_restarts: int = 3,
         timeout: float = 60.0,
+        start_timeout: float = 120.0,
         start_method: str = "auto",
         replay_buffer: Any = None,
         trajs_per_batch: int | None = None,
         traj_format: str | None = None,
         weight_sync_schemes: Mapping[str, WeightSyncScheme] | None = None,
         weight_updater: Any = None,
+        check: str = "full",
         collector_class: type | None = None,
         collector_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
@@ -95,8 +97,11 @@ class MultiSyncCollector(_MultiProcessCollector):
             version of policy lag, stamped in ``policy_version``).
         update_at_each_batch: pull the policy's weights into the workers before each batch.
         max_worker_restarts: restarts allowed per worker after a crash or an env error.
-        timeout: seconds a worker may take to start or to collect one batch before it is deemed
-            hung (and restarted); also bounds ``shutdown``.
+        timeout: seconds a worker may take to collect one batch (or answer another command)
+            before it is deemed hung (and restarted); also the default bound of ``shutdown``.
+        start_timeout: seconds a worker may take to start or restart (import torch, build its
+            envs) before it is deemed hung; generous (120 s) so that a loaded machine does not
+            fail at start-up. A positive number, like ``timeout``.
         start_method: ``"auto"`` (default: fork while this process has no other thread and no
             CUDA, else a forkserver that preloads torch, tensordict and Gymnasium once),
             ``"spawn"``, ``"forkserver"`` or ``"fork"``.
@@ -113,6 +118,10 @@ class MultiSyncCollector(_MultiProcessCollector):
             updates cascade to them and each frame keeps the version that chose it. Default:
             each worker steps its envs itself.
         **others: as for :class:`Collector`.
+        check: what is checked of the envs' and the policy's data: ``"full"`` (default: every
+            value's shape and type before it is written, every batch's values against the
+            spaces), ``"batch"`` (only the values, per batch) or ``"off"``; a failed check raises
+            :class:`~rlcollect.data.checks.BadDataError` naming the env, the step and the value.
 
     Each worker process runs torch with one thread; this process's settings are left alone.
     Scripts that create it must guard their entry point with ``if __name__ == "__main__":``

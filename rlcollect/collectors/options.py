@@ -30,24 +30,76 @@ from tensordict import TensorDictBase
 from tensordict.nn import InteractionType
 
 from rlcollect.collectors.delivery import Delivery, make_delivery
+from rlcollect.data.buffers import physical_memory
+from rlcollect.data.checks import CHECK_LEVELS, short_repr
 from rlcollect.policies.adapters import interaction_type
 from rlcollect.rollout.engine import RolloutSpec
 from rlcollect.weights import schemes as schemes_module
+from rlcollect.weights.forms import UnknownKeyError
 from rlcollect.weights.schemes import WeightSyncScheme
 
-__all__ = ["CollectorOptions", "check_int"]
+__all__ = ["CollectorOptions", "check_batch_memory", "check_flag", "check_int", "check_seconds", "check_seed"]
 
 _START_METHODS = ("auto", "spawn", "forkserver", "fork")
 
 
-def check_int(name: str, value: Any, *, minimum: int, allowed: str) -> int:
-    """``value`` as an int >= ``minimum`` (numpy integers included), else an error naming ``name``
-    (``TypeError`` for a value that is no integer, ``ValueError`` below ``minimum``)."""
+#: Seeds are ints in ``[0, 2**63)``: Gymnasium and numpy take any int >= 0, torch one below 2**64,
+#: and env ``i`` gets ``seed + i`` (restarted workers a further offset), which must stay below it.
+SEED_LIMIT = 2**63
+#: Most envs one process steps (``num_envs`` / ``num_envs_per_worker``), and most worker processes or
+#: actors: beyond, a typo (``10**9``) would build envs or start processes for hours before failing.
+MAX_ENVS_PER_PROCESS = 2**16
+MAX_WORKERS = 2**12
+#: Bytes every frame of a batch takes besides observations and action: reward (4), three flags (3),
+#: trajectory id (8), policy version (8).
+FRAME_OVERHEAD_BYTES = 23
+
+
+def check_int(name: str, value: Any, *, minimum: int, allowed: str, maximum: int | None = None) -> int:
+    """``value`` as an int in ``[minimum, maximum]`` (numpy integers included), else an error naming
+    ``name`` and the value (``TypeError`` for a value that is no integer, ``ValueError`` out of range)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be {allowed}, got {value!r} ({type(value).__name__})")
     if value < minimum:
-        raise ValueError(f"{name} must be {allowed}, got {value}")
+        raise ValueError(f"{name} must be {allowed}, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be {allowed} up to {maximum}, got {value!r}")
     return int(value)
+
+
+def check_seed(name: str, value: Any) -> int | None:
+    """A seed: ``None`` or an int in ``[0, 2**63)`` (numpy integers included); see :data:`SEED_LIMIT`."""
+    if value is None:
+        return None
+    return check_int(name, value, minimum=0, maximum=SEED_LIMIT - 1, allowed="None or an int in [0, 2**63)")
+
+
+def check_flag(name: str, value: Any) -> bool:
+    """A bool argument (``numpy.bool_`` included); anything else is a ``TypeError`` naming ``name``."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {value!r} ({type(value).__name__})")
+    return bool(value)
+
+
+def check_batch_memory(frames: int, frame_bytes: int, what: str) -> None:
+    """Raise ``ValueError`` naming ``what`` (the arguments that decide the size) if ``frames`` frames of
+    ``frame_bytes`` bytes each do not fit in this machine's memory."""
+    total, memory = frames * frame_bytes, physical_memory()
+    if total > memory:
+        raise ValueError(f"{what} needs {frames} frames of {frame_bytes} bytes each in memory: "
+                         f"{total / 2**30:.1f} GiB, more than this machine's {memory / 2**30:.1f} GiB; "
+                         "collect smaller batches")
+
+
+def check_seconds(name: str, value: Any) -> float:
+    """``value`` as a positive, finite number of seconds (numpy numbers included), else an error
+    naming ``name`` (``TypeError`` for a value that is no number, ``ValueError`` otherwise)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a positive number of seconds, got {value!r} "
+                        f"({type(value).__name__})")
+    if not 0 < value < math.inf:
+        raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+    return float(value)
 
 
 def _frames(name: str, value: Any) -> int:
@@ -60,10 +112,15 @@ def _frames(name: str, value: Any) -> int:
 def _device(name: str, value: Any) -> torch.device | None:
     if value is None:
         return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (str, int, np.integer, torch.device)):
+        raise TypeError(f"{name} must be None, a torch.device, a device string ('cpu', 'cuda:0') or a CUDA "
+                        f"index, got {value!r} ({type(value).__name__})")
     try:
-        device = torch.device(value)
-    except (RuntimeError, TypeError) as error:
-        raise ValueError(f"{name}={value!r} is not a torch device ({error})") from None
+        device = torch.device(value if not isinstance(value, np.integer) else int(value))
+    except (RuntimeError, TypeError, ValueError) as error:
+        reason = str(error).splitlines()[0][:120]
+        raise ValueError(f"{name}={value!r} is not a torch device, e.g. 'cpu' or 'cuda:0' "
+                         f"({reason})") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"{name}={value!r} but CUDA is not available on this machine")
     return device
@@ -71,8 +128,17 @@ def _device(name: str, value: Any) -> torch.device | None:
 
 def _callable(name: str, value: Any) -> Any:
     if value is not None and not callable(value):
-        raise TypeError(f"{name} must be callable or None, got {type(value).__name__}")
+        raise TypeError(f"{name} must be callable or None, got {type(value).__name__} {short_repr(value)}")
     return value
+
+
+
+
+def _env_source(name: str, value: Any) -> None:
+    """An env source: an env id, a callable (env factory) or an env instance (vector / TorchRL)."""
+    from rlcollect.envs.factory import check_env_source
+
+    check_env_source(name, value)
 
 
 def _scheme(model_id: str, value: Any) -> WeightSyncScheme:
@@ -84,7 +150,7 @@ def _scheme(model_id: str, value: Any) -> WeightSyncScheme:
             ours, WeightSyncScheme):
         return ours(getattr(value, "strategy_str", "tensordict"))
     raise TypeError(f"weight_sync_schemes[{model_id!r}] must be a WeightSyncScheme, got "
-                    f"{type(value).__name__}")
+                    f"{type(value).__name__} {short_repr(value)}")
 
 
 def _per_worker(name: str, value: Any, num_workers: int) -> tuple[Any, ...]:
@@ -140,12 +206,14 @@ class CollectorOptions:
     traj_format: str | None = None
     weight_sync_schemes: Mapping[str, WeightSyncScheme] | None = None
     weight_updater: Any = None
+    check: str = "full"
     # worker processes and actors
     preemptive_threshold: float | None = None
     prefetch: bool = False
     update_at_each_batch: bool = False
     max_worker_restarts: int = 3
     timeout: float = 60.0
+    start_timeout: float = 120.0
     start_method: str = "auto"
     # set by RayCollector: worker processes inside each worker (an actor), and for the collector
     # inside an actor, its place among the outer workers (index, count, first trajectory id)
@@ -156,11 +224,15 @@ class CollectorOptions:
         def put(name: str, value: Any) -> None:
             object.__setattr__(self, name, value)
 
-        workers = check_int("num_workers", self.num_workers, minimum=1, allowed="a positive int")
+        workers = check_int("num_workers", self.num_workers, minimum=1, maximum=MAX_WORKERS,
+                            allowed="a positive int")
         put("num_workers", workers)
         put("num_envs_per_worker", check_int("num_envs_per_worker", self.num_envs_per_worker, minimum=1,
-                                        allowed="a positive int"))
+                                             maximum=MAX_ENVS_PER_PROCESS, allowed="a positive int"))
+        listed = isinstance(self.create_env_fn, (list, tuple))
         put("create_env_fn", _per_worker("create_env_fn", self.create_env_fn, workers))
+        for index, source in enumerate(self.create_env_fn if listed else self.create_env_fn[:1]):
+            _env_source(f"create_env_fn[{index}]" if listed else "create_env_fn", source)
         kwargs = _per_worker("create_env_kwargs", self.create_env_kwargs, workers)
         for index, entry in enumerate(kwargs):
             if entry is not None and not isinstance(entry, Mapping):
@@ -170,18 +242,39 @@ class CollectorOptions:
         put("frames_per_batch", check_int("frames_per_batch", self.frames_per_batch, minimum=1,
                                      allowed="a positive int"))
         put("total_frames", _frames("total_frames", self.total_frames))
-        put("init_random_frames", check_int("init_random_frames", self.init_random_frames or 0, minimum=0,
-                                       allowed="an int >= 0"))
+        init_random = 0 if self.init_random_frames is None else self.init_random_frames
+        put("init_random_frames", check_int("init_random_frames", init_random, minimum=0,
+                                            allowed="an int >= 0"))
         limit = self.max_frames_per_traj
         if limit is not None:
             limit = check_int("max_frames_per_traj", limit, minimum=-(2**63),
                               allowed="an int (<= 0: no limit)")
         put("max_frames_per_traj", limit if limit is not None and limit > 0 else None)
+        if self.policy is not None and not callable(self.policy):
+            raise TypeError(f"policy must be None, an nn.Module, a TensorDictModule or a callable; got "
+                            f"{type(self.policy).__name__} {short_repr(self.policy)}")
         if self.policy is not None and self.policy_factory is not None:
             raise ValueError("give policy or policy_factory, not both")
+        for name in ("reset_at_each_iter", "set_truncated", "split_trajs", "return_same_td", "prefetch",
+                     "update_at_each_batch"):
+            put(name, check_flag(name, getattr(self, name)))
+        compile_policy = self.compile_policy
+        if not isinstance(compile_policy, (bool, np.bool_, Mapping)):
+            raise TypeError(f"compile_policy must be True, False or a dict of torch.compile arguments, got "
+                            f"{short_repr(compile_policy)} ({type(compile_policy).__name__})")
+        put("compile_policy",
+            dict(compile_policy) if isinstance(compile_policy, Mapping) else bool(compile_policy))
         for name in ("policy_factory", "pre_collect_hook", "postproc", "post_collect_hook"):
             _callable(name, getattr(self, name))
-        put("exploration_type", interaction_type(self.exploration_type))
+        exploration = self.exploration_type
+        if not isinstance(exploration, (str, InteractionType)) and not isinstance(
+                getattr(exploration, "value", None), str):
+            raise TypeError(f"exploration_type must be a name ('random', 'deterministic', 'mode', 'mean') or "
+                            f"an InteractionType, got {short_repr(exploration)} "
+                            f"({type(exploration).__name__})")
+        put("exploration_type", interaction_type(exploration))
+        if not isinstance(self.check, str) or self.check not in CHECK_LEVELS:
+            raise ValueError(f"check={self.check!r} is not one of {CHECK_LEVELS} (see rlcollect.data.checks)")
         raw_env_device = self.env_device if self.env_device is not None else self.device
         env_device = _device("env_device", raw_env_device)
         if env_device is not None and env_device.type != "cpu":
@@ -190,43 +283,64 @@ class CollectorOptions:
         put("policy_device", _device("policy_device", self.policy_device or self.device))
         put("storing_device", _device("storing_device", self.storing_device or self.device))
         if self.models is not None and not isinstance(self.models, Mapping):
-            raise TypeError(f"models must be a dict {{model_id: module}}, got {type(self.models).__name__}")
+            raise TypeError(f"models must be a dict {{model_id: module}}, got {type(self.models).__name__} "
+                            f"{short_repr(self.models)}")
+        for model_id, module in (self.models or {}).items():
+            if not isinstance(model_id, str):
+                raise TypeError(f"models keys must be model ids (str), got {model_id!r}")
+            if not isinstance(module, torch.nn.Module):
+                raise TypeError(f"models[{model_id!r}] must be an nn.Module, got {type(module).__name__} "
+                                f"{short_repr(module)}")
         put("models", dict(self.models or {}))
         schemes = self.weight_sync_schemes
         if schemes is not None:
             if not isinstance(schemes, Mapping):
                 raise TypeError(f"weight_sync_schemes must be a dict {{model_id: WeightSyncScheme}}, got "
-                                f"{type(schemes).__name__}")
+                                f"{type(schemes).__name__} {short_repr(schemes)}")
             schemes = {model_id: _scheme(model_id, scheme) for model_id, scheme in schemes.items()}
             known = ["policy", *(self.models or {})]
             unknown = sorted(set(schemes) - set(known))
             if unknown:
-                raise KeyError(f"weight_sync_schemes names model(s) {unknown} this collector does not have "
-                               f"(known: {known}; add the others with models=)")
+                raise UnknownKeyError(f"weight_sync_schemes names model(s) {unknown} this collector does not "
+                                      f"have (known: {known}; add the others with models=)")
             put("weight_sync_schemes", dict(schemes))
             if self.weight_updater is not None:
                 raise ValueError("give weight_sync_schemes or the legacy weight_updater, not both")
         if self.weight_updater is not None and not callable(self.weight_updater):
             raise TypeError(f"weight_updater must be a WeightUpdaterBase (or its class), got "
-                            f"{type(self.weight_updater).__name__}")
-        if self.seed is not None:
-            check_int("seed", self.seed, minimum=0, allowed="an int >= 0 or None")
-            if self.seed >= 2**63:
-                raise ValueError(f"seed must be below 2**63, got {self.seed}")
-            put("seed", int(self.seed))
+                            f"{type(self.weight_updater).__name__} {short_repr(self.weight_updater)}")
+        put("seed", check_seed("seed", self.seed))
         threshold = self.preemptive_threshold
-        if threshold is not None and not (isinstance(threshold, (int, float)) and 0.0 < threshold <= 1.0):
-            raise ValueError(f"preemptive_threshold must be in (0, 1] or None, got {threshold!r}")
+        if threshold is not None:
+            if isinstance(threshold, (bool, np.bool_)) or not isinstance(threshold, (int, float, np.number)):
+                raise TypeError(f"preemptive_threshold must be a number in (0, 1] or None, got {threshold!r} "
+                                f"({type(threshold).__name__})")
+            if not 0.0 < threshold <= 1.0:
+                raise ValueError(f"preemptive_threshold must be a number in (0, 1] or None, "
+                                 f"got {threshold!r}")
+            put("preemptive_threshold", float(threshold))
+        if not isinstance(self.start_method, str):
+            raise TypeError(f"start_method must be one of {_START_METHODS}, got {self.start_method!r} "
+                            f"({type(self.start_method).__name__})")
         if self.start_method not in _START_METHODS:
             raise ValueError(f"start_method={self.start_method!r} is not one of {_START_METHODS}")
         put("nested_workers", check_int("num_workers", self.nested_workers, minimum=1,
                                         allowed="a positive int"))
         put("max_worker_restarts", check_int("max_worker_restarts", self.max_worker_restarts, minimum=0,
                                         allowed="an int >= 0"))
-        timeout = self.timeout
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        put("timeout", float(timeout))
+        put("timeout", check_seconds("timeout", self.timeout))
+        put("start_timeout", check_seconds("start_timeout", self.start_timeout))
+        if self.trajs_per_batch is not None:
+            put("trajs_per_batch", check_int("trajs_per_batch", self.trajs_per_batch, minimum=1,
+                                             allowed="a positive int or None"))
+        if self.traj_format is not None and not isinstance(self.traj_format, str):
+            raise TypeError(f"traj_format must be 'padded', 'cat' or None, got {self.traj_format!r} "
+                            f"({type(self.traj_format).__name__})")
+        # the smallest batch this collector allocates, at the fewest bytes a frame can take: a typo
+        # (frames_per_batch=10**12) is named here, not by the allocator
+        envs = self.num_workers * self.num_envs_per_worker * self.nested_workers
+        check_batch_memory(max(self.frames_per_batch, envs), FRAME_OVERHEAD_BYTES,
+                           f"frames_per_batch={self.frames_per_batch} over {envs} envs")
         self.delivery(workers_write=False)  # its arguments are checked now, not at the first batch
 
     @classmethod
@@ -279,6 +393,7 @@ class CollectorOptions:
             policy_device=self.policy_device,
             compile_policy=self.compile_policy,
             pre_collect_hook=self.pre_collect_hook,
+            check=self.check,
             models=dict(self.models or {}),
             engine=None if self.nested_workers == 1 else functools.partial(
                 nested_rollout(), num_workers=self.nested_workers),

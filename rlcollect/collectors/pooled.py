@@ -131,6 +131,7 @@ class PooledCollector(BaseCollector):
         }
         self._specs: dict[int, bytes] = {}  # pickled rollout specs, kept while the workers start
         self._pool = WorkerPool(transport, self._worker_setup, workers, timeout=options.timeout,
+                                start_timeout=options.start_timeout,
                                 max_restarts=options.max_worker_restarts, traj_start=traj_start,
                                 restart_seed_stride=self.num_envs * outers)
         self._finalizer: weakref.finalize[..., Any] = weakref.finalize(self, self._pool.shutdown)
@@ -373,9 +374,28 @@ class PooledCollector(BaseCollector):
     def shutdown(
         self, timeout: float | None = None, close_env: bool = True, raise_on_error: bool = True
     ) -> None:
-        """Stop background collection and the workers (bounded by ``timeout``); idempotent."""
+        """Stop background collection, then the workers, then raise the error background
+        collection stopped on (if any, and ``raise_on_error``); idempotent.
+
+        The whole takes at most ``timeout`` seconds (default: the collector's ``timeout``) and about
+        a second more: a batch under way may finish (and be written) for half of it, workers then
+        get what is left to exit by themselves, and those still running (a hung env) are
+        terminated, then killed.
+        """
+        deadline = time.monotonic() + (self.options.timeout if timeout is None else timeout)
+        error = None
         try:
-            self._stop_background(timeout)
+            error = self._stop_background(deadline, self._pool.interrupt)
+            self._stop_server(deadline)
         finally:
             self._finalizer.detach()
-            self._pool.shutdown(timeout)
+            self._pool.shutdown(max(0.0, deadline - time.monotonic()))
+        if error is not None and raise_on_error:
+            raise error
+
+    def _stop_server(self, deadline: float) -> None:
+        """Stop what serves the workers, before they are stopped (the policy server)."""
+        return
+
+    def _on_background_error(self) -> None:
+        self._pool.close_soon()  # the workers exit after their batch under way

@@ -19,9 +19,9 @@ __all__ = ["RayCollector"]
 
 # RayCollector's own arguments: collector_kwargs may not set them
 _RESERVED = ("frames_per_batch", "total_frames", "seed", "replay_buffer", "return_same_td", "split_trajs",
-             "trajs_per_batch", "traj_format", "prefetch",
-             "max_worker_restarts", "timeout", "start_method", "postproc", "post_collect_hook",
-             "storing_device", "weight_sync_schemes", "weight_updater")
+             "trajs_per_batch", "traj_format", "prefetch", "max_worker_restarts", "timeout", "start_timeout",
+             "start_method", "postproc", "post_collect_hook",
+             "storing_device", "weight_sync_schemes", "weight_updater", "check")
 
 
 class RayCollector(PooledCollector):
@@ -56,7 +56,8 @@ class RayCollector(PooledCollector):
         remote_config: Ray actor options (``num_cpus`` default 1, ``num_gpus``, ``resources``, ...).
         max_actor_restarts: restarts allowed per actor (it died, its env raised, or it hung for
             ``timeout``); past them the original error is raised here.
-        timeout: seconds an actor may take to start or to collect one batch.
+        timeout: seconds an actor may take to collect one batch before it is deemed hung.
+        start_timeout: seconds an actor may take to start or restart (placement, imports, envs).
         seed: env ``i`` over all actors is reset with ``seed + i`` (``None``: unseeded).
         replay_buffer: a Ray actor with ``extend`` (the actors write to it themselves, only a small
             report comes back) or any local object with ``extend`` (this process writes); iteration
@@ -64,6 +65,7 @@ class RayCollector(PooledCollector):
         weight_sync_schemes: ``{model_id: WeightSyncScheme}``:
             :class:`~rlcollect.weights.RayWeightSyncScheme` (default) or ``NoWeightSyncScheme``.
         weight_updater: a legacy :class:`~rlcollect.weights.WeightUpdaterBase` (or its class).
+        check: the data checks each actor runs, as for :class:`~rlcollect.Collector`.
         postproc, split_trajs, return_same_td, storing_device, post_collect_hook, trajs_per_batch,
         traj_format:
             applied here to each batch, as for :class:`~rlcollect.Collector`.
@@ -103,6 +105,7 @@ class RayCollector(PooledCollector):
         remote_config: Mapping[str, Any] | None = None,
         max_actor_restarts: int = 3,
         timeout: float = 120.0,
+        start_timeout: float = 120.0,
         seed: int | None = None,
         replay_buffer: Any = None,
         postproc: Callable[[TensorDictBase], TensorDictBase] | None = None,
@@ -114,6 +117,7 @@ class RayCollector(PooledCollector):
         traj_format: str | None = None,
         weight_sync_schemes: Mapping[str, WeightSyncScheme] | None = None,
         weight_updater: Any = None,
+        check: str = "full",
     ) -> None:
         nested = isinstance(collector_class, type) and issubclass(collector_class, MultiSyncCollector)
         if not (nested or isinstance(collector_class, type) and issubclass(collector_class, Collector)):

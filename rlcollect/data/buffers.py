@@ -22,6 +22,8 @@ Example:
 
 from __future__ import annotations
 
+import math
+import os
 from typing import Any
 
 import torch
@@ -29,13 +31,26 @@ from tensordict import TensorDict
 
 from rlcollect.data.layout import BatchLayout, Field, get_nested
 
-__all__ = ["BatchBuffers"]
+__all__ = ["BatchBuffers", "physical_memory"]
 
 NestedKey = tuple[str, ...]
 
 
 def _key(key: NestedKey) -> str | NestedKey:
     return key[0] if len(key) == 1 else key
+
+
+#: Bytes of every frame besides observations, action and extras: reward (4), three flags (3),
+#: trajectory id (8), policy version (8), mask (1).
+FIXED_FRAME_BYTES = 24
+
+
+def physical_memory() -> int:
+    """Bytes of memory of this machine (``2**40`` where the OS does not say)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return 2**40
 
 
 class BatchBuffers:
@@ -96,6 +111,15 @@ class BatchBuffers:
         for batches whose collection may stop early (preemption).
         """
         n, t = num_envs, num_steps
+        fields = (*layout.observations, *layout.observations, layout.action, *layout.extras)
+        frame_bytes = sum(math.prod(f.shape) * f.dtype.itemsize for f in fields) + FIXED_FRAME_BYTES
+        need, memory = n * (t + 1) * frame_bytes, physical_memory()
+        if need > memory:  # named here, not by the allocator
+            raise ValueError(
+                f"frames_per_batch: a batch of {n} envs x {t} steps ({n * t} frames) of {frame_bytes} bytes "
+                f"each needs {need / 2**30:.1f} GiB, more than this machine's {memory / 2**30:.1f} GiB: "
+                "lower frames_per_batch (or the number of envs)"
+            )
 
         def zeros(field: Field, steps: int) -> torch.Tensor:
             return torch.zeros((n, steps, *field.shape), dtype=field.dtype)

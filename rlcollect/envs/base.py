@@ -27,6 +27,8 @@ class EnvBatch(abc.ABC):
     num_envs: int
     observation_space: gym.Space[Any]
     action_space: gym.Space[Any]
+    #: Check each value's shape and type before writing it (``check="full"``; see ``data.checks``).
+    check_writes: bool = True
 
     def __init__(self, num_envs: int, max_episode_steps: int | None) -> None:
         self.num_envs = num_envs

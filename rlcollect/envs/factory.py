@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any, TypeAlias
 
 import gymnasium as gym
 from gymnasium.vector import VectorEnv
 
+from rlcollect.data.checks import short_repr
 from rlcollect.envs.base import EnvBatch
 from rlcollect.envs.gym_envs import GymEnvs
 from rlcollect.envs.torchrl_env import TorchRLEnv, is_torchrl_env
 from rlcollect.envs.vector import GymVectorEnv
 
-__all__ = ["EnvSource", "make_env_batch", "source_modules"]
+__all__ = ["EnvSource", "check_env_source", "make_env_batch", "source_modules"]
 
 #: An env id, a ``gymnasium.Env`` / ``VectorEnv`` factory, or a ``VectorEnv`` instance.
 EnvSource: TypeAlias = "str | Callable[..., Any] | VectorEnv[Any, Any, Any]"
@@ -31,6 +33,36 @@ def _register_optional_envs(env_id: str) -> None:
         gym.register_envs(ale_py)
 
 
+def check_env_source(name: str, source: Any) -> None:
+    """Raise ``TypeError`` naming ``name`` and the value unless ``source`` can build envs: an env id,
+    a callable, a ``VectorEnv`` or a TorchRL env."""
+    if isinstance(source, (str, VectorEnv)) or callable(source) or is_torchrl_env(source):
+        return
+    kind = "a gymnasium.Env instance" if isinstance(source, gym.Env) else type(source).__name__
+    hint = (": pass a function that builds it (lambda: env) or its id, so that each env is a new one"
+            if isinstance(source, gym.Env) else "")
+    raise TypeError(
+        f"{name} must be an env id, a callable returning a gymnasium Env or VectorEnv, "
+        f"or a VectorEnv; got {kind} {short_repr(source)}{hint}"
+    )
+
+
+
+
+
+def _check_spaces(env: gym.Env[Any, Any], source: Any) -> None:
+    """Both spaces are Gymnasium spaces (an old gym space, or none, is named here)."""
+    for name in ("observation_space", "action_space"):
+        space = getattr(env, name, None)
+        if not isinstance(space, gym.spaces.Space):
+            raise TypeError(
+                f"env {short_repr(env)} (from create_env_fn={short_repr(source)}) has "
+                f"{name}={short_repr(space)} "
+                f"({type(space).__name__}); rlcollect needs a gymnasium.spaces.Space there: set "
+                f"self.{name} in the env's __init__ (gymnasium.spaces, not gym.spaces)"
+            )
+
+
 def _make_one(source: str | Callable[..., Any], kwargs: dict[str, Any]) -> Any:
     if isinstance(source, str):
         _register_optional_envs(source)
@@ -40,6 +72,22 @@ def _make_one(source: str | Callable[..., Any], kwargs: dict[str, Any]) -> Any:
             raise ValueError(
                 f"create_env_fn={source!r} is not a registered Gymnasium env id ({error})"
             ) from None
+        except TypeError as error:
+            if "argument" not in str(error) or not kwargs:
+                raise
+            raise TypeError(f"create_env_kwargs={short_repr(kwargs)} do not fit create_env_fn={source!r}: "
+                            f"{error}") from None
+    if kwargs:
+        try:
+            signature = inspect.signature(source)
+        except (TypeError, ValueError):
+            signature = None
+        if signature is not None:
+            try:
+                signature.bind(**kwargs)
+            except TypeError as error:
+                raise TypeError(f"create_env_kwargs={short_repr(kwargs)} do not fit create_env_fn="
+                                f"{short_repr(source)}: {error}") from None
     return source(**kwargs)
 
 
@@ -85,13 +133,9 @@ def make_env_batch(
     kwargs = dict(kwargs or {})
     if isinstance(source, VectorEnv) or is_torchrl_env(source):
         first: Any = source
-    elif isinstance(source, str) or callable(source):
-        first = _make_one(source, kwargs)
     else:
-        raise TypeError(
-            f"create_env_fn must be an env id, a callable returning a gymnasium Env or VectorEnv, "
-            f"or a VectorEnv; got {type(source).__name__}"
-        )
+        check_env_source("create_env_fn", source)
+        first = _make_one(source, kwargs)
     if is_torchrl_env(first):
         if num_envs != 1:
             raise ValueError(
@@ -108,8 +152,10 @@ def make_env_batch(
         return GymVectorEnv(first, max_episode_steps)
     if not isinstance(first, gym.Env):
         raise TypeError(
-            f"create_env_fn returned {type(first).__name__}; expected a gymnasium.Env or VectorEnv"
+            f"create_env_fn returned {type(first).__name__} {short_repr(first)}; expected a gymnasium.Env or "
+            "VectorEnv (a gym.Env of the old gym package: port it or wrap it with shimmy)"
         )
     assert not isinstance(source, VectorEnv)
+    _check_spaces(first, source)
     envs = [first] + [_make_one(source, kwargs) for _ in range(num_envs - 1)]
     return GymEnvs(envs, max_episode_steps)

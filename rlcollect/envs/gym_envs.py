@@ -5,11 +5,30 @@ from __future__ import annotations
 from typing import Any
 
 import gymnasium as gym
+from numpy import ndarray
 
 from rlcollect.data.buffers import BatchBuffers
+from rlcollect.data.checks import (
+    FLAG_TYPES,
+    REWARD_TYPES,
+    check_observation,
+    checked_array,
+    checked_flag,
+    checked_reward,
+)
 from rlcollect.envs.base import EnvBatch
 
 __all__ = ["GymEnvs"]
+
+
+def old_api_error(env: Any, call: str, expected: str, result: Any) -> ValueError:
+    """The error for an env whose ``reset()`` or ``step()`` does not return what Gymnasium's do."""
+    got = f"a tuple of {len(result)} values" if isinstance(result, tuple) else type(result).__name__
+    return ValueError(
+        f"env {env!r:.120} returned {got} from {call}, not {expected}: rlcollect needs the Gymnasium "
+        "API. Port the env, or wrap an old gym env with shimmy (pip install shimmy; "
+        "gymnasium.make('GymV21Environment-v0', env=...))"
+    )
 
 
 class GymEnvs(EnvBatch):
@@ -54,12 +73,19 @@ class GymEnvs(EnvBatch):
         self._truncated = buffers.truncated_np[..., 0]
         self._actions = buffers.action_np  # [N, T, *act]
         self._actions_as_list = buffers.action_np.ndim == 2  # Discrete: python ints, like a hand loop
+        array = next(iter(buffers.obs_ext_np.values()))  # the leaf observation's shape and dtype
+        self._obs_shape, self._obs_dtype, self._obs_size = array.shape[2:], array.dtype, array[0, 0].size
 
     def reset(self, slot: int, seeds: list[int] | None = None) -> None:
         buffers = self._buffers
         assert buffers is not None, "bind() the buffers before reset()"
         for i, env in enumerate(self.envs):
-            obs, _ = env.reset(seed=None if seeds is None else seeds[i])
+            result = env.reset(seed=None if seeds is None else seeds[i])
+            if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict)):
+                raise old_api_error(env, "reset()", "(obs, info)", result)
+            obs = result[0]
+            if self.check_writes:
+                check_observation(obs, buffers.obs_ext_np, buffers.dict_obs, env=i, step=slot)
             buffers.write_obs(i, slot, obs)
         self._steps[:] = [0] * self.num_envs
 
@@ -70,21 +96,45 @@ class GymEnvs(EnvBatch):
         if self._actions_as_list:
             actions = actions.tolist()
         obs_array, reward, limit, steps = self._obs_array, self._reward, self._limit, self._steps
+        # the checks (rlcollect.data.checks) cost a few identity tests per env-step unless a value
+        # is of another type or size, which a numpy write would cast or broadcast
+        checking, size, dtype = self.check_writes, self._obs_size, self._obs_dtype
+        reward_types, flag_types, array_type = REWARD_TYPES, FLAG_TYPES, ndarray
         slot = t + 1
         for i, env in enumerate(self.envs):
-            obs, r, terminated, truncated, _ = env.step(actions[i])
+            result = env.step(actions[i])
+            try:
+                obs, r, terminated, truncated, _ = result
+            except (TypeError, ValueError):
+                raise old_api_error(env, "step()", "(obs, reward, terminated, truncated, info)",
+                                    result) from None
+            if checking and (r.__class__ is not float or terminated.__class__ is not bool
+                             or truncated.__class__ is not bool) and (
+                    r.__class__ not in reward_types or terminated.__class__ not in flag_types
+                    or truncated.__class__ not in flag_types):
+                r = checked_reward(r, env=i, step=t)
+                terminated = checked_flag(terminated, "terminated", env=i, step=t)
+                truncated = checked_flag(truncated, "truncated", env=i, step=t)
             reward[i, t] = r
             count = steps[i] + 1
             if terminated or truncated or count >= limit:
                 self._terminated[i, t] = terminated
                 self._truncated[i, t] = truncated or count >= limit
+                if checking and (obs.__class__ is not array_type or obs.dtype is not dtype
+                                 or obs.size != size):
+                    check_observation(obs, buffers.next_obs_np, buffers.dict_obs, env=i, step=t)
                 buffers.finals.append((i, t, obs))
                 obs, _ = env.reset()
                 count = 0
             steps[i] = count
             if obs_array is not None:
+                if checking and (obs.__class__ is not array_type or obs.dtype is not dtype
+                                 or obs.size != size):
+                    obs = checked_array(obs, self._obs_shape, dtype, "observation", env=i, step=t)
                 obs_array[i, slot] = obs
             else:
+                if checking:
+                    check_observation(obs, buffers.obs_ext_np, True, env=i, step=t)
                 buffers.write_obs(i, slot, obs)
 
     def seed_action_spaces(self, seeds: list[int]) -> None:

@@ -14,6 +14,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from rlcollect.data.buffers import BatchBuffers
+from rlcollect.data.checks import check_observation, check_vector_step
 from rlcollect.envs.base import EnvBatch
 
 __all__ = ["GymVectorEnv"]
@@ -24,6 +25,46 @@ def _env_slice(obs: Any, i: int) -> Any:
     if isinstance(obs, dict):
         return {key: _env_slice(value, i) for key, value in obs.items()}
     return np.array(obs[i])  # a copy: the vector env may reuse its arrays
+
+
+def _same_obs(first: Any, second: Any, i: int) -> bool:
+    if isinstance(first, dict):
+        return all(_same_obs(first[key], second[key], i) for key in first)
+    return bool(np.array_equal(np.asarray(first)[i], np.asarray(second)[i], equal_nan=True))
+
+
+def _probe_partial_reset(env: VectorEnv[Any, Any, Any], mode: AutoresetMode) -> None:
+    """Refuse a vector env whose ``reset(options={"reset_mask": ...})`` resets more than the masked
+    envs (or fails): without ``SAME_STEP`` autoreset, the collector resets finished envs that way.
+
+    One reset, one step with sampled actions, one partial reset of sub-env 0: the others must keep
+    their observations. The collector resets every env again
+    before collecting.
+    """
+    name = type(env.unwrapped).__name__
+    instead = (
+        "pass gym.make_vec(env_id, num_envs=N, vectorization_mode='sync' or 'async'), whose "
+        "reset_mask works, or the env id (or a factory) with num_envs=N"
+    )
+    env.reset()
+    stepped, *_ = env.step(env.action_space.sample())
+    mask = np.zeros(env.num_envs, dtype=bool)
+    mask[0] = True
+    try:
+        after, _ = env.reset(options={"reset_mask": mask})
+    except Exception as error:
+        raise ValueError(
+            f"vector env {name} has autoreset_mode {mode.value} and fails a partial reset "
+            f"(reset(options={{'reset_mask': ...}}) raised {error!r}); rlcollect resets finished envs "
+            f"that way when the env does not reset them in the same step: {instead}"
+        ) from error
+    changed = [i for i in range(1, env.num_envs) if not _same_obs(stepped, after, i)]
+    if changed:
+        raise ValueError(
+            f"vector env {name} has autoreset_mode {mode.value} but ignores reset_mask: a partial reset "
+            f"of sub-env 0 also reset sub-envs {changed}. rlcollect needs SAME_STEP autoreset or "
+            f"partial resets that honour the mask: {instead}"
+        )
 
 
 class GymVectorEnv(EnvBatch):
@@ -46,7 +87,13 @@ class GymVectorEnv(EnvBatch):
         self.observation_space = env.single_observation_space
         self.action_space = env.single_action_space
         mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
-        self._same_step = AutoresetMode(mode) == AutoresetMode.SAME_STEP
+        try:
+            self._same_step = AutoresetMode(mode) == AutoresetMode.SAME_STEP
+        except ValueError:
+            raise ValueError(f"vector env {type(env).__name__} has metadata['autoreset_mode']={mode!r}, "
+                             f"not one of {[m.value for m in AutoresetMode]}") from None
+        if not self._same_step:
+            _probe_partial_reset(env, AutoresetMode(mode))
 
     def bind(self, buffers: BatchBuffers) -> None:
         super().bind(buffers)
@@ -59,6 +106,9 @@ class GymVectorEnv(EnvBatch):
         assert self._buffers is not None, "bind() the buffers before reset()"
         # a vector env seeded with s seeds sub-env i with s + i, Gymnasium's own convention
         obs, _ = self.env.reset(seed=None if seeds is None else seeds[0])
+        if self.check_writes:
+            zeros = np.zeros(self.num_envs)
+            self._check(obs, zeros, zeros == 1, zeros == 1, step=slot)
         self._buffers.write_obs_all(slot, obs)
         self._steps[:] = 0
 
@@ -66,6 +116,8 @@ class GymVectorEnv(EnvBatch):
         buffers = self._buffers
         assert buffers is not None
         obs, reward, terminated, truncated, info = self.env.step(self._actions[:, t])
+        if self.check_writes:
+            self._check(obs, reward, terminated, truncated, step=t)
         self._steps += 1
         truncated = truncated | (self._steps >= self._limit)
         self._reward[:, t] = reward
@@ -77,12 +129,21 @@ class GymVectorEnv(EnvBatch):
             self_reset = info.get("_final_obs", np.zeros_like(done)) if self._same_step else ~done
             for i in np.flatnonzero(done).tolist():
                 final = info["final_obs"][i] if self_reset[i] else _env_slice(obs, i)
+                if self.check_writes:
+                    check_observation(final, buffers.next_obs_np, buffers.dict_obs, env=i, step=t)
                 buffers.finals.append((i, t, final))
             to_reset = done & ~self_reset
             if to_reset.any():
                 obs, _ = self.env.reset(options={"reset_mask": to_reset})
+                if self.check_writes:
+                    self._check(obs, reward, terminated, truncated, step=t)
             self._steps[done] = 0
         buffers.write_obs_all(t + 1, obs)
+
+    def _check(self, obs: Any, reward: Any, terminated: Any, truncated: Any, *, step: int) -> None:
+        assert self._buffers is not None
+        buffers = self._buffers
+        check_vector_step(obs, reward, terminated, truncated, buffers.obs_ext_np, buffers.dict_obs, step=step)
 
     def seed_action_spaces(self, seeds: list[int]) -> None:
         self.env.action_space.seed(seeds[0])

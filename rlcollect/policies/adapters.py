@@ -35,6 +35,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import InteractionType, TensorDictModuleBase, set_interaction_type
 
 from rlcollect.data.buffers import BatchBuffers
+from rlcollect.data.checks import BadDataError
 from rlcollect.data.layout import Field, action_fields, observation_fields
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "PolicyAdapter",
     "RandomPolicy",
     "TensorDictPolicy",
+    "checked_output",
     "interaction_type",
     "make_policy",
 ]
@@ -64,6 +66,21 @@ def interaction_type(value: str | InteractionType | Any) -> InteractionType:
     raise ValueError(f"exploration_type={value!r} is not one of {sorted(_EXPLORATION)}")
 
 
+def checked_output(out: Any, shape: tuple[int, ...], dtype: torch.dtype, what: str, step: int | None) -> Any:
+    """``out`` if it can be written into a ``shape`` ``dtype`` buffer without a broadcast or a
+    float truncated to an integer; else a :class:`BadDataError` (the per-step check of policies)."""
+    if not isinstance(out, torch.Tensor):
+        raise BadDataError(what, None, step, f"is a {type(out).__name__}; the policy must return a tensor "
+                           f"of shape {list(shape)} ({dtype})")
+    if tuple(out.shape) != tuple(shape):
+        raise BadDataError(what, None, step, f"has shape {list(out.shape)}; expected {list(shape)} "
+                           "(one per env, never broadcast)")
+    if out.is_floating_point() and not dtype.is_floating_point:
+        raise BadDataError(what, None, step, f"has dtype {out.dtype}; the space's actions are {dtype} "
+                           "(a float such as 1.7 would be stored truncated): return integers")
+    return out
+
+
 class PolicyAdapter(abc.ABC):
     """Chooses the actions of all envs of a batch at step ``t``, in place in the buffers."""
 
@@ -71,6 +88,8 @@ class PolicyAdapter(abc.ABC):
     extras: tuple[Field, ...] = ()
     #: The module that runs (the device copy where there is one), for weight updates.
     module: torch.nn.Module | None = None
+    #: Check every output before writing it (``check="full"``; see ``rlcollect.data.checks``).
+    check_writes: bool = True
 
     def bind(self, buffers: BatchBuffers) -> None:
         """Point the adapter at ``buffers``; views are made once per buffers and reused.
@@ -189,9 +208,11 @@ class ModulePolicy(PolicyAdapter):
         device: where the policy runs; ``None`` for where it already is.
     """
 
-    # set by bind(): per-step views of observation slot t and action[:, t]
+    # set by bind(): per-step views of observation slot t and action[:, t], the action's shape and dtype
     _obs_views: list[torch.Tensor]
     _action_views: list[torch.Tensor]
+    _action_shape: torch.Size
+    _action_dtype: torch.dtype
 
     def __init__(
         self,
@@ -212,6 +233,7 @@ class ModulePolicy(PolicyAdapter):
         self.device = device
         self._moves_obs = device is not None and device.type != "cpu"  # buffers live on the CPU
         sample = next(iter(_sample_observations(observation_space, num_envs).values()))
+        self._action_field = action_fields(action_space)[0]
         with torch.inference_mode():
             _check_action(self._forward(sample), action_space, num_envs)
 
@@ -226,16 +248,27 @@ class ModulePolicy(PolicyAdapter):
         return {
             "_obs_views": [obs[:, t] for t in range(buffers.num_steps)],
             "_action_views": [buffers.action[:, t] for t in range(buffers.num_steps)],
+            "_action_shape": buffers.action[:, 0].shape,
+            "_action_dtype": buffers.action.dtype,
         }
 
     def act(self, t: int) -> None:
         obs = self._obs_views[t]
         if self._moves_obs:
             obs = obs.to(self.device, non_blocking=True)
-        self._action_views[t].copy_(self.callable(obs))
+        out = self.callable(obs)
+        if self.check_writes and (out.__class__ is not torch.Tensor or out.shape != self._action_shape
+                                  or out.dtype is not self._action_dtype):
+            checked_output(out, self._action_shape, self._action_dtype, "action", t)
+        self._action_views[t].copy_(out)
 
     def outputs(self, obs: Mapping[NestedKey, torch.Tensor]) -> list[torch.Tensor]:
-        return [self._forward(next(iter(obs.values())))]
+        first = next(iter(obs.values()))
+        out = self._forward(first)
+        if self.check_writes:
+            field = self._action_field
+            checked_output(out, (first.shape[0], *field.shape), field.dtype, "action", None)
+        return [out]
 
 
 def _leaf_keys(td: TensorDictBase) -> list[tuple[str, ...]]:
@@ -273,6 +306,7 @@ class TensorDictPolicy(PolicyAdapter):
                 f"the TensorDict policy wrote keys {_leaf_keys(out)} but no 'action' key"
             )
         _check_action(out.get("action"), action_space, num_envs)
+        self._action_field = action_fields(action_space)[0]
         self.extras = tuple(
             Field(key, tuple(out.get(key).shape[1:]), out.get(key).dtype)
             for key in _leaf_keys(out)
@@ -300,12 +334,20 @@ class TensorDictPolicy(PolicyAdapter):
     def act(self, t: int) -> None:
         out = self._forward(self._inputs[t])
         for key, view in self._outputs[t]:
-            view.copy_(out.get(key))
+            value = out.get(key)
+            if self.check_writes and (value.__class__ is not torch.Tensor or value.shape != view.shape
+                                      or value.dtype is not view.dtype):
+                checked_output(value, view.shape, view.dtype, ".".join(key), t)
+            view.copy_(value)
 
     def outputs(self, obs: Mapping[NestedKey, torch.Tensor]) -> list[torch.Tensor]:
         first = next(iter(obs.values()))
         out = self._forward(TensorDict(dict(obs), batch_size=first.shape[:1]))
-        return [out.get("action"), *(out.get(field.key) for field in self.extras)]
+        values = [out.get("action"), *(out.get(field.key) for field in self.extras)]
+        if self.check_writes:
+            for field, value in zip((self._action_field, *self.extras), values, strict=True):
+                checked_output(value, (first.shape[0], *field.shape), field.dtype, ".".join(field.key), None)
+        return values
 
 
 def _is_tensordict_policy(policy: Any) -> bool:

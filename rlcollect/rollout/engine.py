@@ -29,6 +29,7 @@ import torch
 from tensordict.nn import InteractionType
 
 from rlcollect.data.buffers import BatchBuffers
+from rlcollect.data.checks import BadDataError, BatchValueCheck
 from rlcollect.data.layout import BatchLayout, action_fields, observation_fields
 from rlcollect.data.trajectories import TrajectoryIds
 from rlcollect.envs.factory import EnvSource, make_env_batch
@@ -54,6 +55,8 @@ class RolloutSpec:
             last frames are marked truncated too).
         exploration_type, policy_device, compile_policy: how the policy runs.
         pre_collect_hook: called before each batch, in the process that collects.
+        check: ``"full"``, ``"batch"`` or ``"off"``: what is checked of the envs' and the policy's
+            data (see :mod:`rlcollect.data.checks`).
         models: other modules by model id whose weights can be updated (share objects with the
             policy or env factory: they are pickled together).
         engine: builds what a worker runs instead of a :class:`Rollout`, ``engine(spec, setup)``
@@ -72,6 +75,7 @@ class RolloutSpec:
     policy_device: torch.device | None = None
     compile_policy: bool | Mapping[str, Any] = False
     pre_collect_hook: Callable[[], None] | None = None
+    check: str = "full"
     models: Mapping[str, torch.nn.Module] = field(default_factory=dict)
     engine: Callable[..., Any] | None = None
 
@@ -123,6 +127,9 @@ class Rollout:
             tuple(observation_fields(obs_space)), action_fields(action_space)[0], self.policy.extras,
             dict_observations=isinstance(obs_space, gym.spaces.Dict),
         )
+        self.envs.check_writes = self.policy.check_writes = spec.check == "full"
+        self.check_values = None if spec.check == "off" else BatchValueCheck(
+            obs_space, action_space, self.layout.observations, self.layout.action)
         self.config = RolloutConfig(
             truncate_last=spec.set_truncated or spec.reset_at_each_iter,
             exploration_type=spec.exploration_type,
@@ -162,11 +169,16 @@ class Rollout:
         self.envs.bind(buffers)
         policy.bind(buffers)
         start = time.perf_counter()
-        steps = collect_batch(
-            self.envs, policy, buffers, self.config, self.traj_ids, self.episodes,
-            None if self.served and not random else policy_version,
-            self.pending_obs, stop,
-        )
+        try:
+            steps = collect_batch(
+                self.envs, policy, buffers, self.config, self.traj_ids, self.episodes,
+                None if self.served and not random else policy_version,
+                self.pending_obs, stop,
+            )
+            if self.check_values is not None:
+                self.check_values(buffers, steps)
+        except BadDataError as error:
+            raise error.located(self.env_offset, self.batches) from None
         self.collect_seconds += time.perf_counter() - start
         self.frames += steps * self.num_envs
         self.batches += 1

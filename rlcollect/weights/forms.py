@@ -12,11 +12,43 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-__all__ = ["apply_weights", "as_weights", "check_model_ids", "check_update", "check_weights",
-           "weight_update_forms"]
+from rlcollect.data.checks import short_repr
+
+__all__ = ["UnknownKeyError", "apply_weights", "as_weights", "check_model_ids", "check_source",
+           "check_update", "check_weights", "weight_update_forms"]
+
+
+class UnknownKeyError(KeyError, ValueError):
+    """A model id or weight key that does not exist: a ``KeyError`` (as the mappings raise) and a
+    ``ValueError`` (a bad argument value), whose message is printed as is."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+
+
+def check_source(name: str, source: Any) -> None:
+    """Raise ``TypeError`` naming ``name`` unless ``source`` is weights ``update_policy_weights_``
+    takes: ``None`` (pull), an ``nn.Module``, a TensorDict, or a dict (possibly nested, or with
+    dotted keys) of tensors or numpy arrays."""
+    if source is None or isinstance(source, (torch.nn.Module, TensorDictBase)):
+        return
+    if not isinstance(source, Mapping):
+        raise TypeError(f"{name} must be an nn.Module, a TensorDict or a dict of tensors (a state_dict), got "
+                        f"{type(source).__name__} {short_repr(source)}")
+    for key, value in source.items():
+        if not isinstance(key, str):
+            raise TypeError(f"{name} has the key {key!r} ({type(key).__name__}); weight names are strings")
+        if isinstance(value, Mapping):
+            check_source(f"{name}[{key!r}]", value)
+        elif not isinstance(value, (torch.Tensor, np.ndarray)):
+            raise TypeError(f"{name}[{key!r}] must be a tensor, got {type(value).__name__} "
+                            f"{short_repr(value)}")
 
 
 def weight_update_forms(
@@ -31,6 +63,8 @@ def weight_update_forms(
 
     Raises:
         ValueError: two forms that exclude each other were given together.
+        TypeError: weights that are no module, TensorDict or dict of tensors, a ``model_id`` that is
+            no string, a ``weights_dict`` that is no dict (each names the argument and the value).
     """
     given = {
         "policy_or_weights": policy_or_weights,
@@ -41,13 +75,26 @@ def weight_update_forms(
     if len(named) > 1:
         raise ValueError(f"give the weights once: got {' and '.join(named)} together")
     source = next((given[name] for name in named), None)
+    if model_id is not None and not isinstance(model_id, str):
+        raise TypeError(f"model_id must be a model id (str) or None, got {model_id!r} "
+                        f"({type(model_id).__name__})")
     if weights_dict is not None:
         if model_id is not None or source is not None:
             raise ValueError(
                 "weights_dict updates several models at once and excludes model_id, "
                 f"policy_or_weights, weights and policy; got weights_dict with {named or ['model_id']}"
             )
+        if not isinstance(weights_dict, Mapping):
+            raise TypeError(f"weights_dict must be a dict {{model_id: weights}}, got "
+                            f"{type(weights_dict).__name__} {short_repr(weights_dict)}")
+        for key, value in weights_dict.items():
+            if not isinstance(key, str):
+                raise TypeError(f"weights_dict keys must be model ids (str), got {key!r} "
+                                f"({type(key).__name__})")
+            check_source(f"weights_dict[{key!r}]", value)
         return dict(weights_dict)
+    if named:
+        check_source(named[0], source)
     return {model_id or "policy": source}
 
 
@@ -65,7 +112,8 @@ def as_weights(source: Any) -> TensorDictBase:
         td = TensorDict(dict(source))
         return td.unflatten_keys(".") if any("." in k for k in source) else td
     raise TypeError(
-        f"weights must be an nn.Module, a TensorDict or a dict of tensors, got {type(source).__name__}"
+        f"weights must be an nn.Module, a TensorDict or a dict of tensors, got {type(source).__name__} "
+        f"{short_repr(source)}"
     )
 
 
@@ -82,14 +130,15 @@ def check_weights(model_id: str, weights: TensorDictBase, reference: TensorDictB
     """Raise before anything is written if ``weights`` do not fit ``reference`` (a model's weights).
 
     Raises:
-        KeyError: a key that the model does not have (its keys are listed).
+        UnknownKeyError: a key that the model does not have (its keys are listed; a ``KeyError`` and a
+            ``ValueError``).
         ValueError: a tensor whose shape differs from the model's (the key and both shapes named).
     """
     known = set(reference.keys(True, True))
     unknown = set(weights.keys(True, True)) - known
     if unknown:
-        raise KeyError(f"weights for {model_id!r} hold {_dotted(unknown)} which the module does "
-                       f"not have (it has {_dotted(known)})")
+        raise UnknownKeyError(f"weights for {model_id!r} hold {_dotted(unknown)} which the module does "
+                              f"not have (it has {_dotted(known)})")
     for key in weights.keys(True, True):
         given, expected = weights.get(key).shape, reference.get(key).shape
         if given != expected:
@@ -111,7 +160,9 @@ def _dotted(keys: Iterable[Any]) -> list[str]:
 
 
 def check_model_ids(model_ids: Iterable[str], known: Iterable[str]) -> None:
-    """Raise ``KeyError`` naming the known ids if one of ``model_ids`` is unknown."""
-    unknown = sorted(set(model_ids) - set(known))
+    """Raise :class:`UnknownKeyError` (a ``KeyError``) naming the known ids if one of ``model_ids`` is
+    unknown."""
+    known = list(known)
+    unknown = sorted(set(model_ids) - set(known), key=repr)
     if unknown:
-        raise KeyError(f"unknown model id(s) {unknown}; known: {list(known)}")
+        raise UnknownKeyError(f"unknown model id(s) {unknown}; known: {list(known)}")

@@ -1,7 +1,8 @@
 """The parent's side of the workers, over any transport: start, command, watch, restart, stop.
 
 Every wait has a timeout and notices a dead worker at once (a process's sentinel, a Ray actor's
-error); a worker that stops answering is deemed hung after ``timeout`` seconds. Either is replaced
+error); a worker that does not start within ``start_timeout`` seconds, or stops answering a command
+for ``timeout`` seconds, is deemed hung. Either is replaced
 by a fresh worker (fresh envs, the next block of seeds, trajectory ids after the ones it handed
 out, the current weights) and its interrupted ``collect`` is sent again, up to ``max_restarts``
 times; after that its original exception is raised here.
@@ -9,11 +10,17 @@ times; after that its original exception is raised here.
 Reports that arrived but were not consumed yet (drained before a ``state_dict``, or the rest of
 several that arrived together) are kept in order and count as busy: :meth:`WorkerPool.pending`
 and :meth:`WorkerPool.restore_pending` carry them through a ``state_dict``.
+
+The pool may be driven by another thread (background collection) while this one shuts it down:
+:meth:`WorkerPool.shutdown` first stops every wait of that thread (waits are sliced and check a
+closing flag; no worker is started once it is set), then stops every worker, bounded by its timeout.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable
@@ -23,7 +30,16 @@ from rlcollect.rollout.profiling import ProfileConfig
 from rlcollect.workers.transport import Transport
 from rlcollect.workers.worker import BatchReport, WorkerFailure, WorkerInfo, WorkerSetup
 
-__all__ = ["WorkerPool"]
+__all__ = ["PoolClosed", "WorkerPool"]
+
+#: the longest single wait: a thread waiting in the pool notices a shutdown within this
+_SLICE = 0.1
+#: after the grace period, how long terminated (then killed) workers are given to exit
+_KILL_WAIT = 0.5
+
+
+class PoolClosed(RuntimeError):
+    """The pool was shut down (raised to a thread still waiting on it)."""
 
 
 class WorkerPool:
@@ -34,7 +50,9 @@ class WorkerPool:
         setup: builds worker ``w``'s setup, when it starts and when it restarts (then with the
             current weights); the pool keeps none, so nothing large stays in this process.
         num_workers: workers.
-        timeout: seconds a worker may take to start or to answer one command.
+        timeout: seconds a worker may take to answer one command (collect a batch) before it is
+            deemed hung and restarted; the default grace of :meth:`shutdown`.
+        start_timeout: seconds a worker may take to start (or restart); default ``timeout``.
         max_restarts: restarts allowed per worker.
         restart_seed_stride: added to a worker's seed at each restart (fresh envs, fresh seeds).
         traj_start: the first local trajectory id of every worker.
@@ -49,6 +67,7 @@ class WorkerPool:
         num_workers: int,
         *,
         timeout: float,
+        start_timeout: float | None = None,
         max_restarts: int,
         restart_seed_stride: int,
         traj_start: int = 0,
@@ -58,6 +77,7 @@ class WorkerPool:
         self.check = check
         self._setup = setup
         self.timeout, self.max_restarts = timeout, max_restarts
+        self.start_timeout = timeout if start_timeout is None else start_timeout
         self._seed_stride = restart_seed_stride
         self.num_workers = num_workers
         self.restarts = [0] * num_workers
@@ -67,21 +87,46 @@ class WorkerPool:
         self._in_flight: dict[int, tuple[Any, float]] = {}  # worker -> (collect argument, sent at)
         self._stash: list[tuple[int, BatchReport]] = []  # reports arrived but not consumed
         self.started = self.closed = False
+        self._closing = threading.Event()  # set first by shutdown: every wait gives up
+        self._lock = threading.RLock()  # held while a worker is spawned: shutdown waits for it
 
     # -- starting -------------------------------------------------------------------------------
     def start(self, profile: ProfileConfig | None = None) -> None:
         """Start every worker (profiling those ``profile`` selects); return once each is ready."""
         self.started, self._profile = True, profile
         for worker in range(self.num_workers):
-            self.transport.spawn(worker, dataclasses.replace(self._setup(worker), profile=profile))
+            self._spawn(worker, dataclasses.replace(self._setup(worker), profile=profile))
         for worker in range(self.num_workers):
             self._await_ready(worker)
 
+    def _spawn(self, worker: int, setup: WorkerSetup) -> None:
+        """Start ``worker``, unless the pool is closing; one that a shutdown missed (it could not
+        wait for this start: a forkserver still importing) is stopped here."""
+        with self._lock:
+            self._check_open()
+            self.transport.spawn(worker, setup)
+            if self._closing.is_set():
+                self.transport.stop(worker, 0.0)
+                self._check_open()
+
+    def _check_open(self) -> None:
+        if self.closed or self._closing.is_set():
+            raise PoolClosed("the workers were shut down")
+
+    def _wait(self, workers: list[int], timeout: float) -> list[tuple[int, Any]]:
+        """``transport.wait`` in slices of at most :data:`_SLICE` s, giving up once the pool closes."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self._check_open()
+            answers = self.transport.wait(workers, max(0.0, min(_SLICE, deadline - time.monotonic())))
+            if answers or time.monotonic() >= deadline:
+                return answers
+
     def _await_ready(self, worker: int) -> None:
-        answers = self.transport.wait([worker], self.timeout)
+        answers = self._wait([worker], self.start_timeout)
         if not answers:
             self.transport.stop(worker, 0.0)
-            raise TimeoutError(f"worker {worker} did not start within timeout={self.timeout} s")
+            raise TimeoutError(f"worker {worker} did not start within start_timeout={self.start_timeout} s")
         kind, payload = answers[0][1]
         if kind != "ready":
             self.transport.stop(worker, 0.0)
@@ -96,8 +141,9 @@ class WorkerPool:
 
     def request(self, worker: int, command: str, argument: Any = None) -> Any:
         """Send a control command and return the worker's answer (an error is raised)."""
+        self._check_open()
         self.transport.send(worker, (command, argument))
-        answers = self.transport.wait([worker], self.timeout)
+        answers = self._wait([worker], self.timeout)
         if not answers:
             raise TimeoutError(f"worker {worker} did not answer {command!r} within {self.timeout} s")
         kind, payload = answers[0][1]
@@ -142,7 +188,7 @@ class WorkerPool:
             raise RuntimeError("waiting for batches, but none is being collected")
         while True:
             deadline = min(self._in_flight[w][1] for w in workers) + self.timeout
-            answers = self.transport.wait(workers, max(0.0, deadline - time.monotonic()))
+            answers = self._wait(workers, max(0.0, deadline - time.monotonic()))
             if self.check is not None:
                 self.check()
             reports = []
@@ -162,8 +208,7 @@ class WorkerPool:
 
     # -- failures -------------------------------------------------------------------------------
     def _restart(self, worker: int, failure: WorkerFailure | None, what: str) -> None:
-        if self.closed:
-            raise RuntimeError("the workers were shut down")
+        self._check_open()
         self.transport.stop(worker, 0.0)
         self.restarts[worker] += 1
         what = failure.message if failure else what
@@ -178,7 +223,7 @@ class WorkerPool:
         )
         setup = self._setup(worker)  # built now: the current weights
         seed = None if setup.seed is None else setup.seed + self._seed_stride * self.restarts[worker]
-        self.transport.spawn(worker, dataclasses.replace(
+        self._spawn(worker, dataclasses.replace(
             setup, seed=seed, traj_start=self.next_traj_id[worker], profile=self._profile))
         self._await_ready(worker)
         if worker in self._in_flight:  # its batch was lost: collect it again
@@ -198,17 +243,62 @@ class WorkerPool:
         raise RuntimeError(f"rlcollect worker {worker} failed past max_worker_restarts: {what}")
 
     # -- stopping -------------------------------------------------------------------------------
+    def close_soon(self) -> None:
+        """Ask every worker to close after its command under way, without waiting, and start no
+        other (after an error in background collection); :meth:`shutdown` still stops them."""
+        with self._lock:
+            self._closing.set()
+            if self.started and not self.closed:
+                for worker in range(self.num_workers):
+                    self.transport.send(worker, ("close", None))
+
+    def interrupt(self) -> None:
+        """Make every wait of another thread give up (within :data:`_SLICE` s) and start no worker."""
+        self._closing.set()
+
     def shutdown(self, timeout: float | None = None) -> None:
-        """Ask every worker to close, then end the ones still running; idempotent and bounded."""
+        """Ask every worker to close, then end the ones still running; idempotent and bounded.
+
+        Workers get ``timeout`` seconds (default: the pool's ``timeout``) to finish their command
+        under way and exit by themselves; those left are then terminated and killed, all at once,
+        in about a second more. An interruption (``KeyboardInterrupt``) while waiting still ends
+        every worker before it propagates.
+        """
         if self.closed:
             return
-        self.closed = True
-        started = list(range(self.num_workers)) if self.started else []
-        for worker in started:
-            self.transport.send(worker, ("close", None))
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-        for worker in started:
-            self.transport.stop(worker, max(0.0, deadline - time.monotonic()))
-        self._in_flight.clear()
-        self.transport.close()
+        self._closing.set()
+        locked = self._lock.acquire(timeout=max(0.01, deadline - time.monotonic()))  # no spawn under way
+        try:
+            if self.closed:
+                return
+            self.closed = True
+        finally:
+            if locked:
+                self._lock.release()
+        started = list(range(self.num_workers)) if self.started else []
+        interrupted = True
+        try:
+            for worker in started:
+                self.transport.send(worker, ("close", None))
+            self._await_exit(started, deadline)
+            interrupted = False
+        finally:  # interrupted (a second Ctrl-C): no more grace, every worker is ended now
+            for worker in started:
+                with contextlib.suppress(Exception):
+                    self.transport.stop(worker, 0.0 if interrupted else max(0.0, deadline - time.monotonic()))
+            self._in_flight.clear()
+            self.transport.close()
 
+    def _await_exit(self, workers: list[int], deadline: float) -> None:
+        """Until every worker exited or ``deadline``; then terminate (and kill) the rest at once."""
+        exited = getattr(self.transport, "exited", None)
+        end = getattr(self.transport, "end", None)
+        if exited is None or end is None:
+            return  # the transport's stop() waits and ends each worker itself
+        exited(workers, max(0.0, deadline - time.monotonic()))
+        for force in (False, True):
+            if exited(workers, 0.0):
+                return
+            end(workers, force)
+            exited(workers, _KILL_WAIT)

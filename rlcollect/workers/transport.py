@@ -11,9 +11,11 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import multiprocessing.forkserver
+import signal
 import sys
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Iterator
 from multiprocessing import resource_sharer
 from multiprocessing.connection import Connection, wait
 from multiprocessing.context import BaseContext
@@ -58,8 +60,26 @@ class Transport(Protocol):
         """Release what the transport holds (every worker is stopped already)."""
 
 
-#: what a forkserver imports once, before it forks workers: what every worker needs
-PRELOAD = ("numpy", "torch", "tensordict", "gymnasium", "cloudpickle", "rlcollect.workers.worker")
+#: what a forkserver imports once, before it forks workers: what every worker needs; the first
+#: makes the forkserver (and so every process it forks) ignore SIGINT from the start
+PRELOAD = ("rlcollect.workers.nosigint", "numpy", "torch", "tensordict", "gymnasium", "cloudpickle",
+           "rlcollect.workers.worker")
+
+
+@contextlib.contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """SIGINT blocked in this thread meanwhile: a child forked (or spawned: the mask survives
+    ``exec``) now starts with it blocked, so a Ctrl-C while it imports prints no traceback; the
+    worker ignores SIGINT and unblocks it first thing. A Ctrl-C meanwhile reaches this process
+    once the block ends."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def fork_is_safe() -> bool:
@@ -123,7 +143,8 @@ class ProcessTransport:
             target=process_main, args=([setup], child_end), name=f"rlcollect-worker-{worker}",
             daemon=False,  # envs may start processes of their own
         )
-        process.start()
+        with _sigint_blocked():  # a forked or spawned worker starts with it blocked, then ignores it
+            process.start()
         child_end.close()
         self._processes[worker], self._conns[worker] = process, parent_end
 
@@ -135,14 +156,22 @@ class ProcessTransport:
 
     def wait(self, workers: list[int], timeout: float) -> list[tuple[int, Message]]:
         owner: dict[Any, int] = {}
+        gone = [w for w in workers if w not in self._conns]  # stopped meanwhile (a shutdown)
+        if gone:
+            return [(w, ("died", "the worker was stopped")) for w in gone]
         for worker in workers:
             owner[self._conns[worker]] = owner[self._processes[worker].sentinel] = worker
-        ready = wait(list(owner), timeout)
+        try:
+            ready = wait(list(owner), timeout)
+        except (OSError, ValueError):  # a pipe closed by a shutdown in another thread
+            return [(w, ("died", "the worker was stopped")) for w in workers]
         return [(worker, self._receive(worker)) for worker in sorted({owner[obj] for obj in ready})]
 
     def _receive(self, worker: int) -> Message:
-        conn, process = self._conns[worker], self._processes[worker]
-        with contextlib.suppress(EOFError, OSError):
+        conn, process = self._conns.get(worker), self._processes.get(worker)
+        if conn is None or process is None:
+            return "died", "the worker was stopped"
+        with contextlib.suppress(EOFError, OSError, ValueError):
             if conn.poll():  # an answer sent before the process ended is still read
                 message: Message = conn.recv()
                 return message
@@ -159,6 +188,24 @@ class ProcessTransport:
                     process.join(2.0)
         if conn is not None:
             conn.close()
+
+    def exited(self, workers: list[int], timeout: float) -> bool:
+        """Whether every one of ``workers`` exited, waiting up to ``timeout`` s for them."""
+        deadline = time.monotonic() + timeout
+        while True:
+            running = [p for w in workers if (p := self._processes.get(w)) is not None and p.is_alive()]
+            left = deadline - time.monotonic()
+            if not running or left <= 0:
+                return not running
+            wait([p.sentinel for p in running], left)
+
+    def end(self, workers: list[int], force: bool) -> None:
+        """Terminate (``force``: kill) every one of ``workers`` still running, without waiting."""
+        for worker in workers:
+            process = self._processes.get(worker)
+            if process is not None and process.is_alive():
+                with contextlib.suppress(OSError):
+                    process.kill() if force else process.terminate()
 
     def can_write(self, replay_buffer: Any) -> bool:
         return bool(getattr(replay_buffer, "shared", False))  # shared or memmap storage

@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import signal
 import socket
 import time
 import traceback
@@ -252,7 +253,14 @@ def process_main(setup_box: list[WorkerSetup], conn: Connection) -> None:
 
     The setup comes in a list that is emptied here, so that its pickled policy is not kept for the
     life of the process (the process object holds its arguments).
+
+    SIGINT is ignored: a Ctrl-C in a terminal reaches every process of the group, and only the
+    parent should see it (it then shuts the workers down). It is unblocked too (the parent starts
+    workers with it blocked, so that a Ctrl-C during their start-up does not reach them either).
     """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     parent = os.getppid()
     worker, answer = start_worker(setup_box.pop())
     conn.send(answer)

@@ -58,7 +58,7 @@ def test_unknown_env_id() -> None:
 
 
 def test_env_factory_returning_something_else() -> None:
-    with pytest.raises(TypeError, match="create_env_fn returned int; expected a gymnasium.Env or VectorEnv"):
+    with pytest.raises(TypeError, match="create_env_fn returned int 3; expected a gymnasium.Env"):
         Collector(lambda: 3, frames_per_batch=10)
     with pytest.raises(TypeError, match="create_env_fn must be an env id, a callable"):
         Collector(3.5, frames_per_batch=10)  # type: ignore[arg-type]

@@ -1,5 +1,7 @@
 """Multi-process collectors: equality with the single-process one, exactly-once delivery,
-weights, faults and restarts, preemption, shutdown without leaks.
+weights, preemption, shutdown without leaks, arguments. Faults (a killed worker, env errors,
+hangs, start-up failures, errors in the user's loop, signals, a killed parent) are the fault
+matrix's: tests/reliability/test_fault_matrix.py (it uses this module's helpers).
 
 Workers are spawned (each imports torch), so each test builds few of them on tiny batches.
 """
@@ -7,11 +9,9 @@ Workers are spawned (each imports torch), so each test builds few of them on tin
 from __future__ import annotations
 
 import functools
+import inspect
 import os
-import signal
 import threading
-import time
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +20,10 @@ import pytest
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from rlcollect import Collector, MultiAsyncCollector, MultiSyncCollector
+from rlcollect import AsyncBatchedCollector, Collector, MultiAsyncCollector, MultiSyncCollector, RayCollector
+from rlcollect.collectors import ray_collector
 from tests.envs_for_tests import (
     CountingEnv,
-    EnvBroke,
     Offset,
     TiltPolicy,
     WeightedPolicy,
@@ -143,59 +143,6 @@ def test_prefetch_lags_one_version_and_update_at_each_batch() -> None:
         assert [int(b["policy_version"].max()) for b in collector] == [1, 2, 3]  # type: ignore[index]
 
 
-def test_worker_killed_mid_batch_is_restarted_and_no_batch_is_lost() -> None:
-    env = functools.partial(CountingEnv, episode_length=50, step_sleep=0.01)
-    collector = MultiSyncCollector(env, None, num_workers=2, frames_per_batch=2 * 40, total_frames=4 * 80,
-                                   seed=0, timeout=30)
-    first = collector.next()
-    assert first is not None
-    victim = collector.worker_pids[0]
-    assert victim is not None
-    timer = threading.Timer(0.15, os.kill, (victim, signal.SIGKILL))
-    timer.start()
-    with pytest.warns(RuntimeWarning, match="worker 0 failed .* restarting it with fresh envs"):
-        rest = [b for b in collector]
-    timer.join()
-    assert len(rest) == 3 and all(b.shape == (2, 40) for b in rest)  # type: ignore[union-attr]
-    stats = collector.stats()
-    assert stats.restarts == 1 and stats.workers[0].restarts == 1 and stats.frames == 4 * 80
-    assert collector.worker_pids[0] != victim
-    collector.shutdown()
-
-
-def test_env_error_restarts_worker_then_raises_past_budget(tmp_path: Path) -> None:
-    once = functools.partial(CountingEnv, fail_at=6, fail_marker=str(tmp_path / "failed"))
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        with MultiSyncCollector(once, None, num_workers=2, frames_per_batch=8, total_frames=32,
-                                seed=0) as collector:
-            batches = list(collector)
-    assert len(batches) == 4
-    assert collector.stats().restarts == 1  # the first env to reach step 6 broke, once
-    assert any("failed (env" in str(w.message) and "broke at step 6" in str(w.message) for w in caught)
-
-    always = functools.partial(CountingEnv, fail_at=3)
-    collector = MultiSyncCollector(always, None, num_workers=2, frames_per_batch=8, total_frames=64,
-                                   max_worker_restarts=1)
-    with pytest.raises(EnvBroke, match="broke at step 3") as info, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        list(collector)
-    assert any("raised in rlcollect worker" in note for note in getattr(info.value, "__notes__", []))
-    assert collector._pool.closed  # iteration errors shut the collector down
-
-
-def test_hung_env_does_not_hang_shutdown() -> None:
-    hang = functools.partial(CountingEnv, hang_at=5)
-    before = child_pids()
-    collector = MultiAsyncCollector(hang, None, num_workers=2, frames_per_batch=4, timeout=60)
-    first = collector.next()
-    assert first is not None
-    start = time.monotonic()
-    collector.shutdown(timeout=1.0)
-    assert time.monotonic() - start < 10
-    assert child_pids() <= before
-
-
 def test_preemption_masks_the_late_worker() -> None:
     slow = functools.partial(CountingEnv, episode_length=1000, step_sleep=0.05)
     fast = functools.partial(CountingEnv, episode_length=1000)
@@ -264,15 +211,6 @@ def test_no_child_process_or_shared_memory_left_after_shutdown() -> None:
     assert torch.get_num_threads() == threads  # workers set their own; this process's is untouched
 
 
-def test_exception_in_the_users_loop_shuts_down() -> None:
-    before = child_pids()
-    collector = MultiSyncCollector("CartPole-v1", None, num_workers=2, frames_per_batch=8)
-    with pytest.raises(ZeroDivisionError):
-        for _ in collector:
-            1 / 0  # noqa: B018
-    assert collector._pool.closed and child_pids() <= before
-
-
 def test_construction_errors_name_the_argument() -> None:
     lock = threading.Lock()
 
@@ -284,15 +222,35 @@ def test_construction_errors_name_the_argument() -> None:
         MultiSyncCollector(unpicklable_env, None, num_workers=2, frames_per_batch=8)
     with pytest.raises(ValueError, match="num_workers is required unless create_env_fn is a list"):
         MultiSyncCollector("CartPole-v1", None, frames_per_batch=8)
-    with pytest.raises(ValueError, match=r"preemptive_threshold must be in \(0, 1\] or None, got 1.5"):
+    with pytest.raises(ValueError, match=r"preemptive_threshold must be .*in \(0, 1\] or None, got 1.5"):
         MultiSyncCollector("CartPole-v1", None, num_workers=2, frames_per_batch=8, preemptive_threshold=1.5)
     with pytest.raises(ValueError, match="start_method='thread' is not one of"):
         MultiSyncCollector("CartPole-v1", None, num_workers=2, frames_per_batch=8, start_method="thread")
     with pytest.raises(ValueError, match="create_env_kwargs has 3 entries for num_workers=2"):
         MultiSyncCollector("CartPole-v1", None, num_workers=2, frames_per_batch=8,
                            create_env_kwargs=[{}, {}, {}])
+    for name in ("timeout", "start_timeout"):
+        for bad, error in ((0, ValueError), (-1.5, ValueError), (float("inf"), ValueError), (True, TypeError),
+                           ("5", TypeError), (None, TypeError)):
+            with pytest.raises(error, match=rf"{name} must be a positive number of seconds, got {bad!r}"):
+                MultiSyncCollector("CartPole-v1", None, num_workers=2, frames_per_batch=8, **{name: bad})
     with pytest.raises(ValueError, match=r"the policy's action does not fit"):
         MultiSyncCollector("CartPole-v1", lambda obs: obs, num_workers=2, frames_per_batch=8)
+
+
+@pytest.mark.parametrize("cls", [MultiSyncCollector, MultiAsyncCollector, AsyncBatchedCollector])
+def test_start_timeout_bounds_starts_and_timeout_commands(cls: type) -> None:
+    """``start_timeout`` (a numpy number too) reaches the pool for starts and restarts, apart from
+    ``timeout``; every collector with workers takes it, with the same tolerant default."""
+    kwargs = {"num_envs": 2} if cls is AsyncBatchedCollector else {"num_workers": 2}
+    collector = cls("CartPole-v1", TiltPolicy(), frames_per_batch=8, timeout=np.float32(5),
+                    start_timeout=np.int64(300), **kwargs)
+    assert (collector._pool.timeout, collector._pool.start_timeout) == (5.0, 300.0)
+    collector.shutdown()
+    for collector_class in (MultiSyncCollector, MultiAsyncCollector, AsyncBatchedCollector, RayCollector):
+        parameter = inspect.signature(collector_class).parameters["start_timeout"]
+        assert parameter.default == 120.0, collector_class
+    assert "start_timeout" in ray_collector._RESERVED  # not settable per actor
 
 
 def test_policy_factory_and_per_worker_env_kwargs() -> None:
@@ -320,27 +278,6 @@ def test_a_rejected_weight_update_changes_nothing_and_collection_goes_on() -> No
         for _ in range(10):  # no hang, no torn store: the old weights and version keep collecting
             batch = collector.next()
             assert batch is not None and (batch["action"] == 1).all() and (batch["policy_version"] == 0).all()
-
-
-def make_env_only_in_the_parent() -> Any:
-    """CartPole in the process that built the collector; an error in a spawned worker."""
-    import multiprocessing
-
-    if multiprocessing.parent_process() is not None:
-        raise EnvBroke("this env cannot be built in a worker")
-    return make_cartpole()
-
-
-def test_a_worker_that_cannot_start_raises_and_leaves_no_process() -> None:
-    before = child_pids()
-    collector = MultiSyncCollector(make_env_only_in_the_parent, None, num_workers=2, frames_per_batch=8,
-                                   max_worker_restarts=0)
-    with pytest.raises(EnvBroke, match="cannot be built in a worker"):
-        collector.next()
-    deadline = time.monotonic() + 10
-    while child_pids() - before and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not child_pids() - before
 
 
 @pytest.mark.parametrize("start_method", ["spawn", "forkserver", "fork"])
@@ -383,43 +320,6 @@ def test_auto_forks_only_without_other_threads() -> None:
                           cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["True forked", "False forkserver"]
-
-
-PARENT_KILLED = """
-import os, signal, sys
-from rlcollect import AsyncBatchedCollector, MultiSyncCollector
-from tests.envs_for_tests import TiltPolicy, make_cartpole
-
-if __name__ == "__main__":
-    if sys.argv[1] == "sync":
-        collector = MultiSyncCollector(make_cartpole, TiltPolicy(), num_workers=2, frames_per_batch=8)
-    else:
-        collector = AsyncBatchedCollector(make_cartpole, TiltPolicy(), num_envs=2, frames_per_batch=8)
-    collector.next()
-    print(*collector.worker_pids, flush=True)
-    os.kill(os.getpid(), signal.SIGKILL)
-"""
-
-
-@pytest.mark.parametrize("kind", ["sync", "batched"])
-def test_workers_exit_when_their_parent_is_killed(tmp_path: Path, kind: str) -> None:
-    """Forked siblings hold each other's pipe ends, so a worker cannot rely on end-of-file: it
-    watches its parent (idle, or waiting for the policy server) and exits within seconds."""
-    import subprocess
-    import sys
-
-    script = tmp_path / "parent.py"
-    script.write_text(PARENT_KILLED)
-    repo = Path(__file__).resolve().parents[2]
-    done = subprocess.run([sys.executable, str(script), kind], capture_output=True, text=True, timeout=80,
-                          cwd=repo, env={**os.environ, "PYTHONPATH": str(repo)})
-    assert done.returncode == -signal.SIGKILL, done.stderr
-    workers = [int(pid) for pid in done.stdout.split()]
-    assert len(workers) == 2
-    deadline = time.monotonic() + 15
-    while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not any(alive(pid) for pid in workers)
 
 
 def coin(obs: torch.Tensor) -> torch.Tensor:

@@ -65,6 +65,8 @@ CASES: dict[str, tuple[dict[str, Any], str]] = {
     "trajs_per_batch": ({"trajs_per_batch": 3, "max_frames_per_traj": 8}, "trajectories"),
     "replay_buffer": ({"replay_buffer": "sink"}, "sink"),
     "weight_sync_schemes": ({"weight_sync_schemes": "explicit"}, "frames"),
+    "check=batch": ({"check": "batch"}, "frames"),
+    "check=off": ({"check": "off"}, "frames"),
 }
 PER_WORKER = ("max_frames_per_traj", "reset_at_each_iter", "set_truncated", "exploration_type",
               "init_random_frames")  # RayCollector takes these in collector_kwargs

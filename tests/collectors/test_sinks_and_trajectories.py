@@ -154,7 +154,7 @@ def test_multi_process_background_collection_into_a_parent_sink(collector_class:
 
 
 def test_delivery_argument_errors() -> None:
-    with pytest.raises(TypeError, match=r"replay_buffer must have an extend\(TensorDict\) method, got int"):
+    with pytest.raises(TypeError, match=r"replay_buffer must have an extend\(TensorDict\) method .*int 3"):
         Collector("CartPole-v1", frames_per_batch=4, replay_buffer=3)
     with pytest.raises(ValueError, match="trajs_per_batch must be a positive int or None, got 0"):
         Collector("CartPole-v1", frames_per_batch=4, trajs_per_batch=0)

@@ -1,0 +1,305 @@
+"""Bad data never enters a batch: each write is checked for shape and type, each batch for values.
+
+A numpy write broadcasts and casts silently: an observation of shape ``(1,)`` fills all four
+features of a ``Box(4,)``, ``None`` becomes NaN, the reward ``"1.0"`` is parsed, ``"no"`` is a true
+flag, the action 1.7 becomes 1. So the collectors check at two points, chosen by ``check``:
+
+- ``"full"`` (the default): every observation, reward and flag an env returns, and every action a
+  policy returns, before it is written (shape and type; a fast identity test, the full check only
+  when that fails), then every batch's values against the spaces, vectorised.
+- ``"batch"``: only the per-batch values (NaN, Box bounds, discrete ranges, finite rewards);
+  a wrong shape may then be broadcast.
+- ``"off"``: nothing.
+
+Box actions are checked to be finite, not to lie within the bounds: a Gaussian policy's unclipped
+action is what its log-probability refers to, and clipping it is the env's job (as in SB3 and
+TorchRL). Every error is a :class:`BadDataError` naming the env, the step, and expected vs actual.
+
+Example:
+    >>> import numpy as np
+    >>> checked_array(np.zeros(1), (4,), np.dtype(np.float32), "observation", env=2, step=5)
+    Traceback (most recent call last):
+    ...
+    rlcollect.data.checks.BadDataError: the observation of env 2 at step 5 has shape (1,); the space says (4,)
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from rlcollect.data.layout import Field, get_nested
+
+__all__ = [
+    "CHECK_LEVELS",
+    "BadDataError",
+    "BatchValueCheck",
+    "FLAG_TYPES",
+    "REWARD_TYPES",
+    "check_observation",
+    "check_vector_step",
+    "checked_array",
+    "checked_flag",
+    "checked_reward",
+    "short_repr",
+]
+
+#: The values of the collectors' ``check`` option.
+CHECK_LEVELS = ("full", "batch", "off")
+#: Reward and flag types written without a closer look.
+REWARD_TYPES = frozenset({float, int, np.float64, np.float32, np.int64, np.int32})
+FLAG_TYPES = frozenset({bool, np.bool_})
+
+
+class BadDataError(ValueError):
+    """An env or a policy produced a value that does not fit its space.
+
+    Attributes:
+        what: ``"observation"``, ``"reward"``, ``"terminated"``, ``"action"``, ...
+        env: the env's index (``None`` when the whole policy output is wrong).
+        step: the step within the batch (``None`` for a policy server's forward pass).
+        detail: what was wrong: expected vs actual.
+        batch: the batch's number in its process, once known.
+    """
+
+    def __init__(
+        self, what: str, env: int | None, step: int | None, detail: str, batch: int | None = None
+    ) -> None:
+        self.what, self.env, self.step, self.detail, self.batch = what, env, step, detail, batch
+        where = "" if env is None else f" of env {env}"
+        when = "" if step is None else f" at step {step}" + ("" if batch is None else f" of batch {batch}")
+        super().__init__(f"the {what}{where}{when} {detail}")
+
+    def __reduce__(self) -> tuple[Any, ...]:  # picklable across worker processes
+        return type(self), (self.what, self.env, self.step, self.detail, self.batch)
+
+    def located(self, env_offset: int, batch: int) -> BadDataError:
+        """The same error with the collector-wide env index and the batch number."""
+        env = None if self.env is None else self.env + env_offset
+        return BadDataError(self.what, env, self.step, self.detail, batch)
+
+
+def short_repr(value: Any, limit: int = 120) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for error messages.
+
+    Example:
+        >>> short_repr("x" * 200, limit=10)
+        "'xxxxxx..."
+    """
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _describe(value: Any) -> str:
+    return f"{type(value).__name__} {short_repr(value, 60)}"
+
+
+def checked_array(
+    value: Any, shape: tuple[int, ...], dtype: np.dtype[Any], what: str, *, env: int | None, step: int
+) -> np.ndarray:
+    """``value`` as an array of exactly ``shape`` whose values ``dtype`` holds, or a
+    :class:`BadDataError` (never a broadcast, never a float truncated to an integer)."""
+    if (value.__class__ is np.ndarray and value.shape == shape and value.dtype.kind == dtype.kind
+            and (dtype.kind not in "iu" or value.dtype.itemsize <= dtype.itemsize)):
+        return value
+    if value is None or isinstance(value, (str, bytes)):
+        raise BadDataError(
+            what, env, step, f"is {_describe(value)}; the space says an array of shape {shape} {dtype}"
+        )
+    array = np.asarray(value)
+    if array.dtype.kind not in "biuf":
+        raise BadDataError(
+            what, env, step, f"is {_describe(value)} (dtype {array.dtype}); the space says {dtype}"
+        )
+    if array.shape != shape:
+        raise BadDataError(what, env, step, f"has shape {array.shape}; the space says {shape}")
+    if dtype.kind == "b" and array.dtype.kind != "b":
+        raise BadDataError(what, env, step, f"has dtype {array.dtype}; flags are bools")
+    if dtype.kind in "iu" and array.dtype.kind == "f" and not np.array_equal(array, np.trunc(array)):
+        raise BadDataError(
+            what, env, step, f"holds non-integer values {_describe(value)}; the space's dtype is {dtype}"
+        )
+    if dtype.kind in "iu" and array.size:
+        info = np.iinfo(dtype)
+        if array.min() < info.min or array.max() > info.max:
+            raise BadDataError(what, env, step, f"holds values {_describe(value)} that {dtype} cannot hold")
+    return array
+
+
+def check_observation(
+    obs: Any, arrays: dict[tuple[str, ...], np.ndarray], dict_obs: bool, *, env: int, step: int
+) -> None:
+    """Check one env's (possibly Dict) observation against the buffers ``arrays`` it goes to
+    (``[N, T, *shape]`` each), as :func:`checked_array` does."""
+    for key, array in arrays.items():
+        name = "observation" if not dict_obs else f"observation {'.'.join(key)}"
+        try:
+            value = get_nested(obs, key) if dict_obs else obs
+        except (KeyError, TypeError, AttributeError, IndexError):
+            raise BadDataError(
+                "observation", env, step, f"has no entry {'.'.join(key)}: {_describe(obs)}"
+            ) from None
+        checked_array(value, array.shape[2:], array.dtype, name, env=env, step=step)
+
+
+def checked_reward(value: Any, *, env: int, step: int) -> float:
+    """A reward as a float: a real number or a one-element numeric array, nothing else."""
+    if isinstance(value, numbers.Real):
+        return float(value)
+    array = np.asarray(value) if isinstance(value, np.ndarray) else None
+    if array is not None and array.size == 1 and array.dtype.kind in "biuf":
+        return float(array.reshape(()))
+    raise BadDataError("reward", env, step, f"is {_describe(value)}; a reward is a real number")
+
+
+def checked_flag(value: Any, what: str, *, env: int, step: int) -> bool:
+    """``terminated`` / ``truncated`` as a bool: a bool, numpy bool, or the integers 0 and 1."""
+    if isinstance(value, (bool, np.bool_)) or (
+        isinstance(value, np.ndarray) and value.shape == () and value.dtype == np.bool_
+    ):
+        return bool(value)
+    if isinstance(value, numbers.Integral) and int(value) in (0, 1):
+        return bool(value)
+    raise BadDataError(f"{what} flag", env, step, f"is {_describe(value)}; {what} is a bool")
+
+
+def _bounds(space: spaces.Space[Any], shape: tuple[int, ...], finite_only: bool) -> tuple[Any, Any] | None:
+    """``(low, high)`` arrays to check a field of ``space`` against; ``None`` when nothing can fail."""
+    if isinstance(space, spaces.Discrete):
+        return np.int64(space.start), np.int64(space.start + space.n - 1)
+    if isinstance(space, spaces.MultiDiscrete):
+        return space.start, space.start + space.nvec - 1
+    if isinstance(space, spaces.MultiBinary):
+        return np.zeros(shape, space.dtype), np.ones(shape, space.dtype)
+    if isinstance(space, spaces.Box):
+        if space.dtype.kind == "f" and finite_only:
+            return np.full(shape, -np.inf), np.full(shape, np.inf)
+        low, high = np.broadcast_to(space.low, shape), np.broadcast_to(space.high, shape)
+        if space.dtype.kind in "iub":
+            info = np.iinfo(space.dtype) if space.dtype.kind != "b" else None
+            if info is None or (np.all(low <= info.min) and np.all(high >= info.max)):
+                return None  # every value of the dtype is in the space
+        return low, high
+    return None
+
+
+def _subspace(space: spaces.Space[Any], key: tuple[str, ...]) -> spaces.Space[Any]:
+    if not isinstance(space, spaces.Dict):
+        return space
+    for part in key:
+        assert isinstance(space, spaces.Dict)
+        space = space.spaces[part]
+    return space
+
+
+class BatchValueCheck:
+    """Checks a finished batch's values against the spaces, vectorised (one pass per field).
+
+    Actions within discrete ranges and Box actions finite (first: a bad action is the likelier
+    cause of what follows), rewards finite, observations (each once: the next ones, true finals
+    included, and the reset ones) within their space's bounds; NaN never passes.
+
+    Args:
+        observation_space, action_space: the single env's spaces.
+        observations, action: the batch layout's fields for them.
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Space[Any],
+        action_space: spaces.Space[Any],
+        observations: Sequence[Field],
+        action: Field,
+    ) -> None:
+        self._obs = [
+            (f.key, b)
+            for f in observations
+            if (b := _bounds(_subspace(observation_space, f.key), f.shape, False)) is not None
+        ]
+        self._action = _bounds(action_space, action.shape, True)
+        self._action_space, self._observation_space = action_space, observation_space
+
+    def __call__(self, buffers: Any, steps: int) -> None:
+        """Raise :class:`BadDataError` for the first value of the batch outside its space."""
+        if not steps:
+            return
+        if self._action is not None:
+            box = isinstance(self._action_space, spaces.Box) and self._action_space.dtype.kind == "f"
+            outside = "not finite" if box else f"outside {self._action_space}"
+            _within(buffers.action_np[:, :steps], *self._action, "action", outside)
+        reward = buffers.reward_np[:, :steps, 0]
+        if not np.isfinite(reward).all():
+            env, step = np.argwhere(~np.isfinite(reward))[0].tolist()
+            raise BadDataError("reward", env, step, f"is {reward[env, step]}; a reward is a finite number")
+        done = buffers.done_np[:, :steps, 0]
+        for key, (low, high) in self._obs:
+            name = "observation" if key == ("observation",) else f"observation {'.'.join(key)}"
+            outside = f"outside {_subspace(self._observation_space, key)}"
+            # every observation once: each step's next one (true finals included), the reset ones
+            # that follow a done, and slot 0 (the first batch's reset observations)
+            _within(buffers.next_obs_np[key][:, :steps], low, high, name, outside)
+            resets = buffers.obs_ext_np[key][:, 1 : steps + 1]
+            if done.any():
+                envs, times = np.nonzero(done)
+                _within(resets[envs, times][:, None], low, high, f"reset {name}", outside, envs, times)
+            _within(buffers.obs_ext_np[key][:, :1], low, high, f"reset {name}", outside)
+
+
+def _within(
+    values: np.ndarray,
+    low: Any,
+    high: Any,
+    what: str,
+    outside: str,
+    envs: np.ndarray | None = None,
+    times: np.ndarray | None = None,
+) -> None:
+    """Raise unless every ``[env, step, ...]`` value lies in ``[low, high]`` (NaN never does);
+    ``envs``/``times``: the env and step of each row of gathered ``values`` (``[rows, 1, ...]``)."""
+    if not values.size:
+        return
+    if values.min() >= np.max(low) and values.max() <= np.min(high):  # the min is NaN if any value is
+        return  # one pass over the values, no temporaries, for most spaces and batches
+    inside = (values >= low) & (values <= high)
+    if inside.all():
+        return
+    frame = inside.reshape(*inside.shape[:2], -1).all(-1)
+    env, step = np.argwhere(~frame)[0].tolist()
+    value = values[env, step]
+    if envs is not None and times is not None:
+        env, step = int(envs[env]), int(times[env])
+    raise BadDataError(
+        what, env, step, f"is {_describe(value.tolist() if value.ndim else value.item())}, {outside}"
+    )
+
+
+_FLAG_DTYPE, _REWARD_DTYPE = np.dtype(np.bool_), np.dtype(np.float32)
+
+
+def check_vector_step(
+    obs: Any,
+    reward: Any,
+    terminated: Any,
+    truncated: Any,
+    arrays: dict[tuple[str, ...], np.ndarray],
+    dict_obs: bool,
+    *,
+    step: int,
+) -> None:
+    """Check a vector env's batched step (``[N, ...]`` arrays) against the buffers ``arrays`` its
+    observations go to, as :func:`checked_array` does; the error names no env (the whole array
+    is wrong)."""
+    num_envs = next(iter(arrays.values())).shape[0]
+    for key, array in arrays.items():
+        name = "observation" if not dict_obs else f"observation {'.'.join(key)}"
+        value = get_nested(obs, key) if dict_obs else obs
+        checked_array(
+            value, (num_envs, *array.shape[2:]), array.dtype, f"vector env's {name}", env=None, step=step
+        )
+    checked_array(reward, (num_envs,), _REWARD_DTYPE, "vector env's reward", env=None, step=step)
+    checked_array(terminated, (num_envs,), _FLAG_DTYPE, "vector env's terminated", env=None, step=step)
+    checked_array(truncated, (num_envs,), _FLAG_DTYPE, "vector env's truncated", env=None, step=step)

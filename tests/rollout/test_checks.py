@@ -1,0 +1,319 @@
+"""The data checks: bad env or policy output is an error naming the env and step, in every collector.
+
+Each case breaks one value at one known step (``BadEnv`` env 1 at its step ``AT``; ``LaterPolicy`` from
+its call ``AT``), so the test knows exactly which env and step the error must name. Good data from
+standard envs must pass untouched (the batches equal those collected with ``check="off"``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+from tensordict.nn import TensorDictModule
+
+from rlcollect import AsyncBatchedCollector, Collector, MultiAsyncCollector, MultiSyncCollector
+from rlcollect.data.checks import BadDataError, BatchValueCheck, checked_array
+
+pytestmark = pytest.mark.timeout(120)
+
+AT = 5  # the env's step (1-based count) / the policy call at which the value goes bad
+
+
+class BadEnv(gym.Env[np.ndarray, int]):
+    """Box(4,) in [-10, 10], Discrete(2); at step ``AT`` of the env whose ``uid`` is ``bad_uid``,
+    the field ``field`` of the step's result becomes ``value``."""
+
+    observation_space = spaces.Box(-10, 10, (4,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, field: str = "", value: Any = None, bad_uid: int = 1) -> None:
+        self.field, self.value, self.bad_uid = field, value, bad_uid
+        self.uid, self.count = -1, 0
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+        if self.uid < 0 and seed is not None:
+            self.uid = seed
+        return np.full(4, 0.5, np.float32), {}
+
+    def step(self, action: int) -> Any:
+        self.count += 1
+        result = {
+            "obs": np.full(4, self.count % 7, np.float32),
+            "reward": 1.0,
+            "terminated": self.count % 9 == 0,
+            "truncated": False,
+        }
+        if self.count == AT and self.uid == self.bad_uid:
+            result[self.field] = self.value
+        return result["obs"], result["reward"], result["terminated"], result["truncated"], {}
+
+
+class LaterPolicy(torch.nn.Module):
+    """Zeros for ``AT - 1`` calls, then ``bad(obs)``: the first call is the dry step at construction,
+    so step ``AT - 2`` of the first batch is the first bad one."""
+
+    def __init__(self, bad: Any) -> None:
+        super().__init__()
+        self.bad, self.calls = bad, 0
+
+    def forward(self, obs: torch.Tensor) -> Any:
+        self.calls += 1
+        return self.bad(obs) if self.calls >= AT else torch.zeros(obs.shape[0], dtype=torch.int64)
+
+
+ENV_CASES = {
+    "obs shape (1,)": (
+        "obs",
+        np.zeros(1, np.float32),
+        r"observation of env 1 at step 4 .*has shape \(1,\); the "
+        r"space says \(4,\)",
+    ),
+    "obs scalar": ("obs", np.float32(1.0), r"observation of env 1 at step 4 .*has shape \(\)"),
+    "obs None": ("obs", None, r"observation of env 1 at step 4 .*is NoneType None"),
+    "obs str": ("obs", "1 2 3 4", r"observation of env 1 at step 4 .*is str"),
+    "obs NaN": ("obs", np.full(4, np.nan, np.float32), r"observation of env 1 at step 4 .*nan.*outside Box"),
+    "obs out of bounds": (
+        "obs",
+        np.full(4, 11.0, np.float32),
+        r"observation of env 1 at step 4 .*11\.0.*outside",
+    ),
+    "obs list of 3": ("obs", [1.0, 2.0, 3.0], r"observation of env 1 at step 4 .*has shape \(3,\)"),
+    "reward str": ("reward", "1.0", r"reward of env 1 at step 4 .*is str '1.0'"),
+    "reward None": ("reward", None, r"reward of env 1 at step 4 .*NoneType"),
+    "reward NaN": ("reward", float("nan"), r"reward of env 1 at step 4 .*finite"),
+    "reward inf": ("reward", float("inf"), r"reward of env 1 at step 4 .*finite"),
+    "reward array of 2": ("reward", np.ones(2), r"reward of env 1 at step 4 .*real number"),
+    "terminated 'no'": ("terminated", "no", r"terminated flag of env 1 at step 4 .*is str 'no'"),
+    "terminated None": ("terminated", None, r"terminated flag of env 1 at step 4 .*NoneType"),
+    "truncated 'no'": ("truncated", "no", r"truncated flag of env 1 at step 4 .*is str 'no'"),
+    "truncated 2": ("truncated", 2, r"truncated flag of env 1 at step 4 .*int 2"),
+}
+POLICY_CASES = {
+    "action shape [1]": (
+        lambda obs: torch.zeros(1, dtype=torch.int64),
+        r"action at step 3 .*shape \[1\]; expected \[2\]",
+    ),
+    "action 1.7": (lambda obs: torch.full((obs.shape[0],), 1.7), r"action at step 3 .*float32.*truncated"),
+    "action 7": (
+        lambda obs: torch.full((obs.shape[0],), 7),
+        r"action of env 0 at step 3 .*int 7, outside Discrete\(2\)",
+    ),
+    "action -3": (
+        lambda obs: torch.full((obs.shape[0],), -3),
+        r"action of env 0 at step 3 .*int -3, outside",
+    ),
+    "action numpy": (lambda obs: np.zeros(obs.shape[0], np.int64), r"action at step 3 .*is a ndarray"),
+}
+
+
+def single(env_fn: Any, policy: Any = None, **options: Any) -> Collector:
+    return Collector(
+        env_fn, policy, num_envs=2, frames_per_batch=2 * 8, total_frames=2 * 16, seed=0, **options
+    )
+
+
+@pytest.mark.parametrize("case", list(ENV_CASES))
+def test_bad_env_value_is_an_error_naming_env_and_step(case: str) -> None:
+    field, value, message = ENV_CASES[case]
+    with pytest.raises(BadDataError, match=message) as raised:
+        list(single(lambda: BadEnv(field, value)))
+    assert (raised.value.env, raised.value.step, raised.value.batch) == (1, AT - 1, 0)
+
+
+@pytest.mark.parametrize("case", list(POLICY_CASES))
+def test_bad_policy_output_later_in_the_run_is_an_error(case: str) -> None:
+    bad, message = POLICY_CASES[case]
+    with pytest.raises(BadDataError, match=message):
+        list(single(BadEnv, LaterPolicy(bad)))
+
+
+def test_box_actions_may_leave_the_bounds_but_not_be_nan() -> None:
+    """Unclipped Gaussian actions are stored as chosen (the env clips them); NaN is refused."""
+
+    def pendulum_policy(value: float) -> Any:
+        calls = []
+
+        def policy(obs: torch.Tensor) -> torch.Tensor:
+            calls.append(1)
+            return torch.full((obs.shape[0], 1), value if len(calls) >= AT else 0.0)
+
+        return policy
+
+    batch = next(iter(Collector("Pendulum-v1", pendulum_policy(3.5), frames_per_batch=8, total_frames=8)))
+    assert (
+        batch["action"][0, AT - 2].item() == 3.5 and batch["action"][0, 0].item() == 0.0
+    )  # 1st call: dry step
+    with pytest.raises(BadDataError, match=r"action of env 0 at step 3 .*\[nan\], not finite"):
+        list(Collector("Pendulum-v1", pendulum_policy(float("nan")), frames_per_batch=8, total_frames=8))
+
+
+def test_check_levels() -> None:
+    """``"batch"`` catches values (NaN) but lets a shape broadcast; ``"off"`` lets both through."""
+    nan_env = lambda: BadEnv("obs", np.full(4, np.nan, np.float32))  # noqa: E731
+    short_env = lambda: BadEnv("obs", np.full(1, 3.0, np.float32))  # noqa: E731
+    with pytest.raises(BadDataError, match="nan"):
+        list(single(nan_env, check="batch"))
+    batches = list(single(short_env, check="batch"))
+    assert torch.equal(batches[0]["next", "observation"][1, AT - 1], torch.full((4,), 3.0))  # broadcast
+    assert torch.isnan(list(single(nan_env, check="off"))[0]["next", "observation"][1, AT - 1]).all()
+    with pytest.raises(ValueError, match=r"check='some' is not one of \('full', 'batch', 'off'\)"):
+        single(BadEnv, check="some")
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: gym.make("CartPole-v1"),
+        lambda: gym.make("Pendulum-v1"),
+        lambda: gym.make("MountainCarContinuous-v0"),
+        lambda: gym.make("FrozenLake-v1"),  # Discrete observations: Python ints
+        lambda: gym.make("Acrobot-v1"),
+    ],
+    ids=["CartPole", "Pendulum", "MountainCarContinuous", "FrozenLake", "Acrobot"],
+)
+def test_good_data_passes_unchanged(make: Any) -> None:
+    """Standard envs pass every check, and the checks change no value."""
+
+    def run(check: str) -> list[Any]:
+        return list(
+            Collector(make, num_envs=3, frames_per_batch=3 * 50, total_frames=3 * 200, seed=1, check=check)
+        )
+
+    for checked, unchecked in zip(run("full"), run("off"), strict=True):
+        assert (checked == unchecked).all()
+
+
+def test_dict_observations_are_checked_per_entry() -> None:
+    class DictEnv(BadEnv):
+        observation_space = spaces.Dict(
+            {"pos": spaces.Box(-1, 1, (2,), np.float32), "id": spaces.Discrete(3)}
+        )
+
+        def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+            super().reset(seed=seed)
+            return {"pos": np.zeros(2, np.float32), "id": 0}, {}
+
+        def step(self, action: int) -> Any:
+            _, reward, terminated, truncated, info = super().step(action)
+            bad = self.count == AT and self.uid == 1
+            return (
+                {"pos": np.zeros(1 if bad else 2, np.float32), "id": 1},
+                reward,
+                terminated,
+                truncated,
+                info,
+            )
+
+    with pytest.raises(BadDataError, match=r"observation pos of env 1 at step 4 .*shape \(1,\)"):
+        policy = TensorDictModule(
+            lambda pos: torch.zeros(pos.shape[0], dtype=torch.int64), ["pos"], ["action"]
+        )
+        list(single(DictEnv, policy))
+
+
+@pytest.mark.parametrize("kind", ["sync", "async", "batched"])
+def test_workers_name_the_collector_wide_env(kind: str) -> None:
+    """Env 3 is worker 1's second env: the error, raised here, names env 3."""
+    env = lambda: BadEnv("reward", "1.0", bad_uid=3)  # noqa: E731
+    rows = 4 if kind == "sync" else 2  # each batch holds T = 8 steps
+    common = {
+        "frames_per_batch": rows * 8,
+        "total_frames": 64,
+        "seed": 0,
+        "start_method": "spawn",
+        "max_worker_restarts": 0,
+    }
+    policy = lambda obs: torch.zeros(obs.shape[0], dtype=torch.int64)  # noqa: E731
+    if kind == "batched":
+        collector: Any = AsyncBatchedCollector(env, policy, num_envs=4, envs_per_worker=2, **common)
+    else:
+        cls = MultiSyncCollector if kind == "sync" else MultiAsyncCollector
+        collector = cls([env, env], policy, num_envs_per_worker=2, **common)
+    with collector, pytest.raises(BadDataError, match=r"reward of env 3 at step 4 .*str '1.0'"):
+        list(collector)
+
+
+def test_batched_server_checks_the_policy_output() -> None:
+    policy = LaterPolicy(lambda obs: torch.zeros(1, dtype=torch.int64))
+    with (
+        AsyncBatchedCollector(
+            BadEnv,
+            policy,
+            num_envs=2,
+            envs_per_worker=1,
+            frames_per_batch=8,
+            total_frames=64,
+            start_method="spawn",
+        ) as collector,
+        pytest.raises(BadDataError, match=r"action has shape \[1\]; expected \[[12]\]"),
+    ):
+        list(collector)
+
+
+def test_vector_env_that_ignores_reset_mask_is_refused() -> None:
+    venv = gym.make_vec("CartPole-v1", num_envs=3, vectorization_mode="vector_entry_point")
+    with pytest.raises(
+        ValueError, match=r"ignores reset_mask.*also reset sub-envs \[1, 2\].*vectorization_mode="
+    ):
+        Collector(venv, frames_per_batch=30)
+    sync = gym.make_vec("CartPole-v1", num_envs=3, vectorization_mode="sync")
+    assert next(iter(Collector(sync, frames_per_batch=30, total_frames=30))).batch_size == (3, 10)
+
+
+def test_vector_env_with_wrong_batched_shapes_is_an_error() -> None:
+    class ShortVector(gym.vector.SyncVectorEnv):
+        def step(self, actions: Any) -> Any:
+            obs, reward, terminated, truncated, info = super().step(actions)
+            return obs, reward[:1], terminated, truncated, info
+
+    venv = ShortVector([lambda: gym.make("CartPole-v1")] * 2)
+    with pytest.raises(
+        BadDataError, match=r"vector env's reward at step 0 .*shape \(1,\); the space says \(2,\)"
+    ):
+        list(Collector(venv, frames_per_batch=8, total_frames=8))
+
+
+def test_checked_array_refuses_what_a_cast_would_hide() -> None:
+    uint8 = np.dtype(np.uint8)
+    assert checked_array(np.array([1.0, 2.0]), (2,), uint8, "x", env=0, step=0).tolist() == [1.0, 2.0]
+    with pytest.raises(BadDataError, match="non-integer"):
+        checked_array(np.array([1.7, 2.0]), (2,), uint8, "x", env=0, step=0)
+    with pytest.raises(BadDataError, match="cannot hold"):
+        checked_array(np.array([300, 2]), (2,), uint8, "x", env=0, step=0)
+
+
+def test_batch_value_check_finds_the_first_bad_frame() -> None:
+    from rlcollect.data.buffers import BatchBuffers
+    from rlcollect.data.layout import BatchLayout, action_fields, observation_fields
+
+    obs_space, action_space = spaces.Box(0, 1, (3,), np.float32), spaces.MultiDiscrete([2, 3])
+    layout = BatchLayout(tuple(observation_fields(obs_space)), action_fields(action_space)[0])
+    buffers = BatchBuffers.allocate(layout, num_envs=2, num_steps=4)
+    check = BatchValueCheck(obs_space, action_space, layout.observations, layout.action)
+    check(buffers, 4)
+    buffers.action_np[1, 2] = [1, 3]
+    with pytest.raises(
+        BadDataError, match=r"action of env 1 at step 2 is list \[1, 3\], outside MultiDiscrete"
+    ):
+        check(buffers, 4)
+    buffers.action_np[1, 2] = [1, 2]
+    buffers.obs_ext_np[("observation",)][0, 3, 1] = 2.0  # env 0's reset observation after step 2
+    buffers.done_np[0, 2] = True
+    with pytest.raises(BadDataError, match=r"reset observation of env 0 at step 2 is list \[0.0, 2.0, 0.0\]"):
+        check(buffers, 4)
+
+
+def test_gym_vector_env_probe_is_undone_by_the_first_reset() -> None:
+    """The partial-reset probe steps the env once; seeded collection still equals separate envs'."""
+
+    def first(source: Any, **options: Any) -> Any:
+        return next(iter(Collector(source, frames_per_batch=20, total_frames=20, seed=4, **options)))
+
+    probed = first(gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync"))
+    reference = first("CartPole-v1", num_envs=2)
+    assert torch.equal(probed["observation"], reference["observation"])
