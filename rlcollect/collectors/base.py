@@ -49,16 +49,32 @@ class BaseCollector(abc.ABC):
         """Yield batches until ``total_frames`` are collected (forever if it is -1)."""
 
     def __iter__(self) -> Iterator[TensorDictBase | None]:
+        """Yield batches, going on from where the last iterator stopped.
+
+        An iterator that is dropped (``break``, ``next(iter(collector))``) leaves the collector as
+        it is, ready for the next loop; an error of collection (a Ctrl-C while it waits, too) shuts
+        it down before it propagates.
+        """
         self._iteration_started = True
         try:
             yield from self.iterator()
-        except BaseException as error:  # the loop's body or collection raised (a Ctrl-C, too)
+        except GeneratorExit:  # the loop was left, or the iterator dropped: not an error
+            raise
+        except BaseException as error:
             self._shutdown_quietly(error)
             raise
+
+    _shutdown_cause = "shutdown() was called"
+
+    def _closed_error(self) -> RuntimeError:
+        """The error for a use after :meth:`shutdown`, saying why it was shut down."""
+        return RuntimeError(f"the collector was shut down ({self._shutdown_cause}): build a new one to "
+                            "collect more")
 
     def _shutdown_quietly(self, error: BaseException) -> None:
         """Shut down while ``error`` propagates: a failure of the shutdown itself is a warning, not
         a second exception on top of the first."""
+        self._shutdown_cause = f"collection stopped on {type(error).__name__}: {str(error)[:200]}"
         try:
             self.shutdown(raise_on_error=False)
         except Exception as failure:

@@ -148,7 +148,7 @@ class Collector(BaseCollector):
         The returned TensorDict is overwritten by the next call: clone it to keep it.
         """
         if self._closed:
-            raise RuntimeError("the collector was shut down")
+            raise self._closed_error()
         if self._receiver_schemes:
             self._receive_weights_scheme()
         if self._profile_config is not None and self._profiler is None:

@@ -130,7 +130,8 @@ class PooledCollector(BaseCollector):
             "replay_buffer": options.replay_buffer if written_elsewhere else None,
         }
         self._specs: dict[int, bytes] = {}  # pickled rollout specs, kept while the workers start
-        self._pool = WorkerPool(transport, self._worker_setup, workers, timeout=options.timeout,
+        # the pool (which the finalizer keeps) must not keep this collector alive: a weak setup
+        self._pool = WorkerPool(transport, _weakly(self._worker_setup), workers, timeout=options.timeout,
                                 start_timeout=options.start_timeout,
                                 max_restarts=options.max_worker_restarts, traj_start=traj_start,
                                 restart_seed_stride=self.num_envs * outers)
@@ -178,7 +179,7 @@ class PooledCollector(BaseCollector):
 
     def _ensure_started(self) -> None:
         if self._pool.closed:
-            raise RuntimeError("the collector was shut down")
+            raise self._closed_error()
         if not self._pool.started:
             try:
                 self._pool.start(profile=self._profile_config)
@@ -399,3 +400,16 @@ class PooledCollector(BaseCollector):
 
     def _on_background_error(self) -> None:
         self._pool.close_soon()  # the workers exit after their batch under way
+
+
+def _weakly(method: Callable[[int], WorkerSetup]) -> Callable[[int], WorkerSetup]:
+    """``method`` (a bound method) called through a weak reference to its object."""
+    ref = weakref.WeakMethod(method)
+
+    def call(worker: int) -> WorkerSetup:
+        bound = ref()
+        if bound is None:
+            raise RuntimeError("the collector is gone: no worker can be set up")
+        return bound(worker)
+
+    return call

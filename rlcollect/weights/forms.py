@@ -99,7 +99,9 @@ def weight_update_forms(
 
 
 def as_weights(source: Any) -> TensorDictBase:
-    """Weights as a nested TensorDict: from a module, a TensorDict, or a (state) dict.
+    """Weights as a nested TensorDict of plain tensors (detached: no autograd history travels or
+    is copied), from a module, a TensorDict (``TensorDict.from_module(policy)`` included), or a
+    (state) dict; the tensors share their memory with ``source``.
 
     Raises:
         TypeError: for anything else.
@@ -107,9 +109,9 @@ def as_weights(source: Any) -> TensorDictBase:
     if isinstance(source, torch.nn.Module):
         return TensorDict.from_module(source).data
     if isinstance(source, TensorDictBase):
-        return source
+        return source.detach()
     if isinstance(source, Mapping):
-        td = TensorDict(dict(source))
+        td = TensorDict(dict(source)).detach()
         return td.unflatten_keys(".") if any("." in k for k in source) else td
     raise TypeError(
         f"weights must be an nn.Module, a TensorDict or a dict of tensors, got {type(source).__name__} "

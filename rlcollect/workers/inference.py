@@ -52,7 +52,7 @@ from rlcollect.policies.adapters import PolicyAdapter
 __all__ = ["PolicyServer", "ServedPolicy"]
 
 _STEP = struct.Struct("<i")
-_SERVED, _FAILED = b"\x01", b"\x00"
+_SERVED, _FAILED, _STOPPED = b"\x01", b"\x00", b"\x02"
 
 
 class ServedPolicy(PolicyAdapter):
@@ -82,7 +82,10 @@ class ServedPolicy(PolicyAdapter):
                 raise EOFError("the collector's process exited")
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"the policy server did not answer within timeout={self._timeout} s")
-        if conn.recv_bytes() != _SERVED:
+        answer = conn.recv_bytes()
+        if answer == _STOPPED:
+            raise RuntimeError("the policy server stopped: the collector is shutting down")
+        if answer != _SERVED:
             raise RuntimeError("the policy server failed (its error is raised by the collector)")
 
 
@@ -164,13 +167,21 @@ class PolicyServer:
             raise error
 
     def stop(self, timeout: float) -> None:
-        """Stop the thread (within ``timeout`` s) and close every pipe; idempotent."""
+        """Stop the thread (within ``timeout`` s), tell every worker (one waiting for its actions
+        gives up its batch at once), and close every pipe; idempotent.
+
+        Closing is not enough: a forked worker holds copies of the server's ends of the pipes,
+        so it would see no end-of-file and wait out its ``timeout``.
+        """
         self._stopping.set()
         if self._thread.is_alive():
             self._wake_write.send_bytes(b"")
             self._thread.join(timeout)
         if not self._thread.is_alive():
-            for conn in [*self._conns, *(c for _, c in self._new), self._wake_read, self._wake_write]:
+            self._take_new_connections()
+            for conn in self._conns:
+                self._answer(conn, _STOPPED)
+            for conn in [*self._conns, self._wake_read, self._wake_write]:
                 conn.close()
             self._conns.clear()
             self._new.clear()

@@ -443,23 +443,36 @@ def test_a_worker_that_cannot_start_raises_and_leaves_no_process(kind: str, leak
 
 # -- the user's loop -------------------------------------------------------------------------------
 @pytest.mark.parametrize("error", [ZeroDivisionError, KeyboardInterrupt])
-@pytest.mark.parametrize("kind", KINDS)
-def test_an_error_in_the_users_loop_shuts_everything_down(kind: str, error: type[BaseException],
-                                                           leaks: Leaks) -> None:
+@pytest.mark.parametrize("kind", [*KINDS, "batched"])
+def test_an_error_in_the_users_loop_leaves_the_collector_to_its_owner(kind: str, error: type[BaseException],
+                                                                       leaks: Leaks) -> None:
+    """An error in the loop's body leaves the loop as a ``break`` does (as in TorchRL): the collector
+    goes on, and the next loop resumes where that one stopped, no frame lost or repeated; inside
+    ``with collector:`` it is shut down, every process stopped, as the error leaves the block."""
     collector = build(kind, functools.partial(CountingEnv, step_sleep=0.002), total_frames=-1)
-    batches = []
-    start = 0.0
-    with pytest.raises(error):
-        for index, batch in enumerate(collector):
+    batches: list[TensorDictBase] = []
+    raised_at = [0.0]
+
+    def loop(stop_after: int) -> None:
+        for batch in collector:
             assert batch is not None
             batches.append(batch.clone())
             leaks.watch(collector)
-            if index == 3:
-                start = time.monotonic()
+            if len(batches) % stop_after == 0:
+                raised_at[0] = time.monotonic()
                 raise error("raised in the loop's body")
-    elapsed = time.monotonic() - start
+
+    with pytest.raises(error):
+        loop(3)
+    with pytest.raises(error):
+        loop(3)  # the same collector, going on
+    assert not collector._pool.closed
+    with pytest.raises(error), collector:
+        loop(4)
+    elapsed = time.monotonic() - raised_at[0]
     assert collector._pool.closed and not any(alive(pid) for pid in leaks.workers)
     assert_exactly_once(batches)
+    assert len(batches) == 8
     record("error_in_loop", kind=kind, error=error.__name__, shutdown_s=round(elapsed, 3))
     assert elapsed < RECOVERY_LIMIT
     leaks.check(within=0.5)
