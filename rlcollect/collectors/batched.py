@@ -179,8 +179,11 @@ class AsyncBatchedCollector(PooledCollector):
         return dataclasses.replace(super()._worker_setup(worker), served_policy=client)
 
     def _ensure_started(self) -> None:
+        started = self._pool.started
         super()._ensure_started()
         self._server.start()  # after the workers: this process has no thread of its own while they fork
+        if not started:
+            self._warm_forkserver()  # restarts, from now on, go through it
 
     def _dispatch(self, worker: int, slot: int) -> None:
         self._server.assign(worker, slot)

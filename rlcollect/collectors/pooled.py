@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import multiprocessing
 import time
 import weakref
 from collections import deque
@@ -53,10 +54,15 @@ from rlcollect.workers.worker import BatchReport, WorkerSetup
 __all__ = ["PooledCollector", "worker_processes"]
 
 
+def _preload(options: CollectorOptions) -> list[str]:
+    """The modules of the env sources, which a forkserver imports once for every worker."""
+    return sorted({module for source in options.create_env_fn for module in source_modules(source)})
+
+
 def worker_processes(options: CollectorOptions) -> Callable[[], Transport]:
     """What makes the worker processes' transport; an explicit forkserver starts at once, so it
     imports what the workers need while this process builds its probe."""
-    preload = sorted({module for source in options.create_env_fn for module in source_modules(source)})
+    preload = _preload(options)
     if options.start_method == "forkserver":
         start_forkserver(preload)
     return lambda: ProcessTransport(options.start_method, preload)
@@ -176,6 +182,20 @@ class PooledCollector(BaseCollector):
     def _worker_spec(self, worker: int) -> RolloutSpec:
         """What worker ``worker`` builds its rollout from."""
         return self.options.rollout_spec(worker)
+
+    def start(self) -> None:
+        """As :meth:`BaseCollector.start`; with ``start_method="auto"``, the workers then start (and
+        restart) through a forkserver (this process runs a thread), which is started first."""
+        self._warm_forkserver()
+        super().start()
+
+    def _warm_forkserver(self) -> None:
+        """Start the forkserver now, in the background, where workers will start or restart while
+        this process runs threads: a restart then does not wait for its imports (seconds)."""
+        options = self.options
+        if (options.start_method == "auto" and isinstance(self._pool.transport, ProcessTransport)
+                and "forkserver" in multiprocessing.get_all_start_methods()):
+            start_forkserver(_preload(options))
 
     def _ensure_started(self) -> None:
         if self._pool.closed:
@@ -358,9 +378,11 @@ class PooledCollector(BaseCollector):
                 episodes=report.episodes if report else 0, restarts=self._pool.restarts[worker],
                 policy_version=report.policy_version if report else 0,
             ))
+        # batches finished but not handed out yet (drained by pause(): already in a workers' buffer)
+        pending = [report for _, report in self._pool.pending()]
         return CollectorStats(
-            frames=self._frames,
-            batches=self._batches,
+            frames=self._frames + sum(r.steps for r in pending) * self.num_envs_per_worker,
+            batches=self._batches + (len(pending) if not self.sync else len(pending) // self.num_workers),
             fps=sum(w.fps for w in workers),
             episodes=sum(w.episodes for w in workers),
             mean_return=float(np.mean(self._returns)) if self._returns else math.nan,

@@ -89,22 +89,29 @@ class WorkerPool:
         self.started = self.closed = False
         self._closing = threading.Event()  # set first by shutdown: every wait gives up
         self._lock = threading.RLock()  # held while a worker is spawned: shutdown waits for it
+        self._stopped = threading.Event()  # set once shutdown has stopped every worker
 
     # -- starting -------------------------------------------------------------------------------
     def start(self, profile: ProfileConfig | None = None) -> None:
         """Start every worker (profiling those ``profile`` selects); return once each is ready."""
         self.started, self._profile = True, profile
+        deadline = time.monotonic() + self.start_timeout  # the workers start together
         for worker in range(self.num_workers):
-            self._spawn(worker, dataclasses.replace(self._setup(worker), profile=profile))
+            self._spawn(worker, dataclasses.replace(self._setup(worker), profile=profile), deadline)
         for worker in range(self.num_workers):
-            self._await_ready(worker)
+            self._await_ready(worker, deadline)
 
-    def _spawn(self, worker: int, setup: WorkerSetup) -> None:
-        """Start ``worker``, unless the pool is closing; one that a shutdown missed (it could not
-        wait for this start: a forkserver still importing) is stopped here."""
+    def _spawn(self, worker: int, setup: WorkerSetup, deadline: float) -> None:
+        """Start ``worker`` by ``deadline`` (a forkserver may still be importing), unless the pool
+        is closing; one that a shutdown missed (it could not wait for this start) is stopped here."""
         with self._lock:
             self._check_open()
-            self.transport.spawn(worker, setup)
+            try:
+                self.transport.spawn(worker, setup, max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                raise TimeoutError(f"worker {worker} did not start within start_timeout="
+                                   f"{self.start_timeout} s (the forkserver starting it was still "
+                                   "importing)") from None
             if self._closing.is_set():
                 self.transport.stop(worker, 0.0)
                 self._check_open()
@@ -122,8 +129,8 @@ class WorkerPool:
             if answers or time.monotonic() >= deadline:
                 return answers
 
-    def _await_ready(self, worker: int) -> None:
-        answers = self._wait([worker], self.start_timeout)
+    def _await_ready(self, worker: int, deadline: float) -> None:
+        answers = self._wait([worker], max(0.0, deadline - time.monotonic()))
         if not answers:
             self.transport.stop(worker, 0.0)
             raise TimeoutError(f"worker {worker} did not start within start_timeout={self.start_timeout} s")
@@ -223,9 +230,10 @@ class WorkerPool:
         )
         setup = self._setup(worker)  # built now: the current weights
         seed = None if setup.seed is None else setup.seed + self._seed_stride * self.restarts[worker]
+        deadline = time.monotonic() + self.start_timeout
         self._spawn(worker, dataclasses.replace(
-            setup, seed=seed, traj_start=self.next_traj_id[worker], profile=self._profile))
-        self._await_ready(worker)
+            setup, seed=seed, traj_start=self.next_traj_id[worker], profile=self._profile), deadline)
+        self._await_ready(worker, deadline)
         if worker in self._in_flight:  # its batch was lost: collect it again
             self.collect(worker, self._in_flight[worker][0])
 
@@ -262,20 +270,29 @@ class WorkerPool:
         Workers get ``timeout`` seconds (default: the pool's ``timeout``) to finish their command
         under way and exit by themselves; those left are then terminated and killed, all at once,
         in about a second more. An interruption (``KeyboardInterrupt``) while waiting still ends
-        every worker before it propagates.
+        every worker before it propagates. A call while another one is stopping the workers waits
+        for it (up to its own timeout, and the second or so more of the ending).
         """
-        if self.closed:
-            return
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        if self.closed:
+            self._stopped.wait(max(0.0, deadline - time.monotonic()) + 2 * _KILL_WAIT)
+            return
         self._closing.set()
         locked = self._lock.acquire(timeout=max(0.01, deadline - time.monotonic()))  # no spawn under way
         try:
             if self.closed:
+                self._stopped.wait(max(0.0, deadline - time.monotonic()) + 2 * _KILL_WAIT)
                 return
             self.closed = True
         finally:
             if locked:
                 self._lock.release()
+        try:
+            self._stop_workers(deadline)
+        finally:
+            self._stopped.set()
+
+    def _stop_workers(self, deadline: float) -> None:
         started = list(range(self.num_workers)) if self.started else []
         interrupted = True
         try:
@@ -283,12 +300,22 @@ class WorkerPool:
                 self.transport.send(worker, ("close", None))
             self._await_exit(started, deadline)
             interrupted = False
+            self._keep_last_reports()
         finally:  # interrupted (a second Ctrl-C): no more grace, every worker is ended now
             for worker in started:
                 with contextlib.suppress(Exception):
                     self.transport.stop(worker, 0.0 if interrupted else max(0.0, deadline - time.monotonic()))
             self._in_flight.clear()
             self.transport.close()
+
+    def _keep_last_reports(self) -> None:
+        """Keep, as :meth:`pending`, the reports of batches finished while the workers stopped
+        (workers that write a replay buffer wrote their frames): the collector's counts agree."""
+        for worker in list(self._in_flight):
+            with contextlib.suppress(Exception):
+                for _, (kind, payload) in self.transport.wait([worker], 0.0):
+                    if kind == "done":
+                        self._stash.append((worker, payload))
 
     def _await_exit(self, workers: list[int], deadline: float) -> None:
         """Until every worker exited or ``deadline``; then terminate (and kill) the rest at once."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import math
 import os
 from collections import deque
 from typing import Any
@@ -85,7 +86,7 @@ class RayTransport:
         self.actors: dict[int, Any] = {}
         self._calls: dict[int, deque[Any]] = {}  # refs of each actor's unanswered calls, in order
 
-    def spawn(self, worker: int, setup: WorkerSetup) -> None:
+    def spawn(self, worker: int, setup: WorkerSetup, timeout: float = math.inf) -> None:
         actor = self._actor_class.remote()
         self.actors[worker] = actor
         self._calls[worker] = deque([actor.start.remote(setup)])

@@ -9,6 +9,7 @@ exist: :class:`ProcessTransport` (processes on this machine, pipes, shared-memor
 from __future__ import annotations
 
 import contextlib
+import math
 import multiprocessing
 import multiprocessing.forkserver
 import signal
@@ -41,8 +42,9 @@ class Transport(Protocol):
     #: what the workers are, for the weight-sync schemes: "process" or "ray"
     kind: str
 
-    def spawn(self, worker: int, setup: WorkerSetup) -> None:
-        """Start worker ``worker``; its first message is ``ready`` or ``error``."""
+    def spawn(self, worker: int, setup: WorkerSetup, timeout: float = math.inf) -> None:
+        """Start worker ``worker``; its first message is ``ready`` or ``error``. ``TimeoutError`` if
+        it could not even be started within ``timeout`` s (a forkserver still importing)."""
 
     def send(self, worker: int, message: Message) -> None:
         """Send a command (a dead worker is noticed by :meth:`wait`, not here)."""
@@ -80,6 +82,42 @@ def _sigint_blocked() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _start_within(process: BaseProcess, timeout: float) -> None:
+    """``process.start()`` through a forkserver, given up (``TimeoutError``) after ``timeout`` s.
+
+    A forkserver hands out no process until it has imported its preloads, which may take tens of
+    seconds on a loaded machine, and ``start()`` waits for that unbounded. So a thread starts the
+    process; if this one gave up meanwhile, that thread kills the process as soon as it exists.
+    """
+    lock = threading.Lock()
+    outcome: list[BaseException | None] = []  # set by the thread once start() returned
+    gave_up: list[bool] = []  # set by this thread when it stops waiting
+
+    def start() -> None:
+        try:
+            process.start()
+        except BaseException as error:  # raised here, unless this process gave up meanwhile
+            result: BaseException | None = error
+        else:
+            result = None
+        with lock:
+            outcome.append(result)
+            abandoned = bool(gave_up)
+        if abandoned and result is None:
+            process.kill()
+            process.join(5.0)
+
+    thread = threading.Thread(target=start, name="rlcollect-worker-start", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    with lock:
+        if not outcome:
+            gave_up.append(True)
+            raise TimeoutError(f"the forkserver did not start the worker within {timeout:.1f} s")
+    if outcome[0] is not None:
+        raise outcome[0]
 
 
 def fork_is_safe() -> bool:
@@ -136,16 +174,24 @@ class ProcessTransport:
         self._processes: dict[int, BaseProcess] = {}
         self._conns: dict[int, Connection] = {}
 
-    def spawn(self, worker: int, setup: WorkerSetup) -> None:
+    def spawn(self, worker: int, setup: WorkerSetup, timeout: float = math.inf) -> None:
         context = start_context(self._start_method, self._preload)
         parent_end, child_end = context.Pipe()
         process = context.Process(  # type: ignore[attr-defined]
             target=process_main, args=([setup], child_end), name=f"rlcollect-worker-{worker}",
             daemon=False,  # envs may start processes of their own
         )
-        with _sigint_blocked():  # a forked or spawned worker starts with it blocked, then ignores it
-            process.start()
-        child_end.close()
+        try:
+            if context.get_start_method() == "forkserver" and timeout < math.inf:
+                _start_within(process, timeout)
+            else:
+                with _sigint_blocked():  # a forked or spawned worker starts with it blocked, then ignores it
+                    process.start()
+        except BaseException:
+            parent_end.close()
+            raise
+        finally:
+            child_end.close()
         self._processes[worker], self._conns[worker] = process, parent_end
 
     def send(self, worker: int, message: Message) -> None:

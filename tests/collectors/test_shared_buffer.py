@@ -5,12 +5,13 @@ from __future__ import annotations
 import functools
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
-from rlcollect import MultiAsyncCollector, MultiSyncCollector, ReplayBuffer
-from tests.envs_for_tests import CountingEnv
+from rlcollect import AsyncBatchedCollector, MultiAsyncCollector, MultiSyncCollector, ReplayBuffer
+from tests.envs_for_tests import CountingEnv, TiltPolicy, make_cartpole
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -54,3 +55,26 @@ def test_background_collection_into_a_shared_buffer_pauses() -> None:
     collector.async_shutdown(timeout=10)
     assert held >= 200 and buffer.write_count % 20 == 0
     check_frames(buffer, buffer.write_count, [0, 1])
+
+
+@pytest.mark.parametrize("kind", ["sync", "async", "batched"])
+def test_stats_count_the_frames_the_workers_wrote_while_paused_and_after_shutdown(kind: str) -> None:
+    """Background collection into a shared buffer: within ``pause()`` (batches that finished while
+    pausing are not handed out yet) and after ``async_shutdown()`` (batches that finished while
+    stopping), ``stats().frames`` equals the frames in the buffer."""
+    buffer = ReplayBuffer(100_000, storage="shared")
+    if kind == "batched":
+        collector: Any = AsyncBatchedCollector(make_cartpole, TiltPolicy(), num_envs=2, frames_per_batch=20,
+                                               replay_buffer=buffer)
+    else:
+        cls = MultiSyncCollector if kind == "sync" else MultiAsyncCollector
+        collector = cls(make_cartpole, TiltPolicy(), num_workers=2, frames_per_batch=20, replay_buffer=buffer)
+    collector.start()
+    for target in (200, 400):
+        deadline = time.monotonic() + 60
+        while len(buffer) < target and time.monotonic() < deadline:
+            time.sleep(0.02)
+        with collector.pause():
+            assert collector.stats().frames == len(buffer) == buffer.write_count >= target
+    collector.async_shutdown()
+    assert collector.stats().frames == len(buffer) == buffer.write_count

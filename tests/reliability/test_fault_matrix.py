@@ -310,6 +310,33 @@ def test_hung_env_then_shutdown_is_bounded(kind: str, leaks: Leaks) -> None:
 
 
 @pytest.mark.parametrize("kind", [*KINDS, "batched"])
+def test_shutdown_from_another_thread_ends_a_blocked_loop(kind: str, leaks: Leaks) -> None:
+    """The loop waits on a hung env; another thread calls ``shutdown(timeout=2)``: the loop gets
+    ``RuntimeError`` saying the workers were shut down once they are (within the shutdown's bound:
+    its own shutdown waits for the first); a later ``shutdown()`` returns at once, all stopped."""
+    collector = build(kind, functools.partial(CountingEnv, hang_at=15), timeout=60)
+    assert collector.next() is not None
+    leaks.watch(collector)
+    first = threading.Timer(0.3, collector.shutdown, kwargs={"timeout": 2.0})
+    start = time.monotonic()
+    first.start()
+    with pytest.raises(RuntimeError, match="the workers were shut down"):
+        for _ in collector:  # every env hangs at its 15th step: the loop ends up waiting
+            pass
+    raised = time.monotonic() - start
+    time.sleep(max(0.0, 0.5 - raised))  # the first shutdown is waiting for the hung worker
+    collector.shutdown(timeout=10.0)
+    returned = time.monotonic() - start
+    assert not any(alive(pid) for pid in leaks.workers)
+    first.join()
+    record("shutdown_from_another_thread", kind=kind, loop_raised_s=round(raised, 3),
+           second_shutdown_returned_s=round(returned, 3))
+    assert 2.0 <= raised < 4.0  # the first shutdown waited 2 s for the hung worker, then ended it
+    assert returned - raised < 1.0
+    leaks.check(within=0.5)
+
+
+@pytest.mark.parametrize("kind", [*KINDS, "batched"])
 def test_background_shutdown_with_a_hung_env_honours_its_timeout(kind: str, leaks: Leaks) -> None:
     """Background collection into a shared buffer, one env hung: ``async_shutdown(timeout=2)``
     takes at most the timeout and a second, and leaves nothing running."""
@@ -439,6 +466,42 @@ def test_a_worker_that_cannot_start_raises_and_leaves_no_process(kind: str, leak
         collector.next()
     assert not children() - leaks.children
     leaks.check(within=0.5)
+
+
+COLD_FORKSERVER = """
+import sys, time
+from rlcollect import MultiSyncCollector
+from tests.envs_for_tests import make_cartpole
+
+if __name__ == "__main__":
+    collector = MultiSyncCollector(make_cartpole, None, num_workers=2, frames_per_batch=8,
+                                   start_method="forkserver", start_timeout=float(sys.argv[1]))
+    start = time.monotonic()
+    try:
+        collector.next()
+        print("started", time.monotonic() - start)
+    except TimeoutError as error:
+        print("timeout", time.monotonic() - start, error)
+    collector.shutdown()
+"""
+
+
+def test_start_timeout_bounds_a_cold_forkserver(tmp_path: Path) -> None:
+    """A forkserver started just now imports torch before it hands out a worker (seconds):
+    ``start_timeout`` bounds that wait too, with an error naming it; a tolerant one lets it finish."""
+    script = tmp_path / "cold.py"
+    script.write_text(COLD_FORKSERVER)
+    outputs = {}
+    for start_timeout in ("0.3", "120"):
+        done = subprocess.run([sys.executable, str(script), start_timeout], capture_output=True, text=True,
+                              cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=150)
+        outputs[start_timeout] = done.stdout.split(maxsplit=2)
+        assert done.returncode == 0, done.stderr
+    kind, seconds, message = outputs["0.3"]
+    assert kind == "timeout" and "start_timeout=0.3 s" in message and float(seconds) < 1.5
+    assert outputs["120"][0] == "started"
+    started = float(outputs["120"][1])
+    record("cold_forkserver", timeout_s=round(float(seconds), 3), started_s=round(started, 3))
 
 
 # -- the user's loop -------------------------------------------------------------------------------

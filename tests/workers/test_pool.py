@@ -8,6 +8,7 @@ past the budget, pending reports carried through a state, and a bounded shutdown
 from __future__ import annotations
 
 import functools
+import math
 import warnings
 from typing import Any
 
@@ -38,7 +39,7 @@ class FakeTransport:
         self.hung: set[int] = set()
         self.closed = False
 
-    def spawn(self, worker: int, setup: WorkerSetup) -> None:
+    def spawn(self, worker: int, setup: WorkerSetup, timeout: float = math.inf) -> None:
         self.spawned.append(setup)
         self.hung.discard(worker)
         self.workers[worker], answer = start_worker(setup)
