@@ -371,14 +371,28 @@ class BaseCollector(abc.ABC):
         weights received, forwarded to this collector's own workers.
 
         Raises:
+            TypeError: not a dict of ``{model_id: WeightSyncScheme}``.
             KeyError: a model id this collector does not have (the known ones are listed).
-            RuntimeError: a scheme already initialised on the sender side.
+            RuntimeError: a scheme already initialised on the sender side, or as the receiver of
+                another collector or model (each receiver feeds one model of one collector).
         """
+        if not isinstance(weight_recv_schemes, Mapping):
+            raise TypeError(f"register_scheme_receiver takes a dict {{model_id: WeightSyncScheme}} (e.g. "
+                            f"{{'policy': scheme}}), got {type(weight_recv_schemes).__name__}")
+        for model_id, scheme in weight_recv_schemes.items():
+            if not isinstance(scheme, WeightSyncScheme):
+                raise TypeError(f"weight_recv_schemes[{model_id!r}] must be a WeightSyncScheme, got "
+                                f"{type(scheme).__name__} {scheme!r:.80}")
         check_model_ids(weight_recv_schemes, self._model_ids())
         receivers = dict(self._receiver_schemes or {})
         for model_id, scheme in weight_recv_schemes.items():
             if not scheme.initialized_on_receiver:
                 scheme.init_on_receiver(model_id=model_id, context=self, worker_idx=self._worker_idx)
+            elif scheme.model_id != model_id or scheme.context not in (None, self):
+                raise RuntimeError(
+                    f"this {type(scheme).__name__} already feeds model {scheme.model_id!r} of another "
+                    "collector: a receiver scheme serves one model of one collector (ask the sender for "
+                    "one receiver per collector: sender.receiver(worker_idx))")
             receivers[model_id] = scheme
         self._receiver_schemes = receivers
         if synchronize_weights:

@@ -155,7 +155,16 @@ class AsyncBatchedCollector(PooledCollector):
     def _allocate(self, options: CollectorOptions, transport: Transport, probe: Rollout, steps: int) -> None:
         policy = probe.policy
         if isinstance(policy, (ModulePolicy, TensorDictPolicy)) and policy.module is options.policy:  # yours:
-            policy.callable = policy.module = copy.deepcopy(policy.module)  # training must not race a pass
+            try:  # training must not race a forward pass
+                policy.callable = policy.module = copy.deepcopy(policy.module)
+            except Exception as error:
+                raise TypeError(
+                    f"AsyncBatchedCollector's policy server runs a copy of policy (so that training never "
+                    f"races a forward pass), but copy.deepcopy(policy) failed for "
+                    f"{type(policy.module).__name__}: {error}. Make it deep-copyable (e.g. create locks or "
+                    "open files lazily, or define __deepcopy__), or pass policy_factory= to build the "
+                    "server's policy instead"
+                ) from error
             self._models["policy"] = policy.module
         super()._allocate(options, transport, probe, steps)
         self._server = PolicyServer(
@@ -278,10 +287,13 @@ def _server_settings(max_batch_size: Any, min_batch_size: Any, server_timeout: A
     min_batch_size = check_int("min_batch_size", min_batch_size, minimum=1, allowed="a positive int")
     if min_batch_size > num_envs:
         raise ValueError(f"min_batch_size={min_batch_size} is more than the {num_envs} envs")
+    if max_batch_size is not None and min_batch_size > max_batch_size:
+        raise ValueError(f"min_batch_size={min_batch_size} is more than max_batch_size={max_batch_size}: "
+                         "a forward pass could never hold the minimum")
     if isinstance(server_timeout, bool) or not isinstance(server_timeout, (int, float, np.number)):
         raise TypeError(f"server_timeout must be a number of seconds >= 0, got {server_timeout!r}")
-    if server_timeout < 0:
-        raise ValueError(f"server_timeout must be a number of seconds >= 0, got {server_timeout!r}")
+    if not 0 <= server_timeout < math.inf:  # NaN fails too: the server would never serve a partial batch
+        raise ValueError(f"server_timeout must be a finite number of seconds >= 0, got {server_timeout!r}")
     return {"max_batch_size": max_batch_size, "min_batch_size": min_batch_size,
             "server_timeout": float(server_timeout)}
 

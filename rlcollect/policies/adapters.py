@@ -185,6 +185,11 @@ def _check_action(output: Any, space: gym.Space[Any], num_envs: int) -> None:
             f"{tuple(output.shape)} dtype {output.dtype}, expected shape {expected_shape} "
             f"with {expected}"
         )
+    if output.device.type == "meta":
+        raise ValueError(
+            "the policy's action is on the meta device (a tensor without data): the policy must return "
+            "actions with values, on the CPU or the policy's device (was it built on the meta device?)"
+        )
 
 
 def _on_device(module: Any, device: torch.device | None) -> Any:

@@ -42,6 +42,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar, Literal, Protocol
 
+import numpy as np
 import torch
 from tensordict import TensorDictBase
 
@@ -310,6 +311,12 @@ class SharedMemWeightSyncScheme(WeightSyncScheme):
         """A scheme to initialise on the receiver side, in this process or another (picklable)."""
         if not hasattr(self, "_store"):
             raise RuntimeError("receiver() needs init_on_sender(model_id=..., model=..., num_workers=...)")
+        count = len(self._store.versions)
+        if (isinstance(worker_idx, (bool, np.bool_)) or not isinstance(worker_idx, (int, np.integer))
+                or not 0 <= worker_idx < count):
+            raise ValueError(f"receiver(worker_idx={worker_idx!r}): this sender serves num_workers={count} "
+                             f"receivers, so worker_idx must be an int in [0, {count})")
+        worker_idx = int(worker_idx)
         other = SharedMemWeightSyncScheme(self._strategy)
         other.worker_idx = worker_idx
         other._source = self._store.receiver(worker_idx)

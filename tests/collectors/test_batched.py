@@ -160,7 +160,7 @@ def test_start_up_time_is_reported() -> None:
                                                               "envs_per_worker=2, got 1"),
     ({"min_batch_size": 9}, ValueError, "min_batch_size=9 is more than the 4 envs"),
     ({"min_batch_size": 0}, ValueError, "min_batch_size must be a positive int, got 0"),
-    ({"server_timeout": -1}, ValueError, "server_timeout must be a number of seconds >= 0, got -1"),
+    ({"server_timeout": -1}, ValueError, "server_timeout must be a finite number of seconds >= 0, got -1"),
     ({"server_timeout": "1"}, TypeError, "server_timeout must be a number of seconds >= 0, got '1'"),
     ({"create_env_fn": [make_cartpole, make_cartpole, "CartPole-v1", make_cartpole], "envs_per_worker": 2},
      ValueError, r"create_env_fn\[2:4\] \(worker 1's envs\) are built from different sources"),

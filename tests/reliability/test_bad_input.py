@@ -19,6 +19,7 @@ import contextlib
 import io
 import re
 import tempfile
+import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -102,6 +103,28 @@ class NoSpacesEnv(gym.Env[Any, Any]):
 class NoneSpaceEnv(NoSpacesEnv):
     observation_space = None  # type: ignore[assignment]
     action_space = spaces.Discrete(2)
+
+
+class ZerosModule(torch.nn.Module):
+    """Action 0 for every env, with a weight that schemes can carry."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(4))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return (obs @ self.weight > 0).long()
+
+
+class LockedPolicy(torch.nn.Module):
+    """A policy holding a lock: it cannot be deep-copied."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lock = threading.Lock()
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(obs.shape[0], dtype=torch.int64)
 
 
 class Later:
@@ -459,6 +482,53 @@ CASES += section(
     case("batched device='cpux'", batched(device="cpux"), V, r"device='cpux' is not a torch device"),
     case("batched timeout=None", batched(timeout=None), T, r"timeout .*got None"),
     case("batched frames_per_batch=10**12", batched(frames_per_batch=10**12), V, r"frames_per_batch=10{12}"),
+    case("batched min_batch_size > max_batch_size", batched(num_envs=4, min_batch_size=3, max_batch_size=2),
+         V, r"min_batch_size=3 is more than max_batch_size=2"),
+    case("batched server_timeout=nan", batched(server_timeout=float("nan")), V, r"server_timeout .*got nan"),
+    case("batched server_timeout=inf", batched(server_timeout=float("inf")), V, r"server_timeout .*got inf"),
+    case("batched policy holding a lock", batched(policy=LockedPolicy()), T,
+         names(r"copy\.deepcopy\(policy\) failed for LockedPolicy", r"_thread\.lock", r"policy_factory")),
+)
+
+
+def receiver_on(kind: str) -> Callable[[], Any]:
+    """``register_scheme_receiver`` given a bare scheme, a string, or one receiver for two collectors."""
+    def build() -> Any:
+        collector = Collector(CartPole, ZerosModule(), frames_per_batch=8)
+        if kind == "bare":
+            collector.register_scheme_receiver(SharedMemWeightSyncScheme())  # type: ignore[arg-type]
+        elif kind == "string":
+            collector.register_scheme_receiver({"policy": "shared"})  # type: ignore[dict-item]
+        else:
+            sender = SharedMemWeightSyncScheme()
+            sender.init_on_sender(model_id="policy", model=ZerosModule(), num_workers=2)
+            receiver = sender.receiver(0)
+            other = Collector(CartPole, ZerosModule(), frames_per_batch=8)
+            collector.register_scheme_receiver({"policy": receiver})
+            other.register_scheme_receiver({"policy": receiver})
+        return collector
+    return build
+
+
+def sender_receiver(worker_idx: Any) -> Callable[[], Any]:
+    def build() -> Any:
+        sender = SharedMemWeightSyncScheme()
+        sender.init_on_sender(model_id="policy", model=torch.nn.Linear(4, 2), num_workers=2)
+        return sender.receiver(worker_idx)
+    return build
+
+
+CASES += section(
+    "weight-sync schemes",
+    case("register_scheme_receiver(scheme) without a dict", receiver_on("bare"), T,
+         r"register_scheme_receiver takes a dict \{model_id: WeightSyncScheme\}.*got SharedMemWeightSync"),
+    case("register_scheme_receiver({'policy': 'shared'})", receiver_on("string"), T,
+         r"weight_recv_schemes\['policy'\] must be a WeightSyncScheme, got str 'shared'"),
+    case("one receiver scheme on two collectors", receiver_on("twice"), RuntimeError,
+         r"already feeds model 'policy' of another collector"),
+    case("sender.receiver(5) of 2 workers", sender_receiver(5), V,
+         r"receiver\(worker_idx=5\): this sender serves num_workers=2 .*\[0, 2\)"),
+    case("sender.receiver(-1)", sender_receiver(-1), V, r"receiver\(worker_idx=-1\)"),
 )
 # the replay rewrite decides TypeError or ValueError for a value of the wrong type: either is fair here
 TV = (TypeError, ValueError)
@@ -610,6 +680,9 @@ CASES += section(
                 r"[\[(]2, 3[\])]", r"[\[(]2, 2[\])]|[\[(]2,[\])]", box=True),
     policy_case("action NaN for Box(2,)", lambda obs: torch.full((obs.shape[0], 2), float("nan")), r"env 0\b",
                 r"nan", box=True),
+    case("policy output on the meta device", collector(
+        policy=lambda obs: torch.zeros(obs.shape[0], dtype=torch.int64, device="meta")), V,
+         r"the policy's action is on the meta device"),
     case("make_vec vector_entry_point ignores reset_mask", lambda: Collector(make_vec_entry_point(),
                                                                              frames_per_batch=8), V,
          names(r"autoreset_mode", r"reset_mask|partial reset")),
