@@ -1,7 +1,7 @@
 """Single process: rlcollect's Collector vs a hand-written Gymnasium loop, a bare loop and TorchRL.
 
-Workloads cartpole-1, cartpole-8 and pendulum-8 (bench/workloads.py). Contenders, each in its own
-process (bench/README.md):
+Workloads cartpole-1, cartpole-8 and pendulum-8 (bench/workloads.py), and pong-8 (rlcollect with and
+without its data checks only). Contenders, each in its own process (bench/README.md):
 
 - rlcollect: ``Collector(env_id, policy, num_envs=N, frames_per_batch=..., seed=0,
   return_same_td=True)``, iterated as users do; the same with ``check="off"`` prices the data
@@ -23,16 +23,26 @@ import numpy as np
 import torch
 
 from bench.harness import Batches, Contender, Plan, Ratio, parse_args, run
-from bench.workloads import iterate, make_env, make_policy, torchrl_env, torchrl_policy, vector_loop, workload
+from bench.workloads import (
+    iterate,
+    make_env,
+    make_policy,
+    make_pong_preprocessed,
+    torchrl_env,
+    torchrl_policy,
+    vector_loop,
+    workload,
+)
 
-WORKLOADS = ("cartpole-1", "cartpole-8", "pendulum-8")
+WORKLOADS = ("cartpole-1", "cartpole-8", "pendulum-8", "pong-8")
 
 
 def rlcollect_collector(workload_name: str, quick: bool, check: str = "full") -> Batches:
     from rlcollect import Collector
 
     w = workload(workload_name, quick)
-    return iterate(Collector(w.env_id, make_policy(w), frames_per_batch=w.frames_per_batch,
+    env = make_pong_preprocessed if workload_name == "pong-8" else w.env_id
+    return iterate(Collector(env, make_policy(w), frames_per_batch=w.frames_per_batch,
                              num_envs=w.num_envs, seed=0, return_same_td=True, check=check))
 
 
@@ -99,6 +109,12 @@ def torchrl_collector(workload_name: str, quick: bool) -> Batches:
 
 def plan(name: str, quick: bool) -> Plan:
     w, kwargs = workload(name, quick), {"workload_name": name, "quick": quick}
+    if name == "pong-8":  # what the data checks cost on large observations (bench.batched has the rest)
+        return Plan(f"{w.env_id}, 8 envs in one process, {w.policy}, {w.frames_per_batch} frames per batch", [
+            Contender("rlcollect", "**rlcollect Collector**", rlcollect_collector, kwargs),
+            Contender("unchecked", "rlcollect Collector, check='off' (no data checks)", rlcollect_collector,
+                      {**kwargs, "check": "off"}),
+        ], [Ratio("rlcollect", "unchecked", "rlcollect / check='off' (the data checks' cost)", 0.98)])
     vector = "env.step" if w.num_envs == 1 else f"SyncVectorEnv of {w.num_envs}"
     serial = "GymEnv" if w.num_envs == 1 else f"SerialEnv of {w.num_envs} GymEnv"
     contenders = [
