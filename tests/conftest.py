@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
+
+# TorchRL's vendored collector tests run apart (python -m tests.torchrl_suite.run), not in the default run
+collect_ignore = [] if os.environ.get("RLCOLLECT_TORCHRL_SUITE") else ["torchrl_suite"]
 
 
 @pytest.fixture(scope="module")

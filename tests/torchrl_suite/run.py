@@ -1,0 +1,72 @@
+"""Run TorchRL's vendored collector tests against ``rlcollect.torchrl``; print what passes.
+
+Usage: ``python -m tests.torchrl_suite.run [--budget SECONDS] [pytest arguments]``
+
+Prints ``torchrl suite: P passed of N`` (N: every test case, all parametrizations) and writes the
+outcome of each case to ``tests/torchrl_suite/outcomes.json`` (or ``$RLCOLLECT_TORCHRL_OUTCOMES``).
+It exits 0 whatever the tests do: the suite measures how much of TorchRL's behaviour the
+drop-in module has, it does not gate CI yet. Each case may take ``--timeout`` seconds (default 60);
+cases not started within ``--budget`` seconds (default 780) are counted as not run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+
+
+class Tally:
+    """Outcome per test case; skips the rest once the time budget is spent."""
+
+    def __init__(self, budget: float) -> None:
+        self.deadline = time.monotonic() + budget
+        self.outcomes: dict[str, str] = {}
+        self.collected = 0
+
+    def pytest_collection_modifyitems(self, items: list[Any]) -> None:
+        self.collected = len(items)
+
+    def pytest_runtest_setup(self, item: Any) -> None:
+        if time.monotonic() > self.deadline:
+            self.outcomes[item.nodeid] = "not run"
+            pytest.skip("the suite's time budget is spent")
+
+    def pytest_runtest_logreport(self, report: Any) -> None:
+        if self.outcomes.get(report.nodeid) == "not run":
+            return
+        if report.when == "call" or report.outcome != "passed":
+            outcome = "xfailed" if hasattr(report, "wasxfail") else report.outcome
+            if report.nodeid not in self.outcomes or outcome != "passed":
+                self.outcomes[report.nodeid] = outcome
+
+
+def main(argv: list[str]) -> int:
+    budget = 780.0
+    if argv[:1] == ["--budget"]:
+        budget, argv = float(argv[1]), argv[2:]
+    tally = Tally(budget)
+    os.environ["RLCOLLECT_TORCHRL_SUITE"] = "1"  # tests/conftest.py leaves the suite out otherwise
+    start = time.monotonic()
+    arguments = [str(HERE / "test_collectors.py"), "-q", "-p", "no:cacheprovider", "--timeout", "60",
+                 "-o", "addopts=", *argv]
+    pytest.main(arguments, plugins=[tally])
+    counts = Counter(tally.outcomes.values())
+    output = Path(os.environ.get("RLCOLLECT_TORCHRL_OUTCOMES", HERE / "outcomes.json"))
+    output.write_text(json.dumps(dict(sorted(tally.outcomes.items())), indent=0) + "\n")
+    details = ", ".join(f"{count} {outcome}" for outcome, count in sorted(counts.items()))
+    print(f"torchrl suite: {counts['passed']} passed of {tally.collected} "
+          f"({details}; {time.monotonic() - start:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
