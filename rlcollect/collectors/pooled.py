@@ -95,7 +95,7 @@ class PooledCollector(BaseCollector):
         # copy of a Gymnasium env costs its start-up; a vector env brings its own count)
         probe = Rollout(dataclasses.replace(options.rollout_spec(0), num_envs=1))
         probe.close()
-        copies = isinstance(probe.envs, GymEnvs)
+        copies = isinstance(probe.envs, GymEnvs) or probe.envs.follows_num_envs
         if not copies and options.num_envs_per_worker != 1:
             raise ValueError(f"num_envs_per_worker={options.num_envs_per_worker}, but create_env_fn builds "
                              f"{probe.num_envs} env(s) itself ({type(probe.envs).__name__}: a vector env or "

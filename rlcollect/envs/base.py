@@ -29,6 +29,8 @@ class EnvBatch(abc.ABC):
     action_space: gym.Space[Any]
     #: Check each value's shape and type before writing it (``check="full"``; see ``data.checks``).
     check_writes: bool = True
+    #: Built with as many envs as asked (``num_envs``), unlike a vector env brought whole.
+    follows_num_envs: bool = False
 
     def __init__(self, num_envs: int, max_episode_steps: int | None) -> None:
         self.num_envs = num_envs

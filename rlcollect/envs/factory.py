@@ -11,6 +11,7 @@ from gymnasium.vector import VectorEnv
 
 from rlcollect.data.checks import short_repr
 from rlcollect.envs.base import EnvBatch
+from rlcollect.envs.envpool_env import ENVPOOL_PREFIX, is_envpool, make_envpool_batch
 from rlcollect.envs.gym_envs import GymEnvs
 from rlcollect.envs.torchrl_env import TorchRLEnv, is_torchrl_env
 from rlcollect.envs.vector import GymVectorEnv
@@ -37,6 +38,8 @@ def check_env_source(name: str, source: Any) -> None:
     """Raise ``TypeError`` naming ``name`` and the value unless ``source`` can build envs: an env id,
     a callable, a ``VectorEnv`` or a TorchRL env."""
     if isinstance(source, (str, VectorEnv)) or callable(source) or is_torchrl_env(source):
+        return
+    if is_envpool(source):
         return
     kind = "a gymnasium.Env instance" if isinstance(source, gym.Env) else type(source).__name__
     hint = (": pass a function that builds it (lambda: env) or its id, so that each env is a new one"
@@ -115,8 +118,9 @@ def make_env_batch(
     """Build the env batch for ``source``: ``num_envs`` copies of a single env, or a vector env.
 
     Args:
-        source: an env id (``"CartPole-v1"``), a callable returning a ``gymnasium.Env``, a
-            ``VectorEnv`` or a TorchRL ``EnvBase``, or a ``VectorEnv`` / ``EnvBase`` itself.
+        source: an env id (``"CartPole-v1"``; ``"envpool:Pong-v5"`` for an EnvPool of ``num_envs``),
+            a callable returning a ``gymnasium.Env``, a ``VectorEnv`` or a TorchRL ``EnvBase``, or a
+            ``VectorEnv`` / ``EnvBase`` / EnvPool pool itself.
         num_envs: copies of a single env to step in this process (must be 1 for a vector env,
             which brings its own).
         kwargs: keyword arguments for ``gymnasium.make`` or the callable.
@@ -131,6 +135,8 @@ def make_env_batch(
         4
     """
     kwargs = dict(kwargs or {})
+    if (isinstance(source, str) and source.startswith(ENVPOOL_PREFIX)) or is_envpool(source):
+        return make_envpool_batch(source, num_envs, kwargs, max_episode_steps)
     if isinstance(source, VectorEnv) or is_torchrl_env(source):
         first: Any = source
     else:

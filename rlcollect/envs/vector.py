@@ -134,11 +134,16 @@ class GymVectorEnv(EnvBatch):
                 buffers.finals.append((i, t, final))
             to_reset = done & ~self_reset
             if to_reset.any():
-                obs, _ = self.env.reset(options={"reset_mask": to_reset})
+                obs = self._reset_some(obs, to_reset)
                 if self.check_writes:
                     self._check(obs, reward, terminated, truncated, step=t)
             self._steps[done] = 0
         buffers.write_obs_all(t + 1, obs)
+
+    def _reset_some(self, obs: Any, to_reset: np.ndarray) -> Any:
+        """Reset the envs ``to_reset`` marks (a bool mask); return every env's observation."""
+        obs, _ = self.env.reset(options={"reset_mask": to_reset})
+        return obs
 
     def _check(self, obs: Any, reward: Any, terminated: Any, truncated: Any, *, step: int) -> None:
         assert self._buffers is not None
