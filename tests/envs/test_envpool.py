@@ -147,10 +147,10 @@ def test_envpool_errors_name_what_is_wrong() -> None:
 
 
 def test_workers_build_their_own_pools_and_match_one_process() -> None:
-    """``"envpool:CartPole-v1"`` in MultiSync / MultiAsync workers: each builds a pool of its
-    ``num_envs_per_worker`` envs, seeded with its block of seeds, so the frames equal one process's
-    pool of all the envs (MultiAsync: worker ``w``'s batches are rows ``2w, 2w + 1``)."""
-    from rlcollect import MultiAsyncCollector, MultiSyncCollector
+    """``"envpool:CartPole-v1"`` in MultiSync / MultiAsync / AsyncBatched workers: each builds a pool
+    of its envs, seeded with its block of seeds, so the frames equal one process's pool of all the
+    envs (asynchronous ones: worker ``w``'s batches are rows ``2w, 2w + 1``)."""
+    from rlcollect import AsyncBatchedCollector, MultiAsyncCollector, MultiSyncCollector
 
     kwargs: dict[str, Any] = {"create_env_kwargs": {"max_episode_steps": 10}, "seed": 3}
     single = collect("envpool:CartPole-v1", PushRight(), num_envs=4, steps=10, batches=4, **kwargs)
@@ -161,11 +161,16 @@ def test_workers_build_their_own_pools_and_match_one_process() -> None:
     for have, want in zip(synced, single, strict=True):
         assert torch.equal(have["observation"], want["observation"])
         assert torch.equal(have["next", "truncated"], want["next", "truncated"])
-    with MultiAsyncCollector("envpool:CartPole-v1", PushRight(), num_workers=2, num_envs_per_worker=2,
-                             frames_per_batch=20, total_frames=160, **kwargs) as collector:
-        batches = [batch.clone() for batch in collector]
-    for worker in range(2):
-        mine = [b for b in batches if int(b["collector", "traj_ids"][0, 0]) % 2 == worker]
-        assert len(mine) >= 2
-        for have, want in zip(mine, single, strict=False):
-            assert torch.equal(have["observation"], want["observation"][2 * worker : 2 * worker + 2])
+    for asynchronous in (
+        MultiAsyncCollector("envpool:CartPole-v1", PushRight(), num_workers=2, num_envs_per_worker=2,
+                            frames_per_batch=20, total_frames=160, **kwargs),
+        AsyncBatchedCollector("envpool:CartPole-v1", PushRight(), num_envs=4, envs_per_worker=2,
+                              frames_per_batch=20, total_frames=160, **kwargs),
+    ):
+        with asynchronous as collector:
+            batches = [batch.clone() for batch in collector]
+        for worker in range(2):
+            mine = [b for b in batches if int(b["collector", "traj_ids"][0, 0]) % 2 == worker]
+            assert len(mine) >= 2, type(collector).__name__
+            for have, want in zip(mine, single, strict=False):
+                assert torch.equal(have["observation"], want["observation"][2 * worker : 2 * worker + 2])
