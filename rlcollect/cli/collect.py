@@ -113,21 +113,28 @@ def default_frames_per_batch(frames: int, num_envs: int) -> int:
 
 
 def _env_spaces(env_id: str) -> tuple[gym.Space[Any], gym.Space[Any]]:
-    """The observation and action spaces of one ``env_id`` env (made and closed again)."""
+    """The observation and action spaces of one ``env_id`` env (made and closed again), built as the
+    collectors build it: ``ALE/...`` ids register ale-py's envs, ``envpool:...`` ids make a pool."""
+    from rlcollect.envs.factory import make_env_batch
+
     try:
-        env = gym.make(env_id)
+        envs = make_env_batch(env_id, 1)
     except gym.error.Error as error:
         raise CliError(
             f"--env {env_id!r} is not a registered Gymnasium env id ({one_line(str(error))})"
         ) from None
+    except ValueError as error:  # an unknown id, or a package it needs is missing: named there
+        text = one_line(str(error)).removeprefix(f"create_env_fn={env_id!r}").lstrip(": ")
+        joint = " " if text.startswith(("is ", "needs ")) else ": "
+        raise CliError(f"--env {env_id!r}{joint}{text}") from None
     except Exception as error:  # the env's own module failed: still a bad --env for this machine
         raise CliError(
             f"--env {env_id!r} cannot be made ({type(error).__name__}: {one_line(str(error))})"
         ) from None
     try:
-        return env.observation_space, env.action_space
+        return envs.observation_space, envs.action_space
     finally:
-        env.close()
+        envs.close()
 
 
 def _format_return(value: float) -> str:

@@ -274,3 +274,21 @@ def test_command_in_a_subprocess(tmp_path: Path) -> None:
     bad = subprocess.run(bad_cmd, cwd=tmp_path, capture_output=True, text=True, timeout=100)
     assert bad.returncode == 2
     assert bad.stderr.startswith("rlcollect: error: argument --frames") and bad.stderr.count("\n") == 1
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("env_id", ["ALE/Pong-v5", "envpool:CartPole-v1"])
+def test_env_ids_the_collectors_take_work_in_the_cli(env_id: str, tmp_path: Path, capsys: Capsys) -> None:
+    """``ALE/...`` ids (ale-py's namespace, registered on demand) and ``envpool:...`` ids: the CLI
+    builds envs as the collectors do."""
+    pytest.importorskip("ale_py" if env_id.startswith("ALE/") else "envpool")
+    out = tmp_path / "run"
+    argv = ["collect", "--env", env_id, "--frames", "64", "--num-envs", "2", "--out", str(out), "--seed", "0",
+            "--no-progress"]
+    assert main(argv) == 0, capsys.readouterr().err
+    stored = TensorDict.load_memmap(out)
+    assert stored.numel() == 64
+    assert json.loads((out / "run.json").read_text())["env"] == env_id
+    if env_id.startswith("ALE/"):
+        observation = stored["observation"]
+        assert observation.shape[-3:] == (210, 160, 3) and observation.dtype == torch.uint8
