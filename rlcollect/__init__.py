@@ -9,20 +9,48 @@ Example:
     torch.Size([1, 64]) torch.bool
 """
 
-from rlcollect.collectors import (
-    AsyncBatchedCollector,
-    BaseCollector,
-    Collector,
-    CollectorStats,
-    MultiAsyncCollector,
-    MultiSyncCollector,
-    ProfileConfig,
-    RayCollector,
-)
-from rlcollect.data import split_trajectories
-from rlcollect.replay import ReplayBuffer
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rlcollect.collectors import (
+        AsyncBatchedCollector,
+        BaseCollector,
+        Collector,
+        CollectorStats,
+        MultiAsyncCollector,
+        MultiSyncCollector,
+        ProfileConfig,
+        RayCollector,
+    )
+    from rlcollect.data import split_trajectories
+    from rlcollect.replay import ReplayBuffer
 
 __version__ = "0.1.0"
+
+# Public names and the package each lives in, imported on first use: ``import rlcollect`` (and the
+# command line's ``--help``) does not pay for torch and tensordict until a collector is asked for.
+_WHERE = {
+    **dict.fromkeys(["AsyncBatchedCollector", "BaseCollector", "Collector", "CollectorStats",
+                     "MultiAsyncCollector", "MultiSyncCollector", "ProfileConfig", "RayCollector"],
+                    "rlcollect.collectors"),
+    "split_trajectories": "rlcollect.data",
+    "ReplayBuffer": "rlcollect.replay",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        value = getattr(importlib.import_module(_WHERE[name]), name)
+        globals()[name] = value  # once: later lookups are plain attribute reads
+        return value
+    raise AttributeError(f"module 'rlcollect' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_WHERE])
 
 __all__ = [
     "AsyncBatchedCollector",

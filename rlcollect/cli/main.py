@@ -18,9 +18,9 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 import rlcollect
-from rlcollect.cli.collect import CollectOptions, format_summary, run_collect
 from rlcollect.cli.errors import CliError, one_line
-from rlcollect.cli.inspect_run import describe_run
+
+# the commands import torch, tensordict and Gymnasium: only when they run (--help stays fast)
 
 __all__ = ["build_parser", "main"]
 
@@ -112,6 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _collect(args: argparse.Namespace) -> int:
+    from rlcollect.cli.collect import CollectOptions, format_summary, run_collect
+
     options = CollectOptions(
         out=args.out,
         env=args.env,
@@ -133,6 +135,8 @@ def _collect(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
+    from rlcollect.cli.inspect_run import describe_run
+
     print(describe_run(args.path))
     return 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -292,3 +293,28 @@ def test_env_ids_the_collectors_take_work_in_the_cli(env_id: str, tmp_path: Path
     if env_id.startswith("ALE/"):
         observation = stored["observation"]
         assert observation.shape[-3:] == (210, 160, 3) and observation.dtype == torch.uint8
+
+
+HELP_PROBE = """
+import sys, time
+start = time.perf_counter()
+from rlcollect.cli.main import main
+try:
+    main(["--help"])
+except SystemExit:
+    pass
+print("HEAVY", sorted(m for m in ("torch", "tensordict", "gymnasium", "numpy") if m in sys.modules))
+print("SECONDS", time.perf_counter() - start)
+"""
+
+
+def test_help_in_a_fresh_process_imports_nothing_heavy_and_takes_under_a_second() -> None:
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", HELP_PROBE], capture_output=True, text=True, timeout=60)
+    wall = time.perf_counter() - started
+    assert done.returncode == 0, done.stderr
+    assert "usage: rlcollect" in done.stdout
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines()
+                 if line.startswith(("HEAVY", "SECONDS")))
+    assert lines["HEAVY"] == "[]"  # the commands' imports wait until a command runs
+    assert wall < 1.0, f"rlcollect --help took {wall:.2f} s in a fresh process"
