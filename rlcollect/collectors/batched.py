@@ -194,9 +194,9 @@ class AsyncBatchedCollector(PooledCollector):
         if not started:
             self._warm_forkserver()  # restarts, from now on, go through it
 
-    def _dispatch(self, worker: int, slot: int) -> None:
+    def _dispatch(self, worker: int, slot: int, receive: bool = True) -> None:
         self._server.assign(worker, slot)
-        super()._dispatch(worker, slot)
+        super()._dispatch(worker, slot, receive)
 
     @property
     def policy(self) -> Any:

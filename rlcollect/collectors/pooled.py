@@ -220,8 +220,10 @@ class PooledCollector(BaseCollector):
         envs = self.num_envs_per_worker
         return self._slots[slot].batch[worker * envs : (worker + 1) * envs]
 
-    def _dispatch(self, worker: int, slot: int) -> None:
-        if self._receiver_schemes:
+    def _dispatch(self, worker: int, slot: int, receive: bool = True) -> None:
+        """Hand ``worker`` its next batch (into ``slot``), with the newest weights received first
+        (``receive``; a synchronous batch receives once for all its workers)."""
+        if receive and self._receiver_schemes:
             self._receive_weights_scheme()
         if self.options.update_at_each_batch:
             self.update_policy_weights_(worker_ids=[worker])
@@ -232,8 +234,10 @@ class PooledCollector(BaseCollector):
     def _dispatch_all(self, slot: int) -> None:
         if self._stop_flags is not None:
             self._stop_flags[slot] = 0
+        if self._receiver_schemes:  # once: every worker of a synchronous batch runs the same version
+            self._receive_weights_scheme()
         for worker in range(self.num_workers):
-            self._dispatch(worker, slot)
+            self._dispatch(worker, slot, receive=False)
 
     def _account(self, worker: int, report: BatchReport) -> int:
         """Take in a worker's report (its rows, if they came with it); return the batch's frames."""
