@@ -101,16 +101,11 @@ class EnvPoolEnv(GymVectorEnv):
         self._seed, self._rebuild, self._warned = config["seed"], rebuild, False
         self.follows_num_envs = rebuild is not None  # built from a name, with num_envs envs
 
-    def reset(self, slot: int, seeds: list[int] | None = None) -> None:
-        assert self._buffers is not None, "bind() the buffers before reset()"
-        if seeds is not None and seeds[0] != self._seed:
+    def _reset_all(self, seeds: list[int] | None) -> Any:
+        if seeds is not None and seeds[0] != self._seed:  # EnvPool seeds at creation only
             self._reseed(seeds[0])
         obs, _ = self.env.reset()
-        if self.check_writes:
-            zeros = np.zeros(self.num_envs)
-            self._check(obs, zeros, zeros == 1, zeros == 1, step=slot)
-        self._buffers.write_obs_all(slot, obs)
-        self._steps[:] = 0
+        return obs
 
     def _reseed(self, seed: int) -> None:
         if self._rebuild is None:

@@ -104,8 +104,7 @@ class GymVectorEnv(EnvBatch):
 
     def reset(self, slot: int, seeds: list[int] | None = None) -> None:
         assert self._buffers is not None, "bind() the buffers before reset()"
-        # a vector env seeded with s seeds sub-env i with s + i, Gymnasium's own convention
-        obs, _ = self.env.reset(seed=None if seeds is None else seeds[0])
+        obs = self._reset_all(seeds)
         if self.check_writes:
             zeros = np.zeros(self.num_envs)
             self._check(obs, zeros, zeros == 1, zeros == 1, step=slot)
@@ -139,6 +138,12 @@ class GymVectorEnv(EnvBatch):
                     self._check(obs, reward, terminated, truncated, step=t)
             self._steps[done] = 0
         buffers.write_obs_all(t + 1, obs)
+
+    def _reset_all(self, seeds: list[int] | None) -> Any:
+        """Reset every env (seeded from ``seeds[0]``); return their observations."""
+        # a vector env seeded with s seeds sub-env i with s + i, Gymnasium's own convention
+        obs, _ = self.env.reset(seed=None if seeds is None else seeds[0])
+        return obs
 
     def _reset_some(self, obs: Any, to_reset: np.ndarray) -> Any:
         """Reset the envs ``to_reset`` marks (a bool mask); return every env's observation."""

@@ -274,23 +274,19 @@ class WorkerPool:
         for it (up to its own timeout, and the second or so more of the ending).
         """
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-        if self.closed:
-            self._stopped.wait(max(0.0, deadline - time.monotonic()) + 2 * _KILL_WAIT)
-            return
         self._closing.set()
-        locked = self._lock.acquire(timeout=max(0.01, deadline - time.monotonic()))  # no spawn under way
-        try:
-            if self.closed:
-                self._stopped.wait(max(0.0, deadline - time.monotonic()) + 2 * _KILL_WAIT)
-                return
-            self.closed = True
-        finally:
+        if not self.closed:
+            locked = self._lock.acquire(timeout=max(0.01, deadline - time.monotonic()))  # no spawn under way
+            first, self.closed = not self.closed, True
             if locked:
                 self._lock.release()
-        try:
-            self._stop_workers(deadline)
-        finally:
-            self._stopped.set()
+            if first:
+                try:
+                    self._stop_workers(deadline)
+                finally:
+                    self._stopped.set()
+                return
+        self._stopped.wait(max(0.0, deadline - time.monotonic()) + 2 * _KILL_WAIT)  # the first one's
 
     def _stop_workers(self, deadline: float) -> None:
         started = list(range(self.num_workers)) if self.started else []
