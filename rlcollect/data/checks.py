@@ -4,12 +4,17 @@ A numpy write broadcasts and casts silently: an observation of shape ``(1,)`` fi
 features of a ``Box(4,)``, ``None`` becomes NaN, the reward ``"1.0"`` is parsed, ``"no"`` is a true
 flag, the action 1.7 becomes 1. So the collectors check at two points, chosen by ``check``:
 
-- ``"full"`` (the default): every observation, reward and flag an env returns, and every action a
-  policy returns, before it is written (shape and type; a fast identity test, the full check only
-  when that fails), then every batch's values against the spaces, vectorised.
+- ``"full"`` (the default): every observation and flag an env returns, and every action a policy
+  returns, before it is written (shape and type; a fast identity test, the full check only when
+  that fails; a flag is looked at only when it is not exactly ``False``), then every batch's
+  values against the spaces, vectorised.
 - ``"batch"``: only the per-batch values (NaN, Box bounds, discrete ranges, finite rewards);
   a wrong shape may then be broadcast.
 - ``"off"``: nothing.
+
+Rewards are kept as the envs return them and converted once per batch, at every level: a batch of
+real numbers is one numpy conversion; anything else is converted one value at a time by
+:func:`checked_reward`, which names the first reward that is not a real number.
 
 Box actions are checked to be finite, not to lie within the bounds: a Gaussian policy's unclipped
 action is what its log-probability refers to, and clipping it is the env's job (as in SB3 and
@@ -25,6 +30,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Sequence
 from typing import Any
@@ -196,12 +202,22 @@ def _subspace(space: spaces.Space[Any], key: tuple[str, ...]) -> spaces.Space[An
     return space
 
 
+class _Range:
+    """The bounds of one field: exact ``low``/``high`` arrays and the scalars ``lo``/``hi`` that
+    every value lies within when the field is inside (a one-pass test for most batches)."""
+
+    def __init__(self, low: Any, high: Any) -> None:
+        self.low, self.high = low, high
+        self.lo, self.hi = np.max(low).item(), np.min(high).item()
+
+
 class BatchValueCheck:
     """Checks a finished batch's values against the spaces, vectorised (one pass per field).
 
     Actions within discrete ranges and Box actions finite (first: a bad action is the likelier
-    cause of what follows), rewards finite, observations (each once: the next ones, true finals
-    included, and the reset ones) within their space's bounds; NaN never passes.
+    cause of what follows), rewards finite, observations (each once: every observation slot, which
+    holds the first, each step's next one and the reset ones, and the true finals) within their
+    space's bounds; NaN never passes. A batch that passes costs two reductions per field.
 
     Args:
         observation_space, action_space: the single env's spaces.
@@ -216,65 +232,75 @@ class BatchValueCheck:
         action: Field,
     ) -> None:
         self._obs = [
-            (f.key, b)
+            (f.key, _Range(*b), f"outside {_subspace(observation_space, f.key)}",
+             "observation" if f.key == ("observation",) else f"observation {'.'.join(f.key)}")
             for f in observations
             if (b := _bounds(_subspace(observation_space, f.key), f.shape, False)) is not None
         ]
-        self._action = _bounds(action_space, action.shape, True)
-        self._action_space, self._observation_space = action_space, observation_space
+        bounds = _bounds(action_space, action.shape, True)
+        self._action = None if bounds is None else _Range(*bounds)
+        self._finite_actions = isinstance(action_space, spaces.Box) and action_space.dtype.kind == "f"
+        self._action_outside = "not finite" if self._finite_actions else f"outside {action_space}"
 
     def __call__(self, buffers: Any, steps: int) -> None:
         """Raise :class:`BadDataError` for the first value of the batch outside its space."""
         if not steps:
             return
         if self._action is not None:
-            box = isinstance(self._action_space, spaces.Box) and self._action_space.dtype.kind == "f"
-            outside = "not finite" if box else f"outside {self._action_space}"
-            _within(buffers.action_np[:, :steps], *self._action, "action", outside)
+            actions = buffers.action_np[:, :steps]
+            if self._finite_actions:  # the sum of finite values in float64 is finite, or the
+                if not math.isfinite(actions.sum(dtype=np.float64)):  # exact test decides
+                    _within(actions, self._action, "action", self._action_outside)
+            else:
+                _within(actions, self._action, "action", self._action_outside)
         reward = buffers.reward_np[:, :steps, 0]
-        if not np.isfinite(reward).all():
+        if not math.isfinite(reward.sum(dtype=np.float64)):
             env, step = np.argwhere(~np.isfinite(reward))[0].tolist()
             raise BadDataError("reward", env, step, f"is {reward[env, step]}; a reward is a finite number")
         done = buffers.done_np[:, :steps, 0]
-        for key, (low, high) in self._obs:
-            name = "observation" if key == ("observation",) else f"observation {'.'.join(key)}"
-            outside = f"outside {_subspace(self._observation_space, key)}"
-            # every observation once: each step's next one (true finals included), the reset ones
-            # that follow a done, and slot 0 (the first batch's reset observations)
-            _within(buffers.next_obs_np[key][:, :steps], low, high, name, outside)
-            resets = buffers.obs_ext_np[key][:, 1 : steps + 1]
-            if done.any():
+        for key, bounds, outside, name in self._obs:
+            # every observation slot: the first, each step's next one, or the reset one after a done
+            slots = buffers.obs_ext_np[key][:, : steps + 1]
+            if not _inside(slots, bounds):
+                env, slot = _first_outside(slots, bounds)
+                what = name if slot == 0 or not done[env, slot - 1] else f"reset {name}"
+                _raise_outside(slots[env, slot], what, env, max(slot - 1, 0), outside)
+            if done.any():  # and the true final observations of the episodes that ended
                 envs, times = np.nonzero(done)
-                _within(resets[envs, times][:, None], low, high, f"reset {name}", outside, envs, times)
-            _within(buffers.obs_ext_np[key][:, :1], low, high, f"reset {name}", outside)
+                finals = buffers.next_obs_np[key][envs, times]
+                if not _inside(finals, bounds):
+                    row = _first_outside(finals[:, None], bounds)[0]
+                    _raise_outside(finals[row], name, int(envs[row]), int(times[row]), outside)
 
 
-def _within(
-    values: np.ndarray,
-    low: Any,
-    high: Any,
-    what: str,
-    outside: str,
-    envs: np.ndarray | None = None,
-    times: np.ndarray | None = None,
-) -> None:
-    """Raise unless every ``[env, step, ...]`` value lies in ``[low, high]`` (NaN never does);
-    ``envs``/``times``: the env and step of each row of gathered ``values`` (``[rows, 1, ...]``)."""
+def _inside(values: np.ndarray, bounds: _Range) -> bool:
+    """Whether every value lies in ``[low, high]`` (NaN never does)."""
     if not values.size:
-        return
-    if values.min() >= np.max(low) and values.max() <= np.min(high):  # the min is NaN if any value is
-        return  # one pass over the values, no temporaries, for most spaces and batches
-    inside = (values >= low) & (values <= high)
-    if inside.all():
-        return
+        return True
+    if values.min() >= bounds.lo and values.max() <= bounds.hi:  # the min is NaN if any value is
+        return True  # one pass over the values, no temporaries, for most spaces and batches
+    return bool(((values >= bounds.low) & (values <= bounds.high)).all())
+
+
+def _first_outside(values: np.ndarray, bounds: _Range) -> tuple[int, int]:
+    """``(env, step)`` of the first ``[env, step, ...]`` value outside ``bounds``."""
+    inside = (values >= bounds.low) & (values <= bounds.high)
     frame = inside.reshape(*inside.shape[:2], -1).all(-1)
     env, step = np.argwhere(~frame)[0].tolist()
-    value = values[env, step]
-    if envs is not None and times is not None:
-        env, step = int(envs[env]), int(times[env])
+    return env, step
+
+
+def _raise_outside(value: np.ndarray, what: str, env: int, step: int, outside: str) -> None:
     raise BadDataError(
         what, env, step, f"is {_describe(value.tolist() if value.ndim else value.item())}, {outside}"
     )
+
+
+def _within(values: np.ndarray, bounds: _Range, what: str, outside: str) -> None:
+    """Raise unless every ``[env, step, ...]`` value lies in ``bounds``."""
+    if not _inside(values, bounds):
+        env, step = _first_outside(values, bounds)
+        _raise_outside(values[env, step], what, env, step, outside)
 
 
 _FLAG_DTYPE, _REWARD_DTYPE = np.dtype(np.bool_), np.dtype(np.float32)

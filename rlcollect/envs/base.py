@@ -50,6 +50,11 @@ class EnvBatch(abc.ABC):
     def step(self, t: int) -> None:
         """Step every env with ``action[:, t]``; write step ``t`` and observation slot ``t + 1``."""
 
+    def finish(self, steps: int) -> None:
+        """Write what the steps kept aside, once per batch after its last step (``steps`` taken);
+        adapters that write everything as they step keep this no-op."""
+        return None
+
     @abc.abstractmethod
     def seed_action_spaces(self, seeds: list[int]) -> None:
         """Seed each env's own action space (Gymnasium's convention: env ``i`` with ``s + i``)."""

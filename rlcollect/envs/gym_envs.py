@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 from numpy import ndarray
 
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.data.checks import (
     FLAG_TYPES,
-    REWARD_TYPES,
     check_observation,
     checked_array,
     checked_flag,
@@ -34,8 +34,9 @@ def old_api_error(env: Any, call: str, expected: str, result: Any) -> ValueError
 class GymEnvs(EnvBatch):
     """A list of ``gymnasium.Env`` stepped one after the other, without ``SyncVectorEnv``.
 
-    Each step writes reward, flags and the next observation of every env into the buffers with
-    one numpy item write each; nothing is concatenated or copied per step.
+    Each step writes the next observation of every env into the buffers with one numpy item
+    write, and the flags only when an episode ends; the rewards go to a list and into the
+    buffer once per batch (:meth:`finish`). Nothing is concatenated or copied per step.
 
     Args:
         envs: the envs, all with the same spaces.
@@ -54,6 +55,7 @@ class GymEnvs(EnvBatch):
             raise ValueError("envs must hold at least one env, got an empty list")
         super().__init__(len(envs), max_episode_steps)
         self._steps: list[int] = [0] * len(envs)  # a list: cheaper per env-step than numpy items
+        self._reward_rows: list[list[Any]] = []
         self.envs = list(envs)
         self.observation_space = envs[0].observation_space
         self.action_space = envs[0].action_space
@@ -75,6 +77,10 @@ class GymEnvs(EnvBatch):
         self._actions_as_list = buffers.action_np.ndim == 2  # Discrete: python ints, like a hand loop
         array = next(iter(buffers.obs_ext_np.values()))  # the leaf observation's shape and dtype
         self._obs_shape, self._obs_dtype, self._obs_size = array.shape[2:], array.dtype, array[0, 0].size
+        if len(self._reward_rows) != buffers.num_steps:
+            # rewards go to a list per step, then into the buffer once per batch (finish): a list
+            # store costs a quarter of a numpy item write, and numpy's conversion checks the types
+            self._reward_rows = [[0.0] * self.num_envs for _ in range(buffers.num_steps)]
 
     def reset(self, slot: int, seeds: list[int] | None = None) -> None:
         buffers = self._buffers
@@ -95,11 +101,11 @@ class GymEnvs(EnvBatch):
         actions: Any = self._actions[:, t]
         if self._actions_as_list:
             actions = actions.tolist()
-        obs_array, reward, limit, steps = self._obs_array, self._reward, self._limit, self._steps
-        # the checks (rlcollect.data.checks) cost a few identity tests per env-step unless a value
-        # is of another type or size, which a numpy write would cast or broadcast
+        obs_array, rewards, limit, steps = self._obs_array, self._reward_rows[t], self._limit, self._steps
+        # the checks (rlcollect.data.checks) cost two identity tests per env-step: flags are
+        # looked at only when they are not exactly False, rewards when the batch is finished
         checking, size, dtype = self.check_writes, self._obs_size, self._obs_dtype
-        reward_types, flag_types, array_type = REWARD_TYPES, FLAG_TYPES, ndarray
+        flag_types, array_type = FLAG_TYPES, ndarray
         slot = t + 1
         for i, env in enumerate(self.envs):
             result = env.step(actions[i])
@@ -108,24 +114,22 @@ class GymEnvs(EnvBatch):
             except (TypeError, ValueError):
                 raise old_api_error(env, "step()", "(obs, reward, terminated, truncated, info)",
                                     result) from None
-            if checking and (r.__class__ is not float or terminated.__class__ is not bool
-                             or truncated.__class__ is not bool) and (
-                    r.__class__ not in reward_types or terminated.__class__ not in flag_types
-                    or truncated.__class__ not in flag_types):
-                r = checked_reward(r, env=i, step=t)
-                terminated = checked_flag(terminated, "terminated", env=i, step=t)
-                truncated = checked_flag(truncated, "truncated", env=i, step=t)
-            reward[i, t] = r
+            rewards[i] = r
             count = steps[i] + 1
-            if terminated or truncated or count >= limit:
-                self._terminated[i, t] = terminated
-                self._truncated[i, t] = truncated or count >= limit
-                if checking and (obs.__class__ is not array_type or obs.dtype is not dtype
-                                 or obs.size != size):
-                    check_observation(obs, buffers.next_obs_np, buffers.dict_obs, env=i, step=t)
-                buffers.finals.append((i, t, obs))
-                obs, _ = env.reset()
-                count = 0
+            if terminated is not False or truncated is not False or count >= limit:
+                if checking and (terminated.__class__ not in flag_types
+                                 or truncated.__class__ not in flag_types):
+                    terminated = checked_flag(terminated, "terminated", env=i, step=t)
+                    truncated = checked_flag(truncated, "truncated", env=i, step=t)
+                if terminated or truncated or count >= limit:
+                    self._terminated[i, t] = terminated
+                    self._truncated[i, t] = truncated or count >= limit
+                    if checking and (obs.__class__ is not array_type or obs.dtype is not dtype
+                                     or obs.size != size):
+                        check_observation(obs, buffers.next_obs_np, buffers.dict_obs, env=i, step=t)
+                    buffers.finals.append((i, t, obs))
+                    obs, _ = env.reset()
+                    count = 0
             steps[i] = count
             if obs_array is not None:
                 if checking and (obs.__class__ is not array_type or obs.dtype is not dtype
@@ -136,6 +140,21 @@ class GymEnvs(EnvBatch):
                 if checking:
                     check_observation(obs, buffers.obs_ext_np, True, env=i, step=t)
                 buffers.write_obs(i, slot, obs)
+
+    def finish(self, steps: int) -> None:
+        if not steps:
+            return
+        rows = self._reward_rows[:steps]
+        try:
+            values = np.array(rows)  # [steps, N]; Python floats: float64, one C loop
+        except (TypeError, ValueError):  # ragged: arrays among the numbers
+            values = None
+        if values is None or values.dtype.kind not in "biuf" or values.ndim != 2:
+            # one value at a time, at every check level (there is nothing cheaper to skip): each
+            # a real number or a one-element array, else an error naming the env and the step
+            values = np.array([[checked_reward(r, env=i, step=t) for i, r in enumerate(row)]
+                               for t, row in enumerate(rows)])
+        self._reward[:, :steps] = values.T
 
     def seed_action_spaces(self, seeds: list[int]) -> None:
         for env, seed in zip(self.envs, seeds, strict=True):

@@ -127,9 +127,9 @@ class Rollout:
             tuple(observation_fields(obs_space)), action_fields(action_space)[0], self.policy.extras,
             dict_observations=isinstance(obs_space, gym.spaces.Dict),
         )
-        self.envs.check_writes = self.policy.check_writes = spec.check == "full"
-        self.check_values = None if spec.check == "off" else BatchValueCheck(
-            obs_space, action_space, self.layout.observations, self.layout.action)
+        self._value_check = BatchValueCheck(obs_space, action_space, self.layout.observations,
+                                            self.layout.action)
+        self.set_check(spec.check)
         self.config = RolloutConfig(
             truncate_last=spec.set_truncated or spec.reset_at_each_iter,
             exploration_type=spec.exploration_type,
@@ -147,6 +147,12 @@ class Rollout:
         self.models: dict[str, torch.nn.Module] = dict(spec.models)
         if self.policy.module is not None:
             self.models["policy"] = self.policy.module
+
+    def set_check(self, check: str) -> None:
+        """What is checked from the next batch on: ``"full"``, ``"batch"`` or ``"off"``
+        (:mod:`rlcollect.data.checks`; validated by the collectors' options)."""
+        self.envs.check_writes = self.policy.check_writes = check == "full"
+        self.check_values = None if check == "off" else self._value_check
 
     # -- collection ------------------------------------------------------------------------
     def collect(

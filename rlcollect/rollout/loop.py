@@ -98,5 +98,6 @@ def collect_batch(
                     break
                 policy.act(t)
                 envs.step(t)
+        envs.finish(steps)  # what the env adapter writes once per batch (rewards)
     finish_batch(buffers, steps, config, traj_ids, episodes, policy_version, pending_obs)
     return steps

@@ -92,6 +92,11 @@ ENV_CASES = {
     "terminated None": ("terminated", None, r"terminated flag of env 1 at step 4 .*NoneType"),
     "truncated 'no'": ("truncated", "no", r"truncated flag of env 1 at step 4 .*is str 'no'"),
     "truncated 2": ("truncated", 2, r"truncated flag of env 1 at step 4 .*int 2"),
+    # falsy values that are not flags: never read as "not done" (a flag must be exactly a bool)
+    "terminated ''": ("terminated", "", r"terminated flag of env 1 at step 4 .*is str ''"),
+    "truncated 0.0": ("truncated", 0.0, r"truncated flag of env 1 at step 4 .*float 0.0"),
+    "truncated []": ("truncated", [], r"truncated flag of env 1 at step 4 .*list \[\]"),
+    "reward [1.0, 2.0] list": ("reward", [1.0, 2.0], r"reward of env 1 at step 4 .*real number"),
 }
 POLICY_CASES = {
     "action shape [1]": (
@@ -186,6 +191,23 @@ def test_good_data_passes_unchanged(make: Any) -> None:
 
     for checked, unchecked in zip(run("full"), run("off"), strict=True):
         assert (checked == unchecked).all()
+
+
+def test_every_kind_of_real_reward_is_stored_as_its_value() -> None:
+    """Rewards are written once per batch from what the envs returned: ints, numpy scalars,
+    one-element arrays and bools are numbers; each lands as its value, in every check level."""
+    kinds = [1, np.float32(2.5), np.array([3.0]), True, np.int64(4), 0.5, np.array(-1.5, np.float64)]
+
+    class Rewards(BadEnv):
+        def step(self, action: int) -> Any:
+            obs, _, terminated, truncated, info = super().step(action)
+            return obs, kinds[self.count % len(kinds)], terminated, truncated, info
+
+    for check in ("full", "batch", "off"):
+        batch = next(iter(Collector(Rewards, num_envs=2, frames_per_batch=2 * 14, seed=0, check=check)))
+        expected = [float(np.asarray(kinds[(t + 1) % len(kinds)]).item()) for t in range(14)]
+        assert batch["next", "reward"].dtype == torch.float32
+        assert batch["next", "reward"][..., 0].tolist() == [expected, expected]
 
 
 def test_dict_observations_are_checked_per_entry() -> None:
