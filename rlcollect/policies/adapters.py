@@ -110,6 +110,11 @@ class PolicyAdapter(abc.ABC):
     def act(self, t: int) -> None:
         """Write ``action[:, t]`` (and extras) from observation slot ``t``."""
 
+    def finish(self, steps: int) -> None:
+        """Check what :meth:`act` left to check, once per batch after its last step (``steps``
+        taken), before the batch leaves the engine; adapters that check as they act keep this."""
+        return None
+
     def outputs(self, obs: Mapping[NestedKey, torch.Tensor]) -> list[torch.Tensor]:
         """The action, then each of :attr:`extras`, for observations of any number of envs
         (a policy server's gathered batch); the rollout loop uses :meth:`act` instead."""
@@ -218,6 +223,7 @@ class ModulePolicy(PolicyAdapter):
     _action_views: list[torch.Tensor]
     _action_shape: torch.Size
     _action_dtype: torch.dtype
+    _outputs: list[Any]  # each step's output, checked by finish()
 
     def __init__(
         self,
@@ -255,6 +261,7 @@ class ModulePolicy(PolicyAdapter):
             "_action_views": [buffers.action[:, t] for t in range(buffers.num_steps)],
             "_action_shape": buffers.action[:, 0].shape,
             "_action_dtype": buffers.action.dtype,
+            "_outputs": [None] * buffers.num_steps,
         }
 
     def act(self, t: int) -> None:
@@ -262,10 +269,21 @@ class ModulePolicy(PolicyAdapter):
         if self._moves_obs:
             obs = obs.to(self.device, non_blocking=True)
         out = self.callable(obs)
-        if self.check_writes and (out.__class__ is not torch.Tensor or out.shape != self._action_shape
-                                  or out.dtype is not self._action_dtype):
+        self._outputs[t] = out  # checked by finish(), in one loop: cheaper than between env steps
+        try:
+            self._action_views[t].copy_(out)
+        except (TypeError, RuntimeError):  # not a tensor, or a shape torch cannot write: name it
             checked_output(out, self._action_shape, self._action_dtype, "action", t)
-        self._action_views[t].copy_(out)
+            raise
+
+    def finish(self, steps: int) -> None:
+        outputs, shape, dtype = self._outputs, self._action_shape, self._action_dtype
+        if self.check_writes:
+            for t in range(steps):
+                out = outputs[t]
+                if out.__class__ is not torch.Tensor or out.shape != shape or out.dtype is not dtype:
+                    checked_output(out, shape, dtype, "action", t)
+        outputs[:steps] = [None] * steps  # nothing kept past the batch
 
     def outputs(self, obs: Mapping[NestedKey, torch.Tensor]) -> list[torch.Tensor]:
         first = next(iter(obs.values()))

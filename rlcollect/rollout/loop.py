@@ -98,6 +98,7 @@ def collect_batch(
                     break
                 policy.act(t)
                 envs.step(t)
+        policy.finish(steps)  # what the policy adapter checks once per batch (its outputs)
         envs.finish(steps)  # what the env adapter writes once per batch (rewards)
     finish_batch(buffers, steps, config, traj_ids, episodes, policy_version, pending_obs)
     return steps
