@@ -19,7 +19,7 @@ import math
 import sys
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,8 @@ class CollectOptions:
     Attributes:
         out: the folder that receives the run.
         env: a Gymnasium env id.
+        env_kwargs: keyword arguments for ``gymnasium.make`` (``--env-kwargs``).
+        device: where the policy runs (``--device``); ``None`` for where its parameters are.
         frames: frames to collect, summed over envs (rounded up to whole batches).
         num_envs: copies of the env stepped together.
         policy: ``"pkg.module:factory"``, or ``None`` for uniform random actions.
@@ -60,6 +62,8 @@ class CollectOptions:
 
     out: Path | str
     env: str = "CartPole-v1"
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    device: str | None = None
     frames: int = 100_000
     num_envs: int = 8
     policy: str | None = None
@@ -112,13 +116,13 @@ def default_frames_per_batch(frames: int, num_envs: int) -> int:
     return min(DEFAULT_STEPS_PER_BATCH * num_envs, frames)
 
 
-def _env_spaces(env_id: str) -> tuple[gym.Space[Any], gym.Space[Any]]:
+def _env_spaces(env_id: str, kwargs: dict[str, Any]) -> tuple[gym.Space[Any], gym.Space[Any]]:
     """The observation and action spaces of one ``env_id`` env (made and closed again), built as the
     collectors build it: ``ALE/...`` ids register ale-py's envs, ``envpool:...`` ids make a pool."""
     from rlcollect.envs.factory import make_env_batch
 
     try:
-        envs = make_env_batch(env_id, 1)
+        envs = make_env_batch(env_id, 1, kwargs)
     except gym.error.Error as error:
         raise CliError(
             f"--env {env_id!r} is not a registered Gymnasium env id ({one_line(str(error))})"
@@ -128,13 +132,34 @@ def _env_spaces(env_id: str) -> tuple[gym.Space[Any], gym.Space[Any]]:
         joint = " " if text.startswith(("is ", "needs ")) else ": "
         raise CliError(f"--env {env_id!r}{joint}{text}") from None
     except Exception as error:  # the env's own module failed: still a bad --env for this machine
+        with_kwargs = f" with --env-kwargs {_kwargs_text(kwargs)}" if kwargs else ""
         raise CliError(
-            f"--env {env_id!r} cannot be made ({type(error).__name__}: {one_line(str(error))})"
+            f"--env {env_id!r} cannot be made{with_kwargs} ({type(error).__name__}: {one_line(str(error))})"
         ) from None
     try:
         return envs.observation_space, envs.action_space
     finally:
         envs.close()
+
+
+def _kwargs_text(kwargs: dict[str, Any]) -> str:
+    return " ".join(f"{key}={value!r}" for key, value in kwargs.items())
+
+
+def _device(text: str | None) -> Any:
+    """``--device`` as a ``torch.device`` this machine has, or ``None``."""
+    if text is None:
+        return None
+    import torch
+
+    try:
+        device = torch.device(text)
+    except RuntimeError:
+        raise CliError(f"--device {text!r} is not a torch device (e.g. cpu, cuda, cuda:1)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise CliError(f"--device {text!r}: this machine has no CUDA device "
+                       "(torch.cuda.is_available() is False)")
+    return device
 
 
 def _format_return(value: float) -> str:
@@ -158,7 +183,8 @@ def run_collect(options: CollectOptions) -> CollectSummary:
     """
     frames_per_batch = options.frames_per_batch or default_frames_per_batch(options.frames, options.num_envs)
     check_out(options.out, force=options.force)  # refuse a bad --out before building anything
-    observation_space, action_space = _env_spaces(options.env)
+    device = _device(options.device)
+    observation_space, action_space = _env_spaces(options.env, options.env_kwargs)
     policy = None
     if options.policy is not None:
         policy = build_policy(options.policy, observation_space, action_space)
@@ -166,10 +192,18 @@ def run_collect(options: CollectOptions) -> CollectSummary:
         with warnings.catch_warnings():  # the collector rounds up to whole steps: said in a note below
             warnings.simplefilter("ignore")
             collector = Collector(options.env, policy, frames_per_batch=frames_per_batch,
-                                  total_frames=options.frames, num_envs=options.num_envs, seed=options.seed)
+                                  total_frames=options.frames, num_envs=options.num_envs, seed=options.seed,
+                                  create_env_kwargs=options.env_kwargs, policy_device=device)
     except (ValueError, TypeError) as error:  # the policy does not fit the env, or a bad setting
         prefix = f"--policy {options.policy!r}: " if options.policy is not None else ""
         raise CliError(prefix + one_line(str(error))) from None
+    except Exception as error:  # the policy's dry step on the env's observations raised
+        if options.policy is None:
+            raise
+        raise CliError(
+            f"--policy {options.policy!r} failed on {options.env}'s observations "
+            f"({observation_space}): {type(error).__name__}: {one_line(str(error))}"
+        ) from None
     if options.frames_per_batch is not None and collector.frames_per_batch != options.frames_per_batch:
         print(f"rlcollect: note: --frames-per-batch {options.frames_per_batch} rounded up to "
               f"{collector.frames_per_batch}, a multiple of --num-envs {options.num_envs}", file=sys.stderr)
@@ -218,6 +252,8 @@ def _setup_info(options: CollectOptions, collector: Collector) -> dict[str, Any]
     return {
         "rlcollect_version": rlcollect.__version__,
         "env": options.env,
+        "env_kwargs": {key: repr(value) for key, value in options.env_kwargs.items()},
+        "device": options.device,
         "num_envs": collector.num_envs,
         "frames_per_batch": collector.frames_per_batch,
         "frames_requested": options.frames,

@@ -13,9 +13,10 @@ Example:
 from __future__ import annotations
 
 import argparse
+import ast
 import sys
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import rlcollect
 from rlcollect.cli.errors import CliError, one_line
@@ -64,6 +65,24 @@ def _seed(text: str) -> int:
     return value
 
 
+def _env_kwarg(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` as ``(key, value)``: the value a Python literal (``4``, ``0.25``, ``None``,
+    ``(84, 84)``) where it reads as one, else the text itself (``rgb_array``).
+
+    Example:
+        >>> _env_kwarg("frameskip=4"), _env_kwarg("render_mode=rgb_array")
+        (('frameskip', 4), ('render_mode', 'rgb_array'))
+    """
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip().isidentifier():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE with KEY a keyword name, got {text!r}")
+    try:
+        parsed: Any = ast.literal_eval(value)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        parsed = value
+    return key.strip(), parsed
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``rlcollect`` parser with its ``collect`` and ``inspect`` subcommands."""
     parser = _Parser(
@@ -85,6 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
     collect.add_argument("--frames", type=_positive_int, default=100_000,
                          help="frames to collect, summed over envs; rounded up to whole batches "
                          "(default: %(default)s)")
+    collect.add_argument("--env-kwargs", type=_env_kwarg, nargs="+", action="extend", default=[],
+                         metavar="KEY=VALUE",
+                         help="keyword arguments for gymnasium.make (VALUE read as a Python literal, "
+                         "else kept as text), e.g. --env-kwargs frameskip=4 render_mode=rgb_array")
+    collect.add_argument("--device", help="where the policy runs, e.g. cpu or cuda:0 (default: where "
+                         "its parameters are); batches are stored from the CPU")
     collect.add_argument("--num-envs", type=_positive_int, default=8,
                          help="envs stepped together in this process (default: %(default)s)")
     collect.add_argument("--out", required=True, help="folder for the run (created; must be new or empty)")
@@ -117,6 +142,8 @@ def _collect(args: argparse.Namespace) -> int:
     options = CollectOptions(
         out=args.out,
         env=args.env,
+        env_kwargs=dict(args.env_kwargs),
+        device=args.device,
         frames=args.frames,
         num_envs=args.num_envs,
         policy=args.policy,

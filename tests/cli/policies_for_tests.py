@@ -52,3 +52,20 @@ class InterruptAfter(nn.Module):
 def interrupt_in_third_batch(observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> nn.Module:
     """Ctrl-C during the third batch of 32 steps (after the collector's one dry call)."""
     return InterruptAfter(calls=1 + 2 * 32 + 5)
+
+
+class Float64Input(nn.Module):
+    """A float32 layer fed float64 observations, as a float32 network on MuJoCo's observations."""
+
+    def __init__(self, num_obs: int) -> None:
+        super().__init__()
+        self.layer = nn.Linear(num_obs, 2)
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        return self.layer(observation.double()).argmax(-1)
+
+
+def float64_input(observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> nn.Module:
+    """A policy whose first call raises (``mat1 and mat2 must have the same dtype``)."""
+    assert observation_space.shape is not None
+    return Float64Input(observation_space.shape[0])

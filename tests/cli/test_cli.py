@@ -318,3 +318,53 @@ def test_help_in_a_fresh_process_imports_nothing_heavy_and_takes_under_a_second(
                  if line.startswith(("HEAVY", "SECONDS")))
     assert lines["HEAVY"] == "[]"  # the commands' imports wait until a command runs
     assert wall < 1.0, f"rlcollect --help took {wall:.2f} s in a fresh process"
+
+
+@pytest.mark.timeout(60)
+def test_env_kwargs_reach_gymnasium_make(tmp_path: Path, capsys: Capsys) -> None:
+    """``--env-kwargs max_episode_steps=5``: every episode of the run is truncated at 5 steps."""
+    out = tmp_path / "run"
+    assert collect(out, "--env-kwargs", "max_episode_steps=5", "sutton_barto_reward=True", frames=200) == 0
+    run = TensorDict.load_memmap(out)
+    truncated, terminated = run["next", "truncated"][..., 0], run["next", "terminated"][..., 0]
+    steps = run["collector", "traj_ids"]  # one id per episode: no episode is longer than 5 steps
+    assert int(torch.unique(steps, return_counts=True)[1].max()) <= 5
+    assert bool(truncated.any()) and not bool((truncated & terminated).any())
+    setup = json.loads((out / "run.json").read_text())
+    assert setup["env_kwargs"] == {"max_episode_steps": "5", "sutton_barto_reward": "True"}
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragments"),
+    [
+        (["--env-kwargs", "no_such_option=1"], ["--env 'CartPole-v1' cannot be made with --env-kwargs "
+                                                "no_such_option=1", "TypeError"]),
+        (["--env-kwargs", "frameskip"], ["--env-kwargs", "expected KEY=VALUE", "'frameskip'"]),
+        (["--device", "not-a-device"], ["--device 'not-a-device' is not a torch device"]),
+        (["--policy", f"{POLICIES}:float64_input"],
+         [f"--policy '{POLICIES}:float64_input' failed on CartPole-v1's observations", "Box(",
+          "RuntimeError", "dtype"]),
+    ],
+)
+def test_env_kwargs_device_and_policy_failures_are_one_line(
+    tmp_path: Path, capsys: Capsys, argv: list[str], fragments: list[str]
+) -> None:
+    out = tmp_path / "run"
+    assert collect(out, *argv, frames=64) == 2
+    assert_one_line_error(capsys, *fragments)
+    assert not out.exists()
+
+
+@pytest.mark.timeout(60)
+def test_device_runs_the_policy_there(tmp_path: Path, capsys: Capsys) -> None:
+    """``--device cpu`` collects; ``--device cuda`` collects where CUDA is, and is one line where not."""
+    assert collect(tmp_path / "cpu", "--device", "cpu", "--policy", f"{POLICIES}:always_zero", frames=64) == 0
+    assert (TensorDict.load_memmap(tmp_path / "cpu")["action"] == 0).all()
+    capsys.readouterr()
+    status = collect(tmp_path / "cuda", "--device", "cuda", "--policy", f"{POLICIES}:always_zero", frames=64)
+    if torch.cuda.is_available():
+        assert status == 0
+    else:
+        assert status == 2
+        assert_one_line_error(capsys, "--device 'cuda': this machine has no CUDA device")
