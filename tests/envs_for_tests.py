@@ -60,7 +60,7 @@ class TiltPolicy(torch.nn.Module):
         self.weight = torch.nn.Parameter(torch.tensor([0.3, 0.0, sign, 0.0]))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return (obs @ self.weight > 0).long()
+        return (obs @ self.weight.to(obs.dtype) > 0).long()  # any floating obs_dtype
 
 
 class PendulumPolicy(torch.nn.Module):

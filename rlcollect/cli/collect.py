@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+import torch
 from tensordict import TensorDict
 from tqdm import tqdm
 
@@ -32,6 +33,8 @@ from rlcollect.cli.errors import CliError, one_line
 from rlcollect.cli.output import RunWriter, check_out, prepare_out
 from rlcollect.cli.policy import build_policy
 from rlcollect.collectors import Collector, CollectorStats
+from rlcollect.data.checks import BadDataError
+from rlcollect.data.layout import stored_observation_space
 
 __all__ = ["CollectOptions", "CollectSummary", "format_summary", "default_frames_per_batch", "run_collect"]
 
@@ -50,6 +53,8 @@ class CollectOptions:
         env: a Gymnasium env id.
         env_kwargs: keyword arguments for ``gymnasium.make`` (``--env-kwargs``).
         device: where the policy runs (``--device``); ``None`` for where its parameters are.
+        obs_dtype: the dtype floating-point observations are stored and given to the policy in
+            (``--obs-dtype``); ``None`` for the env's.
         frames: frames to collect, summed over envs (rounded up to whole batches).
         num_envs: copies of the env stepped together.
         policy: ``"pkg.module:factory"``, or ``None`` for uniform random actions.
@@ -64,6 +69,7 @@ class CollectOptions:
     env: str = "CartPole-v1"
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     device: str | None = None
+    obs_dtype: str | None = None
     frames: int = 100_000
     num_envs: int = 8
     policy: str | None = None
@@ -150,8 +156,6 @@ def _device(text: str | None) -> Any:
     """``--device`` as a ``torch.device`` this machine has, or ``None``."""
     if text is None:
         return None
-    import torch
-
     try:
         device = torch.device(text)
     except RuntimeError:
@@ -178,13 +182,16 @@ def run_collect(options: CollectOptions) -> CollectSummary:
     the folder (``run.json`` says how many) and the summary has ``complete == False``.
 
     Raises:
-        CliError: an unknown env, a bad ``--policy``, a policy that does not fit the env, or an
-            unusable ``--out`` folder.
+        CliError: an unknown env, a bad ``--policy``, a policy that does not fit the env, an
+            unusable ``--out`` folder, or bad data from the env or the policy during the run (the
+            batches before it stay in the folder).
     """
     frames_per_batch = options.frames_per_batch or default_frames_per_batch(options.frames, options.num_envs)
     check_out(options.out, force=options.force)  # refuse a bad --out before building anything
     device = _device(options.device)
     observation_space, action_space = _env_spaces(options.env, options.env_kwargs)
+    if options.obs_dtype is not None:  # the policy factory sees what the policy will be given
+        observation_space = stored_observation_space(observation_space, getattr(torch, options.obs_dtype))
     policy = None
     if options.policy is not None:
         policy = build_policy(options.policy, observation_space, action_space)
@@ -193,16 +200,18 @@ def run_collect(options: CollectOptions) -> CollectSummary:
             warnings.simplefilter("ignore")
             collector = Collector(options.env, policy, frames_per_batch=frames_per_batch,
                                   total_frames=options.frames, num_envs=options.num_envs, seed=options.seed,
-                                  create_env_kwargs=options.env_kwargs, policy_device=device)
+                                  create_env_kwargs=options.env_kwargs, policy_device=device,
+                                  obs_dtype=options.obs_dtype)
     except (ValueError, TypeError) as error:  # the policy does not fit the env, or a bad setting
         prefix = f"--policy {options.policy!r}: " if options.policy is not None else ""
         raise CliError(prefix + one_line(str(error))) from None
     except Exception as error:  # the policy's dry step on the env's observations raised
         if options.policy is None:
             raise
+        notes = "".join(f" ({one_line(note)})" for note in getattr(error, "__notes__", []))
         raise CliError(
             f"--policy {options.policy!r} failed on {options.env}'s observations "
-            f"({observation_space}): {type(error).__name__}: {one_line(str(error))}"
+            f"({observation_space}): {type(error).__name__}: {one_line(str(error))}{notes}"
         ) from None
     if options.frames_per_batch is not None and collector.frames_per_batch != options.frames_per_batch:
         print(f"rlcollect: note: --frames-per-batch {options.frames_per_batch} rounded up to "
@@ -220,6 +229,7 @@ def run_collect(options: CollectOptions) -> CollectSummary:
             file=sys.stderr,
         )
         start = time.perf_counter()
+        bad_data: BadDataError | None = None
         try:
             for batch in collector:
                 assert batch is not None
@@ -228,6 +238,8 @@ def run_collect(options: CollectOptions) -> CollectSummary:
                 bar.set_postfix_str(_progress_postfix(collector.stats()), refresh=False)
         except KeyboardInterrupt:  # Ctrl-C: keep the batches written so far; the summary says so
             pass
+        except BadDataError as error:  # the env or the policy produced bad data: kept out, said in one line
+            bad_data = error
         finally:
             seconds = time.perf_counter() - start
             bar.close()
@@ -244,6 +256,9 @@ def run_collect(options: CollectOptions) -> CollectSummary:
     )
     writer.finish(_result_info(summary))
     _check_stored_frames(summary)
+    if bad_data is not None:
+        raise CliError(f"{one_line(str(bad_data))}; nothing of that batch was stored, {summary.out} holds "
+                       f"the first {summary.batches} batches")
     return summary
 
 
@@ -254,6 +269,7 @@ def _setup_info(options: CollectOptions, collector: Collector) -> dict[str, Any]
         "env": options.env,
         "env_kwargs": {key: repr(value) for key, value in options.env_kwargs.items()},
         "device": options.device,
+        "obs_dtype": options.obs_dtype,
         "num_envs": collector.num_envs,
         "frames_per_batch": collector.frames_per_batch,
         "frames_requested": options.frames,

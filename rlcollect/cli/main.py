@@ -110,6 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "else kept as text), e.g. --env-kwargs frameskip=4 render_mode=rgb_array")
     collect.add_argument("--device", help="where the policy runs, e.g. cpu or cuda:0 (default: where "
                          "its parameters are); batches are stored from the CPU")
+    collect.add_argument("--obs-dtype", choices=("float16", "float32", "float64"),
+                         help="store floating-point observations in this dtype, and give them to the "
+                         "policy so (e.g. float32 for MuJoCo's float64 observations); default: the env's")
     collect.add_argument("--num-envs", type=_positive_int, default=8,
                          help="envs stepped together in this process (default: %(default)s)")
     collect.add_argument("--out", required=True, help="folder for the run (created; must be new or empty)")
@@ -144,6 +147,7 @@ def _collect(args: argparse.Namespace) -> int:
         env=args.env,
         env_kwargs=dict(args.env_kwargs),
         device=args.device,
+        obs_dtype=args.obs_dtype,
         frames=args.frames,
         num_envs=args.num_envs,
         policy=args.policy,

@@ -71,7 +71,8 @@ class AsyncBatchedCollector(PooledCollector):
             weight_sync}``); the policy runs in this process, so every scheme but
             :class:`~rlcollect.weights.NoWeightSyncScheme` updates it in place.
         **others: as for :class:`~rlcollect.MultiAsyncCollector` (``timeout``, ``start_timeout``,
-            ``start_method``, ``max_worker_restarts``, ``replay_buffer``, ``seed``, ``check``, ...).
+            ``start_method``, ``max_worker_restarts``, ``replay_buffer``, ``seed``, ``check``,
+            ``obs_dtype``, ...).
 
     Frames are reproducible for a deterministic policy: the batches then equal
     :class:`~rlcollect.MultiAsyncCollector`'s with the same seed. A policy that samples draws in the
@@ -130,6 +131,7 @@ class AsyncBatchedCollector(PooledCollector):
         weight_sync_schemes: Mapping[str, WeightSyncScheme] | None = None,
         weight_updater: Any = None,
         check: str = "full",
+        obs_dtype: Any = None,
     ) -> None:
         if policy is None and policy_factory is None:
             raise TypeError("AsyncBatchedCollector serves a policy: give policy or policy_factory")

@@ -73,6 +73,11 @@ class Collector(BaseCollector):
             value's shape and type before it is written, every batch's values against the
             spaces), ``"batch"`` (only the values, per batch) or ``"off"``; a failed check raises
             :class:`~rlcollect.data.checks.BadDataError` naming the env, the step and the value.
+        obs_dtype: store floating-point observations in this dtype (``"float32"``, ``"float64"``,
+            ``"float16"`` or the torch / numpy dtype), cast once as they are written; the policy
+            sees them so (MuJoCo's float64 observations for a float32 network). Integer and
+            boolean observations (images, discrete states) are kept. ``None`` (default): the
+            space's dtype.
 
     Example:
         >>> collector = Collector("CartPole-v1", frames_per_batch=8, total_frames=16,
@@ -116,6 +121,7 @@ class Collector(BaseCollector):
         weight_sync_schemes: Mapping[str, WeightSyncScheme] | None = None,
         weight_updater: Any = None,
         check: str = "full",
+        obs_dtype: Any = None,
     ) -> None:
         options = CollectorOptions.from_arguments(locals(), {"num_envs": "num_envs_per_worker"})
         self.options = options

@@ -63,6 +63,7 @@ class _MultiProcessCollector(PooledCollector):
         weight_sync_schemes: Mapping[str, WeightSyncScheme] | None = None,
         weight_updater: Any = None,
         check: str = "full",
+        obs_dtype: Any = None,
         collector_class: type | None = None,
         collector_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
@@ -122,6 +123,11 @@ class MultiSyncCollector(_MultiProcessCollector):
             value's shape and type before it is written, every batch's values against the
             spaces), ``"batch"`` (only the values, per batch) or ``"off"``; a failed check raises
             :class:`~rlcollect.data.checks.BadDataError` naming the env, the step and the value.
+        obs_dtype: store floating-point observations in this dtype (``"float32"``, ``"float64"``,
+            ``"float16"`` or the torch / numpy dtype), cast once as they are written; the policy
+            sees them so (MuJoCo's float64 observations for a float32 network). Integer and
+            boolean observations (images, discrete states) are kept. ``None`` (default): the
+            space's dtype.
 
     Each worker process runs torch with one thread; this process's settings are left alone.
     Scripts that create it must guard their entry point with ``if __name__ == "__main__":``

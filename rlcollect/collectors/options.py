@@ -109,6 +109,27 @@ def _frames(name: str, value: Any) -> int:
     return check_int(name, value, minimum=1, allowed="a positive int or -1 (no end)")
 
 
+#: What ``obs_dtype`` may be, by name.
+OBS_DTYPES = {"float16": torch.float16, "float32": torch.float32, "float64": torch.float64}
+
+
+def _obs_dtype(value: Any) -> torch.dtype | None:
+    """``obs_dtype`` as a torch floating dtype: a name, a torch dtype or a numpy dtype (or type)."""
+    if value is None:
+        return None
+    name = value if isinstance(value, str) else str(value).removeprefix("torch.")
+    if not isinstance(value, (str, torch.dtype)):
+        try:
+            name = np.dtype(value).name
+        except TypeError:
+            name = ""
+    if name not in OBS_DTYPES:
+        names = ", ".join(map(repr, OBS_DTYPES))
+        raise ValueError(f"obs_dtype={short_repr(value)} is not one of None, {names} (or the torch / numpy "
+                         "dtype): the dtype floating-point observations are stored in")
+    return OBS_DTYPES[name]
+
+
 def _device(name: str, value: Any) -> torch.device | None:
     if value is None:
         return None
@@ -207,6 +228,7 @@ class CollectorOptions:
     weight_sync_schemes: Mapping[str, WeightSyncScheme] | None = None
     weight_updater: Any = None
     check: str = "full"
+    obs_dtype: Any = None
     # worker processes and actors
     preemptive_threshold: float | None = None
     prefetch: bool = False
@@ -275,6 +297,7 @@ class CollectorOptions:
         put("exploration_type", interaction_type(exploration))
         if not isinstance(self.check, str) or self.check not in CHECK_LEVELS:
             raise ValueError(f"check={self.check!r} is not one of {CHECK_LEVELS} (see rlcollect.data.checks)")
+        put("obs_dtype", _obs_dtype(self.obs_dtype))
         raw_env_device = self.env_device if self.env_device is not None else self.device
         env_device = _device("env_device", raw_env_device)
         if env_device is not None and env_device.type != "cpu":
@@ -394,6 +417,7 @@ class CollectorOptions:
             compile_policy=self.compile_policy,
             pre_collect_hook=self.pre_collect_hook,
             check=self.check,
+            obs_dtype=self.obs_dtype,
             models=dict(self.models or {}),
             engine=None if self.nested_workers == 1 else functools.partial(
                 nested_rollout(), num_workers=self.nested_workers),

@@ -21,7 +21,7 @@ __all__ = ["RayCollector"]
 _RESERVED = ("frames_per_batch", "total_frames", "seed", "replay_buffer", "return_same_td", "split_trajs",
              "trajs_per_batch", "traj_format", "prefetch", "max_worker_restarts", "timeout", "start_timeout",
              "start_method", "postproc", "post_collect_hook",
-             "storing_device", "weight_sync_schemes", "weight_updater", "check")
+             "storing_device", "weight_sync_schemes", "weight_updater", "check", "obs_dtype")
 
 
 class RayCollector(PooledCollector):
@@ -66,6 +66,8 @@ class RayCollector(PooledCollector):
             :class:`~rlcollect.weights.RayWeightSyncScheme` (default) or ``NoWeightSyncScheme``.
         weight_updater: a legacy :class:`~rlcollect.weights.WeightUpdaterBase` (or its class).
         check: the data checks each actor runs, as for :class:`~rlcollect.Collector`.
+        obs_dtype: the dtype floating-point observations are stored in, as for
+            :class:`~rlcollect.Collector`.
         postproc, split_trajs, return_same_td, storing_device, post_collect_hook, trajs_per_batch,
         traj_format:
             applied here to each batch, as for :class:`~rlcollect.Collector`.
@@ -118,6 +120,7 @@ class RayCollector(PooledCollector):
         weight_sync_schemes: Mapping[str, WeightSyncScheme] | None = None,
         weight_updater: Any = None,
         check: str = "full",
+        obs_dtype: Any = None,
     ) -> None:
         nested = isinstance(collector_class, type) and issubclass(collector_class, MultiSyncCollector)
         if not (nested or isinstance(collector_class, type) and issubclass(collector_class, Collector)):

@@ -29,6 +29,7 @@ __all__ = [
     "action_fields",
     "get_nested",
     "observation_fields",
+    "stored_observation_space",
     "torch_dtype",
 ]
 
@@ -107,6 +108,27 @@ def observation_fields(space: spaces.Space[Any]) -> list[Field]:
                 f"rename it (reserved: {sorted(RESERVED_KEYS)})"
             )
     return fields
+
+
+def stored_observation_space(space: spaces.Space[Any], dtype: torch.dtype | None) -> spaces.Space[Any]:
+    """``space`` with its floating-point ``Box`` entries in ``dtype`` (``None``: ``space`` itself):
+    what a collector built with ``obs_dtype=dtype`` stores, and what its policy is called on.
+
+    Example:
+        >>> box = spaces.Box(-1.0, 1.0, (3,), np.float64)
+        >>> stored_observation_space(box, torch.float32).dtype
+        dtype('float32')
+    """
+    if dtype is None:
+        return space
+    if isinstance(space, spaces.Dict):
+        return spaces.Dict({name: stored_observation_space(sub, dtype) for name, sub in space.spaces.items()})
+    if isinstance(space, spaces.Box) and space.dtype is not None and space.dtype.kind == "f":
+        target = np.dtype(str(dtype).removeprefix("torch."))
+        if space.dtype != target:
+            low, high = space.low.astype(target), space.high.astype(target)
+            return spaces.Box(low, high, space.shape, target)
+    return space
 
 
 def action_fields(space: spaces.Space[Any]) -> list[Field]:

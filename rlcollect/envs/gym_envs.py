@@ -77,6 +77,10 @@ class GymEnvs(EnvBatch):
         self._actions_as_list = buffers.action_np.ndim == 2  # Discrete: python ints, like a hand loop
         array = next(iter(buffers.obs_ext_np.values()))  # the leaf observation's shape and dtype
         self._obs_shape, self._obs_dtype, self._obs_size = array.shape[2:], array.dtype, array[0, 0].size
+        # what the env returns passes the identity test; the buffer may store it in another dtype
+        # (obs_dtype): numpy casts it in the write, checked_array says which values may be cast
+        space_dtype = getattr(self.observation_space, "dtype", None)
+        self._env_obs_dtype = np.dtype(space_dtype) if space_dtype is not None else array.dtype
         if len(self._reward_rows) != buffers.num_steps:
             # rewards go to a list per step, then into the buffer once per batch (finish): a list
             # store costs a quarter of a numpy item write, and numpy's conversion checks the types
@@ -104,7 +108,7 @@ class GymEnvs(EnvBatch):
         obs_array, rewards, limit, steps = self._obs_array, self._reward_rows[t], self._limit, self._steps
         # the checks (rlcollect.data.checks) cost two identity tests per env-step: flags are
         # looked at only when they are not exactly False, rewards when the batch is finished
-        checking, size, dtype = self.check_writes, self._obs_size, self._obs_dtype
+        checking, size, dtype = self.check_writes, self._obs_size, self._env_obs_dtype
         flag_types, array_type = FLAG_TYPES, ndarray
         slot = t + 1
         for i, env in enumerate(self.envs):
@@ -134,7 +138,7 @@ class GymEnvs(EnvBatch):
             if obs_array is not None:
                 if checking and (obs.__class__ is not array_type or obs.dtype is not dtype
                                  or obs.size != size):
-                    obs = checked_array(obs, self._obs_shape, dtype, "observation", env=i, step=t)
+                    obs = checked_array(obs, self._obs_shape, self._obs_dtype, "observation", env=i, step=t)
                 obs_array[i, slot] = obs
             else:
                 if checking:

@@ -399,7 +399,20 @@ def make_policy(
             f"policy must be None, an nn.Module, a TensorDictModule or a callable; "
             f"got {type(policy).__name__}"
         )
-    with set_interaction_type(exploration_type):
-        if _is_tensordict_policy(policy):
-            return TensorDictPolicy(policy, observation_space, action_space, num_envs, device)
-        return ModulePolicy(policy, observation_space, action_space, num_envs, device)
+    try:
+        with set_interaction_type(exploration_type):
+            if _is_tensordict_policy(policy):
+                return TensorDictPolicy(policy, observation_space, action_space, num_envs, device)
+            return ModulePolicy(policy, observation_space, action_space, num_envs, device)
+    except Exception as error:
+        if _has_float64(observation_space):  # the usual cause: a float32 network, float64 observations
+            error.add_note(f"The policy was called on float64 observations ({observation_space}); "
+                           "obs_dtype='float32' (--obs-dtype float32 on the command line) stores them, and "
+                           "passes them to the policy, as float32.")
+        raise
+
+
+def _has_float64(space: gym.Space[Any]) -> bool:
+    if isinstance(space, gym.spaces.Dict):
+        return any(_has_float64(sub) for sub in space.spaces.values())
+    return isinstance(space, gym.spaces.Box) and space.dtype == np.float64

@@ -30,7 +30,7 @@ from tensordict.nn import InteractionType
 
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.data.checks import BadDataError, BatchValueCheck
-from rlcollect.data.layout import BatchLayout, action_fields, observation_fields
+from rlcollect.data.layout import BatchLayout, action_fields, observation_fields, stored_observation_space
 from rlcollect.data.trajectories import TrajectoryIds
 from rlcollect.envs.factory import EnvSource, make_env_batch
 from rlcollect.policies.adapters import PolicyAdapter, RandomPolicy, make_policy
@@ -76,6 +76,7 @@ class RolloutSpec:
     compile_policy: bool | Mapping[str, Any] = False
     pre_collect_hook: Callable[[], None] | None = None
     check: str = "full"
+    obs_dtype: torch.dtype | None = None
     models: Mapping[str, torch.nn.Module] = field(default_factory=dict)
     engine: Callable[..., Any] | None = None
 
@@ -107,7 +108,9 @@ class Rollout:
             spec.create_env_fn, spec.num_envs, dict(spec.create_env_kwargs or {}), spec.max_frames_per_traj
         )
         self.num_envs = self.envs.num_envs
-        obs_space, action_space = self.envs.observation_space, self.envs.action_space
+        # what the batch holds: the env's observations, floating-point ones in spec.obs_dtype
+        obs_space = stored_observation_space(self.envs.observation_space, spec.obs_dtype)
+        action_space = self.envs.action_space
         self.random_policy = RandomPolicy(action_space, self.num_envs)
         self.served = served_policy is not None
         self.user_policy = None if self.served else (

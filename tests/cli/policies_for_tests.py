@@ -69,3 +69,22 @@ def float64_input(observation_space: gym.Space[Any], action_space: gym.Space[Any
     """A policy whose first call raises (``mat1 and mat2 must have the same dtype``)."""
     assert observation_space.shape is not None
     return Float64Input(observation_space.shape[0])
+
+
+class FloatActionsAfter(nn.Module):
+    """Action 0, then from call number ``calls`` on a float action (1.0): bad data mid-run."""
+
+    def __init__(self, calls: int) -> None:
+        super().__init__()
+        self.calls_left = calls
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        self.calls_left -= 1
+        if self.calls_left < 0:
+            return torch.ones(observation.shape[0])
+        return torch.zeros(observation.shape[0], dtype=torch.int64)
+
+
+def float_actions_in_third_batch(observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> Any:
+    """Float actions from step 5 of the third batch of 32 steps (after the collector's dry call)."""
+    return FloatActionsAfter(calls=1 + 2 * 32 + 5)

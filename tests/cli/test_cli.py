@@ -368,3 +368,30 @@ def test_device_runs_the_policy_there(tmp_path: Path, capsys: Capsys) -> None:
     else:
         assert status == 2
         assert_one_line_error(capsys, "--device 'cuda': this machine has no CUDA device")
+
+
+@pytest.mark.timeout(60)
+def test_obs_dtype_stores_observations_in_that_dtype(tmp_path: Path, capsys: Capsys) -> None:
+    out = tmp_path / "run"
+    assert collect(out, "--obs-dtype", "float64", frames=64) == 0
+    run = TensorDict.load_memmap(out)
+    assert run["observation"].dtype == run["next", "observation"].dtype == torch.float64
+    assert json.loads((out / "run.json").read_text())["obs_dtype"] == "float64"
+    capsys.readouterr()
+    assert collect(tmp_path / "bad", "--obs-dtype", "int8", frames=64) == 2
+    assert_one_line_error(capsys, "--obs-dtype", "invalid choice: 'int8'")
+
+
+@pytest.mark.timeout(60)
+def test_bad_data_mid_run_is_one_line_and_keeps_the_batches_before_it(tmp_path: Path, capsys: Capsys) -> None:
+    out = tmp_path / "run"
+    policy = f"{POLICIES}:float_actions_in_third_batch"
+    assert collect(out, "--policy", policy, "--frames-per-batch", "64", frames=640, num_envs=2) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("rlcollect: error: the action at step 5 of batch 2 "), lines
+    assert "float32" in lines[0] and f"{out} holds the first 2 batches" in lines[0]
+    info = json.loads((out / "run.json").read_text())
+    assert info["complete"] is False and info["batches_written"] == 2
+    assert (TensorDict.load_memmap(out)[:2]["action"] == 0).all()

@@ -67,6 +67,7 @@ CASES: dict[str, tuple[dict[str, Any], str]] = {
     "weight_sync_schemes": ({"weight_sync_schemes": "explicit"}, "frames"),
     "check=batch": ({"check": "batch"}, "frames"),
     "check=off": ({"check": "off"}, "frames"),
+    "obs_dtype=float64": ({"obs_dtype": "float64"}, "frames"),
 }
 PER_WORKER = ("max_frames_per_traj", "reset_at_each_iter", "set_truncated", "exploration_type",
               "init_random_frames")  # RayCollector takes these in collector_kwargs
@@ -109,6 +110,11 @@ def run(kind: str, options: dict[str, Any], batches: int = BATCHES) -> tuple[lis
 
 def drop_ids(batch: TensorDictBase) -> TensorDictBase:
     return batch.exclude(("collector", "traj_ids"))
+
+
+def dtypes(batch: TensorDictBase) -> dict[Any, torch.dtype]:
+    """Each leaf's dtype (``==`` on TensorDicts compares values across dtypes)."""
+    return {key: value.dtype for key, value in batch.items(True, True)}
 
 
 def by_worker(batches: list[TensorDictBase]) -> dict[int, list[TensorDictBase]]:
@@ -162,14 +168,15 @@ def compare(kind: str, how: str, got: list[TensorDictBase], reference: Callable[
         want = reference(BATCHES)
         assert len(got) == len(want)
         for have, expected in zip(got, want, strict=True):
-            assert (drop_ids(have) == drop_ids(expected)).all()
+            assert (drop_ids(have) == drop_ids(expected)).all() and dtypes(have) == dtypes(expected)
         assert_ids_label_trajectories(got)
         return
     want = reference(2 * BATCHES)
     assert len(got) == 2 * BATCHES
     for worker, batches in by_worker(got).items():
         for k, have in enumerate(batches):
-            assert (drop_ids(have) == drop_ids(want[k][2 * worker : 2 * worker + 2])).all()
+            expected = want[k][2 * worker : 2 * worker + 2]
+            assert (drop_ids(have) == drop_ids(expected)).all() and dtypes(have) == dtypes(expected)
         assert_ids_label_trajectories(batches)
 
 
