@@ -32,7 +32,7 @@ import rlcollect
 from rlcollect.cli.errors import CliError, one_line
 from rlcollect.cli.output import RunWriter, check_out, prepare_out
 from rlcollect.cli.policy import build_policy
-from rlcollect.collectors import Collector, CollectorStats
+from rlcollect.collectors import Collector, CollectorStats, MultiSyncCollector
 from rlcollect.data.checks import BadDataError
 from rlcollect.data.layout import stored_observation_space
 
@@ -56,7 +56,9 @@ class CollectOptions:
         obs_dtype: the dtype floating-point observations are stored and given to the policy in
             (``--obs-dtype``); ``None`` for the env's.
         frames: frames to collect, summed over envs (rounded up to whole batches).
-        num_envs: copies of the env stepped together.
+        num_envs: copies of the env, in all.
+        workers: worker processes the envs are split over (``num_envs / workers`` each; a
+            :class:`~rlcollect.MultiSyncCollector`); 1: every env in this process.
         policy: ``"pkg.module:factory"``, or ``None`` for uniform random actions.
         seed: env ``i`` is reset with ``seed + i`` first; ``None`` for unseeded.
         frames_per_batch: frames per batch (rounded up to a multiple of ``num_envs``); ``None``
@@ -72,6 +74,7 @@ class CollectOptions:
     obs_dtype: str | None = None
     frames: int = 100_000
     num_envs: int = 8
+    workers: int = 1
     policy: str | None = None
     seed: int | None = None
     frames_per_batch: int | None = None
@@ -198,10 +201,16 @@ def run_collect(options: CollectOptions) -> CollectSummary:
     try:
         with warnings.catch_warnings():  # the collector rounds up to whole steps: said in a note below
             warnings.simplefilter("ignore")
-            collector = Collector(options.env, policy, frames_per_batch=frames_per_batch,
-                                  total_frames=options.frames, num_envs=options.num_envs, seed=options.seed,
-                                  create_env_kwargs=options.env_kwargs, policy_device=device,
-                                  obs_dtype=options.obs_dtype)
+            settings: dict[str, Any] = dict(
+                frames_per_batch=frames_per_batch, total_frames=options.frames, seed=options.seed,
+                create_env_kwargs=options.env_kwargs, policy_device=device, obs_dtype=options.obs_dtype)
+            collector: Collector | MultiSyncCollector
+            if options.workers == 1:
+                collector = Collector(options.env, policy, num_envs=options.num_envs, **settings)
+            else:  # the same batches as one process's (same seed), its envs stepped in workers
+                collector = MultiSyncCollector(options.env, policy, num_workers=options.workers,
+                                               num_envs_per_worker=options.num_envs // options.workers,
+                                               **settings)
     except (ValueError, TypeError) as error:  # the policy does not fit the env, or a bad setting
         prefix = f"--policy {options.policy!r}: " if options.policy is not None else ""
         raise CliError(prefix + one_line(str(error))) from None
@@ -262,7 +271,7 @@ def run_collect(options: CollectOptions) -> CollectSummary:
     return summary
 
 
-def _setup_info(options: CollectOptions, collector: Collector) -> dict[str, Any]:
+def _setup_info(options: CollectOptions, collector: Collector | MultiSyncCollector) -> dict[str, Any]:
     """How the run is made: the first part of ``run.json``."""
     return {
         "rlcollect_version": rlcollect.__version__,
@@ -271,6 +280,7 @@ def _setup_info(options: CollectOptions, collector: Collector) -> dict[str, Any]
         "device": options.device,
         "obs_dtype": options.obs_dtype,
         "num_envs": collector.num_envs,
+        "workers": options.workers,
         "frames_per_batch": collector.frames_per_batch,
         "frames_requested": options.frames,
         "policy": options.policy,
@@ -315,7 +325,8 @@ def format_summary(summary: CollectSummary, options: CollectOptions) -> str:
     state = "collected" if summary.complete else "INTERRUPTED after"
     out = str(summary.out)
     lines = [
-        f"{state} {summary.frames:,} frames of {options.env} ({num_envs} envs, policy: {policy})",
+        f"{state} {summary.frames:,} frames of {options.env} ({num_envs} envs"
+        + (f" in {options.workers} workers" if options.workers > 1 else "") + f", policy: {policy})",
         f"  batches    {summary.batches} of {summary.batches_planned}, each [{num_envs} envs, {steps} steps]",
         f"  seconds    {summary.seconds:.2f}",
         f"  frames/s   {summary.fps:,.0f} (collection alone: {stats.fps:,.0f})",

@@ -113,8 +113,14 @@ def build_parser() -> argparse.ArgumentParser:
     collect.add_argument("--obs-dtype", choices=("float16", "float32", "float64"),
                          help="store floating-point observations in this dtype, and give them to the "
                          "policy so (e.g. float32 for MuJoCo's float64 observations); default: the env's")
-    collect.add_argument("--num-envs", type=_positive_int, default=8,
-                         help="envs stepped together in this process (default: %(default)s)")
+    collect.add_argument("--num-envs", type=_positive_int,
+                         help="envs in all, split evenly over the workers (default: 8, or --workers x "
+                         "--envs-per-worker)")
+    collect.add_argument("--workers", type=_positive_int, default=1,
+                         help="worker processes stepping the envs (a MultiSyncCollector; default: "
+                         "%(default)s, every env in this process)")
+    collect.add_argument("--envs-per-worker", type=_positive_int,
+                         help="envs each worker steps (default: --num-envs / --workers)")
     collect.add_argument("--out", required=True, help="folder for the run (created; must be new or empty)")
     collect.add_argument("--policy", metavar="MODULE:FACTORY",
                          help="policy factory, e.g. my_pkg.policies:make_policy "
@@ -149,7 +155,8 @@ def _collect(args: argparse.Namespace) -> int:
         device=args.device,
         obs_dtype=args.obs_dtype,
         frames=args.frames,
-        num_envs=args.num_envs,
+        num_envs=_num_envs(args.num_envs, args.workers, args.envs_per_worker),
+        workers=args.workers,
         policy=args.policy,
         seed=args.seed,
         frames_per_batch=args.frames_per_batch,
@@ -163,6 +170,20 @@ def _collect(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 130
     return 0
+
+
+def _num_envs(num_envs: int | None, workers: int, per_worker: int | None) -> int:
+    """Envs in all from ``--num-envs``, ``--workers`` and ``--envs-per-worker`` (which must agree)."""
+    if per_worker is None:
+        num_envs = 8 if num_envs is None else num_envs
+        if num_envs % workers:
+            raise CliError(f"--num-envs {num_envs} cannot be split evenly over --workers {workers}: "
+                           "give a multiple of --workers, or --envs-per-worker")
+        return num_envs
+    if num_envs is not None and num_envs != workers * per_worker:
+        raise CliError(f"--num-envs {num_envs} is not --workers {workers} x --envs-per-worker {per_worker}: "
+                       "give two of the three")
+    return workers * per_worker
 
 
 def _inspect(args: argparse.Namespace) -> int:

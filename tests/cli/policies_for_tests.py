@@ -88,3 +88,10 @@ class FloatActionsAfter(nn.Module):
 def float_actions_in_third_batch(observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> Any:
     """Float actions from step 5 of the third batch of 32 steps (after the collector's dry call)."""
     return FloatActionsAfter(calls=1 + 2 * 32 + 5)
+
+
+def tilt(observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> nn.Module:
+    """A deterministic CartPole policy (push towards the pole's tilt): runs compare frame for frame."""
+    from tests.envs_for_tests import TiltPolicy
+
+    return TiltPolicy()

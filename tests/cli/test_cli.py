@@ -395,3 +395,36 @@ def test_bad_data_mid_run_is_one_line_and_keeps_the_batches_before_it(tmp_path: 
     info = json.loads((out / "run.json").read_text())
     assert info["complete"] is False and info["batches_written"] == 2
     assert (TensorDict.load_memmap(out)[:2]["action"] == 0).all()
+
+
+@pytest.mark.timeout(120)
+def test_workers_store_what_one_process_stores(tmp_path: Path, capsys: Capsys) -> None:
+    """``--workers 2 --envs-per-worker 2`` (a MultiSyncCollector) writes the same run as ``--num-envs
+    4`` in one process, trajectory ids aside (each collector numbers them in its own space)."""
+    assert collect(tmp_path / "one", "--policy", f"{POLICIES}:tilt", frames=512, num_envs=4) == 0
+    argv = ["collect", "--env", "CartPole-v1", "--frames", "512", "--workers", "2", "--envs-per-worker", "2",
+            "--out", str(tmp_path / "two"), "--seed", "0", "--no-progress", "--policy", f"{POLICIES}:tilt"]
+    assert main(argv) == 0
+    assert "(4 envs in 2 workers, policy:" in capsys.readouterr().out
+    one, two = (TensorDict.load_memmap(tmp_path / name) for name in ("one", "two"))
+    assert two.batch_size == one.batch_size == torch.Size([1, 4, 128])
+    assert (one.exclude(("collector", "traj_ids")) == two.exclude(("collector", "traj_ids"))).all()
+    assert json.loads((tmp_path / "two" / "run.json").read_text())["workers"] == 2
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["--workers", "3"], "--num-envs 8 cannot be split evenly over --workers 3"),
+        (["--workers", "2", "--envs-per-worker", "3", "--num-envs", "4"],
+         "--num-envs 4 is not --workers 2 x --envs-per-worker 3"),
+    ],
+)
+def test_worker_counts_that_do_not_agree(
+    tmp_path: Path, capsys: Capsys, argv: list[str], fragment: str
+) -> None:
+    out = tmp_path / "run"
+    full = ["collect", "--env", "CartPole-v1", "--frames", "64", "--out", str(out), "--no-progress", *argv]
+    assert main(full) == 2
+    assert_one_line_error(capsys, fragment)
+    assert not out.exists()
