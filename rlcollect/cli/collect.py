@@ -306,7 +306,7 @@ def _check_stored_frames(summary: CollectSummary) -> None:
     if summary.batches == 0:
         return
     stored = TensorDict.load_memmap(summary.out)
-    expected = (summary.batches_planned, *summary.batch_shape)
+    expected = (summary.batches, *summary.batch_shape)  # an interrupted run: the batches written
     if tuple(stored.batch_size) != expected:
         raise RuntimeError(
             f"{summary.out} holds batch_size {list(stored.batch_size)}, expected {list(expected)}"
@@ -333,6 +333,6 @@ def format_summary(summary: CollectSummary, options: CollectOptions) -> str:
         f"  episodes   {stats.episodes:,} ended, mean return {_format_return(stats.mean_return)} "
         "(last 100 episodes)",
         f"  output     {out}  (TensorDict.load_memmap({out!r}): batch_size "
-        f"[{summary.batches_planned}, {num_envs}, {steps}])",
+        f"[{summary.batches}, {num_envs}, {steps}])",
     ]
     return "\n".join(lines)

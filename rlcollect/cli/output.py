@@ -4,7 +4,8 @@ Batch ``i`` of the collector is written to index ``i`` of the stored TensorDict,
 ``TensorDict.load_memmap(folder)`` gives all batches stacked on a new first dim. ``run.json``
 beside it records how the run was made (env, seed, policy, counters); ``load_memmap`` ignores it.
 It is written when the run starts and again when it ends, and marks the folder as a run that
-``--force`` may overwrite.
+``--force`` may overwrite. A run that stops early (Ctrl-C, bad data) is cut to the batches it
+wrote, so that it loads at that size; ``run.json`` says it is partial.
 
 Example:
     >>> import tempfile, torch
@@ -109,9 +110,25 @@ class RunWriter:
         self.written += 1
 
     def finish(self, info: dict[str, Any]) -> None:
-        """Rewrite ``run.json`` with ``info`` added (counters, ``complete``, ...)."""
+        """Rewrite ``run.json`` with ``info`` added (counters, ``complete``, ...); a run that
+        stopped early is cut to the batches written, so that it loads at its written size."""
+        if self._stored is not None and self.written < self.num_batches:
+            self._cut_to_written()
         self._info.update(info)
         self._write_info()
+
+    def _cut_to_written(self) -> None:
+        """Rewrite the memmap as its first ``written`` batches (a copy of them; the rest goes)."""
+        assert self._stored is not None
+        partial = self.out / ".partial"
+        self._stored[: self.written].memmap(partial, copy_existing=True)
+        self._stored = None  # the old files' maps close with it
+        for entry in self.out.iterdir():
+            if entry.name not in (RUN_INFO, partial.name):
+                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+        for entry in partial.iterdir():
+            entry.rename(self.out / entry.name)
+        partial.rmdir()
 
     def _write_info(self) -> None:
         record = {**self._info, "batches_planned": self.num_batches, "batches_written": self.written}

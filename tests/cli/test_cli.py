@@ -145,6 +145,9 @@ def test_ctrl_c_keeps_the_batches_collected_so_far(tmp_path: Path, capsys: Capsy
     assert captured.err == f"rlcollect: interrupted; {out} holds the first 2 batches\n"
     info = json.loads((out / "run.json").read_text())
     assert info["complete"] is False and info["batches_written"] == 2 and info["batches_planned"] == 10
+    stored = TensorDict.load_memmap(out)  # at its written size: nothing of the 8 batches never collected
+    assert stored.batch_size == torch.Size([2, 2, 32]) and (stored["action"] == 0).all()
+    assert not (out / ".partial").exists()
     assert main(["inspect", str(out)]) == 0
     text = capsys.readouterr().out
     assert f"{out}: 128 frames, batch_size [2, 2, 32]" in text
@@ -394,7 +397,8 @@ def test_bad_data_mid_run_is_one_line_and_keeps_the_batches_before_it(tmp_path: 
     assert "float32" in lines[0] and f"{out} holds the first 2 batches" in lines[0]
     info = json.loads((out / "run.json").read_text())
     assert info["complete"] is False and info["batches_written"] == 2
-    assert (TensorDict.load_memmap(out)[:2]["action"] == 0).all()
+    stored = TensorDict.load_memmap(out)
+    assert stored.batch_size == torch.Size([2, 2, 32]) and (stored["action"] == 0).all()
 
 
 @pytest.mark.timeout(120)
