@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from tensordict import TensorDict
 
@@ -57,6 +57,9 @@ def test_counters_and_contents_match_a_list_model(capacity: int, batches: list[l
 
 
 @settings(max_examples=100, deadline=None)
+@example(  # a mass exactly on the boundary between leaves 2 and 3 (found by hypothesis in CI)
+    values=[0.0, 1.396844038055157, 31.509344056720433, 1.396844038055157, 31.509344056720433], updates=[]
+)
 @given(
     values=st.lists(st.just(0.0) | st.floats(1e-3, 100.0), min_size=1, max_size=40),  # no denormals
     updates=st.lists(st.tuples(st.integers(0, 39), st.floats(0.01, 100.0)), max_size=20),
@@ -75,6 +78,10 @@ def test_sum_tree_matches_brute_force(values: list[float], updates: list[tuple[i
         mass = np.linspace(0, leaves.sum(), 50, endpoint=False)
         expected = np.searchsorted(np.cumsum(leaves), mass, side="right")
         found = tree.find(mass)
-        # equal, except where rounding puts a mass on the boundary of a leaf
-        close = np.isclose(np.cumsum(leaves)[np.minimum(expected, len(leaves) - 1)], mass)
+        # equal, except where rounding puts a mass on a boundary of the leaf: its upper edge, or
+        # its lower edge (the upper edge of the leaf before it, where the tree may go either way)
+        cumsum = np.cumsum(leaves)
+        upper = cumsum[np.minimum(expected, len(leaves) - 1)]
+        lower = np.where(expected > 0, cumsum[np.maximum(expected - 1, 0)], 0.0)
+        close = np.isclose(upper, mass) | np.isclose(lower, mass)
         assert ((found == expected) | close).all()
