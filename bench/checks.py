@@ -90,13 +90,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     args.workload = args.workload or list(WORKLOADS)
     args.seconds = args.seconds or (2.0 if args.quick else 40.0)
-    args.repetitions = "rounds"
     args.command = "python -m bench.checks" + (" --quick" if args.quick else "")
     torch.set_num_threads(1)
     title = "Data checks: one collector, check='full' vs check='off' switched between runs"
-    method = ("- method: this script's docstring (bench/checks.py); cost = 1 - median over rounds of "
-              "(full / off speed), quartiles of that ratio in brackets; control = the same for off / off\n")
-    head = header(title, args).split("- method")[0] + method
+    head = header(title, args, method="(bench/checks.py's docstring): cost = 1 - median over rounds of "
+                  "(full / off speed), quartiles of that ratio in brackets; control = the same for off / off")
     rows, data = [], {}
     for name in args.workload:
         load = os.getloadavg()[0]

@@ -408,9 +408,16 @@ def _commit() -> str:
     return git("rev-parse", "--short", "HEAD") + (" + changes" if changed else "")
 
 
-def header(title: str, args: argparse.Namespace) -> str:
-    """Title, date, machine, versions, command and method."""
+def header(title: str, args: argparse.Namespace, method: str | None = None) -> str:
+    """Title, date, machine, versions, command and method (``method``: a script's own, instead of
+    the contenders-in-processes one)."""
     packages = ("torch", "numpy", "gymnasium", "tensordict", "torchrl", "ray", "ale-py", "rlcollect")
+    method = method or (
+        "(bench/README.md): each contender in its own fresh process, 1 torch thread per process; "
+        f"{args.repetitions} repetition(s) of about {args.seconds:g} s each, contenders interleaved, each "
+        "after a warm-up batch; median [min–max] over repetitions; a ratio is the median of the "
+        "per-repetition ratios; CPU time and memory are the contender's whole process tree's."
+    )
     return (
         f"# {title}\n\n"
         f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; rlcollect commit {_commit()}\n"
@@ -418,10 +425,7 @@ def header(title: str, args: argparse.Namespace) -> str:
         f"- versions: python {platform.python_version()}, "
         + ", ".join(f"{p} {_version(p)}" for p in packages)
         + f"\n- command: `{args.command}`\n"
-        f"- method (bench/README.md): each contender in its own fresh process, 1 torch thread per process; "
-        f"{args.repetitions} repetition(s) of about {args.seconds:g} s each, contenders interleaved, each "
-        "after a warm-up batch; median [min–max] over repetitions; a ratio is the median of the "
-        "per-repetition ratios; CPU time and memory are the contender's whole process tree's.\n"
+        f"- method {method}\n"
     )
 
 

@@ -117,8 +117,11 @@ def _obs_dtype(value: Any) -> torch.dtype | None:
     """``obs_dtype`` as a torch floating dtype: a name, a torch dtype or a numpy dtype (or type)."""
     if value is None:
         return None
-    name = value if isinstance(value, str) else str(value).removeprefix("torch.")
-    if not isinstance(value, (str, torch.dtype)):
+    if isinstance(value, str):
+        name = value
+    elif isinstance(value, torch.dtype):
+        name = str(value).removeprefix("torch.")
+    else:
         try:
             name = np.dtype(value).name
         except TypeError:

@@ -45,7 +45,6 @@ __all__ = [
     "BadDataError",
     "BatchValueCheck",
     "FLAG_TYPES",
-    "REWARD_TYPES",
     "check_observation",
     "check_vector_step",
     "checked_array",
@@ -56,8 +55,7 @@ __all__ = [
 
 #: The values of the collectors' ``check`` option.
 CHECK_LEVELS = ("full", "batch", "off")
-#: Reward and flag types written without a closer look.
-REWARD_TYPES = frozenset({float, int, np.float64, np.float32, np.int64, np.int32})
+#: Flag types written without a closer look.
 FLAG_TYPES = frozenset({bool, np.bool_})
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -35,23 +36,27 @@ def wrong_shape(observation_space: gym.Space[Any], action_space: gym.Space[Any])
     return lambda observation: torch.zeros(observation.shape[0], 3)
 
 
-class InterruptAfter(nn.Module):
-    """Action 0, until call number ``calls`` raises ``KeyboardInterrupt`` (a Ctrl-C mid-run)."""
+class ZerosThen(nn.Module):
+    """Action 0, until call number ``calls``: from then on ``then(observation)`` (a Ctrl-C, bad data)."""
 
-    def __init__(self, calls: int) -> None:
+    def __init__(self, calls: int, then: Callable[[torch.Tensor], torch.Tensor]) -> None:
         super().__init__()
-        self.calls_left = calls
+        self.calls_left, self.then = calls, then
 
     def forward(self, observation: torch.Tensor) -> torch.Tensor:
         self.calls_left -= 1
         if self.calls_left < 0:
-            raise KeyboardInterrupt
+            return self.then(observation)
         return torch.zeros(observation.shape[0], dtype=torch.int64)
+
+
+def _ctrl_c(observation: torch.Tensor) -> torch.Tensor:
+    raise KeyboardInterrupt
 
 
 def interrupt_in_third_batch(observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> nn.Module:
     """Ctrl-C during the third batch of 32 steps (after the collector's one dry call)."""
-    return InterruptAfter(calls=1 + 2 * 32 + 5)
+    return ZerosThen(calls=1 + 2 * 32 + 5, then=_ctrl_c)
 
 
 class Float64Input(nn.Module):
@@ -71,23 +76,9 @@ def float64_input(observation_space: gym.Space[Any], action_space: gym.Space[Any
     return Float64Input(observation_space.shape[0])
 
 
-class FloatActionsAfter(nn.Module):
-    """Action 0, then from call number ``calls`` on a float action (1.0): bad data mid-run."""
-
-    def __init__(self, calls: int) -> None:
-        super().__init__()
-        self.calls_left = calls
-
-    def forward(self, observation: torch.Tensor) -> torch.Tensor:
-        self.calls_left -= 1
-        if self.calls_left < 0:
-            return torch.ones(observation.shape[0])
-        return torch.zeros(observation.shape[0], dtype=torch.int64)
-
-
 def float_actions_in_third_batch(observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> Any:
     """Float actions from step 5 of the third batch of 32 steps (after the collector's dry call)."""
-    return FloatActionsAfter(calls=1 + 2 * 32 + 5)
+    return ZerosThen(calls=1 + 2 * 32 + 5, then=lambda observation: torch.ones(observation.shape[0]))
 
 
 def tilt(observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> nn.Module:
