@@ -45,20 +45,22 @@ def test_ppo_cartpole_learns_within_40k_frames() -> None:
 
 @pytest.mark.timeout(300)
 @pytest.mark.usefixtures("examples_on_path")
-def test_sac_pendulum_learns_within_6k_frames() -> None:
+def test_sac_pendulum_learns_within_8k_frames() -> None:
     sac = importlib.import_module("sac_pendulum")
-    args = sac.Args(seed=0, frames=6_000, log_every=0, out="")
+    args = sac.Args(seed=0, frames=8_000, log_every=0, out="")
     result = sac.main(args)
 
-    # Measured at 6k frames (seeds 0, 1, 2; background collection is not bit-for-bit repeatable):
-    # mean return of the first 10 training episodes -1223 / -1205 / -1313 (random actions), of the
-    # last 10 -174 / -210 / -199, deterministic evaluation -110 / -108 / -169.
-    assert result.frames == 6_000
-    assert result.updates == 5_000  # UTD 1 after the 1,000 random frames
-    # 6k frames hold 30 Pendulum episodes of 200 steps; the async workers need not collect the same
+    # At 6k frames about one run in four (background collection is not bit-for-bit repeatable)
+    # ended half-learned (last 10 episodes -640 to -800, with or without load), so the test runs
+    # 8k. Measured at 8k frames (seed 0, 4 runs, 2026-12-02): mean return of the first 10 training
+    # episodes -1127 to -1163 (random actions), of the last 10 -74 to -135, deterministic
+    # evaluation -109 to -111.
+    assert result.frames == 8_000
+    assert result.updates == 7_000  # UTD 1 after the 1,000 random frames
+    # 8k frames hold 40 Pendulum episodes of 200 steps; the async workers need not collect the same
     # number of frames, so each may end with one episode unfinished
-    assert 28 <= result.episodes <= 30
-    assert result.pushes == 500  # one weight push every 10 updates
+    assert 38 <= result.episodes <= 40
+    assert result.pushes == 700  # one weight push every 10 updates
     assert 0.0 < result.sampled_lag < result.pushes  # frames in the buffer are older than the learner
     assert math.isfinite(result.first_return) and math.isfinite(result.final_return)
     assert result.final_return > result.first_return + 400.0, (result.first_return, result.final_return)
