@@ -225,7 +225,8 @@ def test_async_batches_then_past_the_restart_budget_the_original_error_is_raised
     assert "envs_for_tests.py" in "".join(getattr(info.value, "__notes__", []))  # the actor's traceback
     pids = list(collector.actor_pids)  # the actors' processes, kept after the shutdown
     assert 4 <= len(batches) <= 8 and all(b.batch_size == (1, 10) for b in batches)
-    assert {int(b["collector", "traj_ids"][0, 0]) % 2 for b in batches} == {0, 1}  # from both actors
+    # (which actors the batches came from is not asserted: under load one actor may deliver its
+    # 4 batches and fail before the other's first batch arrives)
     assert_all_gone(pids)  # iteration failing shut the collector down
 
 
