@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         RayCollector,
     )
     from rlcollect.data import split_trajectories
+    from rlcollect.data.run_folder import load_run
     from rlcollect.replay import ReplayBuffer
 
 __version__ = "0.1.0"
@@ -37,6 +38,7 @@ _WHERE = {
                      "MultiAsyncCollector", "MultiSyncCollector", "ProfileConfig", "RayCollector"],
                     "rlcollect.collectors"),
     "split_trajectories": "rlcollect.data",
+    "load_run": "rlcollect.data.run_folder",
     "ReplayBuffer": "rlcollect.replay",
 }
 
@@ -62,5 +64,6 @@ __all__ = [
     "ProfileConfig",
     "RayCollector",
     "ReplayBuffer",
+    "load_run",
     "split_trajectories",
 ]

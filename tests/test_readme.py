@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -54,6 +56,30 @@ def test_main_module_guard_example_runs(tmp_path: Path) -> None:
 def test_batched_inference_example_runs(tmp_path: Path) -> None:
     lines = run_block("Batched inference: `AsyncBatchedCollector`", tmp_path)
     assert lines == ["torch.Size([2, 128]) 8"]  # 8 batches, one update after each
+
+
+@pytest.mark.timeout(180)
+def test_command_line_section_runs_as_pasted(tmp_path: Path) -> None:
+    """The section's commands, then its Python block, in a fresh folder (Minari datasets in it too)."""
+    text = section("Command line")
+    commands = re.findall(r"^```bash\n(.*?)^```", text, flags=re.S | re.M)
+    assert len(commands) == 1
+    env = {**os.environ, "MINARI_DATASETS_PATH": str(tmp_path / "datasets")}
+    for line in commands[0].splitlines():
+        assert line.startswith("rlcollect "), line
+        argv = [sys.executable, "-m", "rlcollect.cli", *shlex.split(line)[1:]]
+        if line.startswith("rlcollect collect"):
+            argv.append("--no-progress")
+        done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=170)
+        assert done.returncode == 0, (line, done.stderr)
+    assert (tmp_path / "datasets" / "rlcollect" / "cartpole-random-v0").is_dir()
+    blocks = python_blocks(text)
+    assert len(blocks) == 1
+    (tmp_path / "block.py").write_text(blocks[0])
+    done = subprocess.run([sys.executable, "block.py"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=170)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["torch.Size([98, 8, 128])"]  # as the block's comment says
 
 
 def test_benchmark_commands_and_result_files_exist() -> None:

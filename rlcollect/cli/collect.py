@@ -16,16 +16,18 @@ Example:
 from __future__ import annotations
 
 import math
+import shutil
 import sys
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import torch
-from tensordict import TensorDict
+from tensordict import NestedKey, TensorDict, TensorDictBase
 from tqdm import tqdm
 
 import rlcollect
@@ -34,12 +36,14 @@ from rlcollect.cli.output import RunWriter, check_out, prepare_out
 from rlcollect.cli.policy import build_policy
 from rlcollect.collectors import Collector, CollectorStats, MultiSyncCollector
 from rlcollect.data.checks import BadDataError
-from rlcollect.data.layout import stored_observation_space
+from rlcollect.data.layout import observation_fields, stored_observation_space
 
 __all__ = ["CollectOptions", "CollectSummary", "format_summary", "default_frames_per_batch", "run_collect"]
 
 #: Steps per env in a batch when ``--frames-per-batch`` is not given.
 DEFAULT_STEPS_PER_BATCH = 128
+#: A run estimated to take more than this (bytes) is warned about before its first batch is written.
+SIZE_WARNING_BYTES = 10 * 10**9
 
 _BAR_FORMAT = "{desc}{percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} frames [{elapsed}<{remaining}{postfix}]"
 
@@ -63,6 +67,7 @@ class CollectOptions:
         seed: env ``i`` is reset with ``seed + i`` first; ``None`` for unseeded.
         frames_per_batch: frames per batch (rounded up to a multiple of ``num_envs``); ``None``
             for 128 steps per env, or fewer when ``frames`` is smaller.
+        next_obs: store the next observations; ``False``: :func:`rlcollect.load_run` rebuilds them.
         force: overwrite a previous run in ``out``.
         progress: show a progress bar on stderr (when stderr is a terminal).
     """
@@ -78,6 +83,7 @@ class CollectOptions:
     policy: str | None = None
     seed: int | None = None
     frames_per_batch: int | None = None
+    next_obs: bool = True
     force: bool = False
     progress: bool = True
 
@@ -227,7 +233,10 @@ def run_collect(options: CollectOptions) -> CollectSummary:
               f"{collector.frames_per_batch}, a multiple of --num-envs {options.num_envs}", file=sys.stderr)
     with collector:
         out = prepare_out(options.out, force=options.force)
-        writer = RunWriter(out, num_batches=len(collector), info=_setup_info(options, collector))
+        observation_keys = [f.key for f in observation_fields(observation_space)]
+        writer = RunWriter(out, num_batches=len(collector), info=_setup_info(options, collector),
+                           next_obs=options.next_obs,
+                           observation_keys=observation_keys)
         bar = tqdm(
             total=len(collector) * collector.frames_per_batch,
             desc=options.env + " ",
@@ -242,6 +251,8 @@ def run_collect(options: CollectOptions) -> CollectSummary:
         try:
             for batch in collector:
                 assert batch is not None
+                if writer.written == 0:
+                    _warn_about_size(batch, len(collector), out, options.next_obs, observation_keys)
                 writer.write(batch)
                 bar.update(collector.frames_per_batch)
                 bar.set_postfix_str(_progress_postfix(collector.stats()), refresh=False)
@@ -269,6 +280,56 @@ def run_collect(options: CollectOptions) -> CollectSummary:
         raise CliError(f"{one_line(str(bad_data))}; nothing of that batch was stored, {summary.out} holds "
                        f"the first {summary.batches} batches")
     return summary
+
+
+def estimated_bytes(
+    batch: TensorDictBase, num_batches: int, *, left_out: Sequence[NestedKey] = ()
+) -> int:
+    """What ``num_batches`` batches like ``batch`` (``[envs, T]``) take in a run folder: every
+    entry's bytes, less the ``left_out`` entries but for their last step (what ``--no-next-obs``
+    keeps of them).
+
+    Example:
+        >>> batch = TensorDict({"observation": torch.zeros(2, 8, 4), "next": {"observation":
+        ...     torch.zeros(2, 8, 4), "reward": torch.zeros(2, 8, 1)}}, batch_size=[2, 8])
+        >>> estimated_bytes(batch, 10), estimated_bytes(batch, 10, left_out=[("next", "observation")])
+        (5760, 3520)
+    """
+    def size(tensor: torch.Tensor) -> int:
+        return tensor.numel() * tensor.element_size()
+
+    total = sum(size(value) for value in batch.values(include_nested=True, leaves_only=True))
+    for key in left_out:  # [envs, T, ...]: the last step is kept
+        total -= size(batch.get(key)) - size(batch.get(key)[:, -1])
+    return total * num_batches
+
+
+def _warn_about_size(
+    batch: TensorDictBase, num_batches: int, out: Path, next_obs: bool,
+    observation_keys: list[tuple[str, ...]],
+) -> None:
+    """A warning on stderr, before the first batch is written, when the run will take more than
+    ``SIZE_WARNING_BYTES`` or more than the free space of ``out``'s disk."""
+    left_out = [] if next_obs else [("next", *key) for key in observation_keys]
+    size = estimated_bytes(batch, num_batches, left_out=left_out)
+    free = shutil.disk_usage(out).free
+    if size <= SIZE_WARNING_BYTES and size <= free:
+        return
+    hint = "; --no-next-obs about halves it for pixel observations" if next_obs else ""
+    room = f"more than the {_size_text(free)} free there" if size > free else f"{_size_text(free)} free there"
+    print(f"rlcollect: warning: this run will write about {_size_text(size)} to {out} ({room}){hint}; "
+          "Ctrl-C stops it with the batches written so far kept", file=sys.stderr)
+
+
+def _size_text(size: int) -> str:
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} bytes"
+
+
+def _folder_bytes(folder: Path) -> int:
+    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
 
 
 def _setup_info(options: CollectOptions, collector: Collector | MultiSyncCollector) -> dict[str, Any]:
@@ -323,6 +384,7 @@ def format_summary(summary: CollectSummary, options: CollectOptions) -> str:
     num_envs, steps = summary.batch_shape
     policy = options.policy or "uniform random actions"
     state = "collected" if summary.complete else "INTERRUPTED after"
+    loader = "TensorDict.load_memmap" if options.next_obs else "rlcollect.load_run"
     out = str(summary.out)
     lines = [
         f"{state} {summary.frames:,} frames of {options.env} ({num_envs} envs"
@@ -332,7 +394,8 @@ def format_summary(summary: CollectSummary, options: CollectOptions) -> str:
         f"  frames/s   {summary.fps:,.0f} (collection alone: {stats.fps:,.0f})",
         f"  episodes   {stats.episodes:,} ended, mean return {_format_return(stats.mean_return)} "
         "(last 100 episodes)",
-        f"  output     {out}  (TensorDict.load_memmap({out!r}): batch_size "
-        f"[{summary.batches}, {num_envs}, {steps}])",
+        f"  output     {out}  ({loader}({out!r}): batch_size [{summary.batches}, {num_envs}, {steps}]"
+        f"{', next observations rebuilt' if not options.next_obs else ''}), "
+        f"{_size_text(_folder_bytes(summary.out))}",
     ]
     return "\n".join(lines)

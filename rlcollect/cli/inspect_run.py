@@ -76,6 +76,8 @@ def _made_by(info: dict[str, Any]) -> str:
         command += f" --seed {info['seed']}"
     if info.get("policy"):
         command += f" --policy {info['policy']}"
+    if info.get("next_obs", "stored") != "stored":
+        command += " --no-next-obs"
     written, planned = info.get("batches_written"), info.get("batches_planned")
     state = "complete" if info.get("complete") else f"INTERRUPTED: {written} of {planned} batches written"
     return f"{command} ({state})"
@@ -88,9 +90,6 @@ def describe_run(path: str | Path) -> str:
         CliError: ``path`` is not a saved TensorDict folder.
     """
     stored, info = load_run(path)
-    written = info.get("batches_written")
-    if isinstance(written, int) and stored.batch_dims >= 1 and written < stored.batch_size[0]:
-        stored = stored[:written]  # an interrupted run: the batches after these were never written
     dims = " (batches, envs, time)" if info and stored.batch_dims == 3 else ""
     lines = [f"{path}: {stored.numel():,} frames, batch_size {list(stored.batch_size)}{dims}"]
     rows = [("key", "shape", "dtype"), *_leaf_rows(stored)]
@@ -99,6 +98,8 @@ def describe_run(path: str | Path) -> str:
     episodes = episode_summary(stored)
     if episodes is not None:
         lines.append(f"episodes: {episodes}")
+    if info.get("next_obs", "stored") != "stored":
+        lines.append(f"next observations: {info['next_obs']} (rlcollect.load_run)")
     if info:
         lines.append(f"made by:  {_made_by(info)}")
     return "\n".join(lines)

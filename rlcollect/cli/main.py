@@ -1,4 +1,4 @@
-"""The ``rlcollect`` command: argument parsing and dispatch to ``collect`` and ``inspect``.
+"""The ``rlcollect`` command: argument parsing and dispatch to ``collect``, ``inspect`` and ``export``.
 
 Every bad argument or input ends the same way: one line ``rlcollect: error: <what is wrong>`` on
 stderr and exit status 2, never a traceback. A run stopped with Ctrl-C keeps the batches collected
@@ -29,7 +29,8 @@ _PREFIX = "rlcollect: error: "
 
 _COLLECT_EPILOG = """\
 The run folder holds a memory-mapped TensorDict of batch_size [batches, envs, time], read back with
-tensordict.TensorDict.load_memmap(OUT), and run.json describing the run. --policy names a factory
+tensordict.TensorDict.load_memmap(OUT) (rlcollect.load_run(OUT) with --no-next-obs), and run.json
+describing the run. It grows batch by batch: a stopped run loads at its size. --policy names a factory
 called as factory(observation_space, action_space) with the single env's Gymnasium spaces; it
 returns an nn.Module or callable from observations [N, *obs] to actions [N, *act], or a TensorDict
 policy. Modules in the current directory can be named.
@@ -130,8 +131,18 @@ def build_parser() -> argparse.ArgumentParser:
     collect.add_argument("--frames-per-batch", type=_positive_int,
                          help="frames per batch, a multiple of --num-envs "
                          "(default: 128 steps per env, fewer if --frames is smaller)")
+    collect.add_argument("--no-next-obs", action="store_true",
+                         help="leave out the next observations (about half the size for pixel envs); "
+                         "rlcollect.load_run(OUT) rebuilds them from the stored observations and the "
+                         "few it keeps (episode ends, batch ends)")
+    collect.add_argument("--format", choices=("memmap", "minari"), default="memmap",
+                         help="memmap: the run folder only (default); minari: also the episodes that "
+                         "ended as the Minari dataset --dataset-id (needs rlcollect[minari])")
+    collect.add_argument("--dataset-id", metavar="ID",
+                         help="the Minari dataset id with --format minari, e.g. rlcollect/cartpole-random-v0")
     collect.add_argument("--force", action="store_true",
-                         help="overwrite a previous run in --out (other non-empty folders are refused)")
+                         help="overwrite a previous run in --out (other non-empty folders are refused), "
+                         "and a Minari dataset of the same id")
     collect.add_argument("--no-progress", action="store_true", help="no progress bar")
     collect.set_defaults(handler=_collect)
 
@@ -142,12 +153,32 @@ def build_parser() -> argparse.ArgumentParser:
     )
     inspect.add_argument("path", help="a folder written by rlcollect collect")
     inspect.set_defaults(handler=_inspect)
+
+    export = commands.add_parser(
+        "export",
+        help="write a run folder's episodes in another format (Minari)",
+        description="Write the episodes that ended in a run folder as a Minari dataset, which "
+        "minari.load_dataset(ID) opens (in $MINARI_DATASETS_PATH or ~/.minari/datasets).",
+    )
+    export.add_argument("path", help="a folder written by rlcollect collect")
+    export.add_argument("--format", choices=("minari",), required=True, help="the format to write")
+    export.add_argument("--dataset-id", metavar="ID", required=True,
+                        help="the dataset id, e.g. rlcollect/cartpole-random-v0")
+    export.add_argument("--force", action="store_true", help="overwrite a dataset of the same id")
+    export.set_defaults(handler=_export)
     return parser
 
 
 def _collect(args: argparse.Namespace) -> int:
     from rlcollect.cli.collect import CollectOptions, format_summary, run_collect
 
+    if (args.format == "minari") != (args.dataset_id is not None):
+        raise CliError("--format minari and --dataset-id ID go together"
+                       if args.format == "minari" else "--dataset-id needs --format minari")
+    if args.format == "minari":  # before collecting: a missing minari or a taken id ends it now
+        from rlcollect.cli.export import check_dataset_id
+
+        check_dataset_id(args.dataset_id, force=args.force)
     options = CollectOptions(
         out=args.out,
         env=args.env,
@@ -160,6 +191,7 @@ def _collect(args: argparse.Namespace) -> int:
         policy=args.policy,
         seed=args.seed,
         frames_per_batch=args.frames_per_batch,
+        next_obs=not args.no_next_obs,
         force=args.force,
         progress=not args.no_progress,
     )
@@ -169,6 +201,16 @@ def _collect(args: argparse.Namespace) -> int:
         print(f"rlcollect: interrupted; {summary.out} holds the first {summary.batches} batches",
               file=sys.stderr)
         return 130
+    if args.format == "minari":
+        return _export(args, path=str(summary.out))
+    return 0
+
+
+def _export(args: argparse.Namespace, path: str | None = None) -> int:
+    from rlcollect.cli.export import export_minari, format_export
+
+    summary = export_minari(path or args.path, args.dataset_id, force=args.force)
+    print(format_export(summary))
     return 0
 
 

@@ -1,11 +1,13 @@
 """The run folder: a memory-mapped TensorDict ``[num_batches, num_envs, T]`` plus ``run.json``.
 
 Batch ``i`` of the collector is written to index ``i`` of the stored TensorDict, so
-``TensorDict.load_memmap(folder)`` gives all batches stacked on a new first dim. ``run.json``
-beside it records how the run was made (env, seed, policy, counters); ``load_memmap`` ignores it.
-It is written when the run starts and again when it ends, and marks the folder as a run that
-``--force`` may overwrite. A run that stops early (Ctrl-C, bad data) is cut to the batches it
-wrote, so that it loads at that size; ``run.json`` says it is partial.
+``TensorDict.load_memmap(folder)`` gives all batches stacked on a new first dim. The folder grows
+by one batch per batch collected (:mod:`rlcollect.data.run_folder`): a run that stops early
+(Ctrl-C, bad data, a crash) loads at the size it reached. ``run.json`` beside it records how the
+run was made (env, seed, policy, counters) and whether it is complete; ``load_memmap`` ignores
+it. It is written when the run starts and again when it ends, and marks the folder as a run
+that ``--force`` may overwrite. A run collected with ``--no-next-obs`` is loaded with
+:func:`rlcollect.load_run`, which rebuilds the next observations.
 
 Example:
     >>> import tempfile, torch
@@ -27,9 +29,11 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 
 from rlcollect.cli.errors import CliError, one_line
+from rlcollect.data.run_folder import FINALS, RunFolderWriter
+from rlcollect.data.run_folder import load_run as load_run_folder
 
 __all__ = ["RUN_INFO", "RunWriter", "check_out", "load_run", "prepare_out"]
 
@@ -83,52 +87,49 @@ def prepare_out(path: str | Path, *, force: bool) -> Path:
 
 
 class RunWriter:
-    """Writes ``num_batches`` equally shaped batches into a memmap folder, allocated from the first.
+    """Writes a run's batches into a folder as they come, and its ``run.json`` (see the module docstring).
 
     Args:
         out: an empty, writable folder (see :func:`prepare_out`).
-        num_batches: the number of batches the run yields (``len(collector)``).
+        num_batches: the number of batches the run is to yield (``len(collector)``).
         info: how the run is made, written to ``run.json`` now (with ``"complete": false``).
+        next_obs: store the next observations; ``False`` stores what rebuilds them on load
+            (:func:`rlcollect.data.run_folder.load_run`).
+        observation_keys: the batches' observation keys (needed with ``next_obs=False``).
     """
 
-    def __init__(self, out: Path, num_batches: int, info: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        out: Path,
+        num_batches: int,
+        info: dict[str, Any],
+        *,
+        next_obs: bool = True,
+        observation_keys: list[tuple[str, ...]] | None = None,
+    ) -> None:
         self.out = out
         self.num_batches = num_batches
-        self.written = 0
-        self._info = {**info, "complete": False}
-        self._stored: TensorDictBase | None = None
+        self._folder = RunFolderWriter(out, next_obs=next_obs, observation_keys=observation_keys)
+        self._info = {**info, "next_obs": "stored" if next_obs else f"rebuilt on load from {FINALS}/",
+                      "complete": False}
         self._write_info()
+
+    @property
+    def written(self) -> int:
+        """Batches written so far."""
+        return self._folder.batches
 
     def write(self, batch: TensorDictBase) -> None:
-        """Store ``batch`` at the next index (the first call allocates the files)."""
+        """Store ``batch`` at the next index: the folder grows by one batch."""
         if self.written >= self.num_batches:
             raise IndexError(f"all {self.num_batches} batches are already written")
-        if self._stored is None:
-            # [num_batches, num_envs, T]: files of the full size, filled batch by batch
-            self._stored = batch.expand(self.num_batches, *batch.shape).memmap_like(self.out)
-        self._stored[self.written] = batch
-        self.written += 1
+        self._folder.append(batch)
 
     def finish(self, info: dict[str, Any]) -> None:
-        """Rewrite ``run.json`` with ``info`` added (counters, ``complete``, ...); a run that
-        stopped early is cut to the batches written, so that it loads at its written size."""
-        if self._stored is not None and self.written < self.num_batches:
-            self._cut_to_written()
+        """Close the files and rewrite ``run.json`` with ``info`` added (counters, ``complete``, ...)."""
+        self._folder.close()
         self._info.update(info)
         self._write_info()
-
-    def _cut_to_written(self) -> None:
-        """Rewrite the memmap as its first ``written`` batches (a copy of them; the rest goes)."""
-        assert self._stored is not None
-        partial = self.out / ".partial"
-        self._stored[: self.written].memmap(partial, copy_existing=True)
-        self._stored = None  # the old files' maps close with it
-        for entry in self.out.iterdir():
-            if entry.name not in (RUN_INFO, partial.name):
-                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
-        for entry in partial.iterdir():
-            entry.rename(self.out / entry.name)
-        partial.rmdir()
 
     def _write_info(self) -> None:
         record = {**self._info, "batches_planned": self.num_batches, "batches_written": self.written}
@@ -136,7 +137,8 @@ class RunWriter:
 
 
 def load_run(path: str | Path) -> tuple[TensorDictBase, dict[str, Any]]:
-    """The stored TensorDict of a run folder and its ``run.json`` (``{}`` if there is none).
+    """The stored TensorDict of a run folder (next observations rebuilt if they were left out) and
+    its ``run.json`` (``{}`` if there is none).
 
     Raises:
         CliError: ``path`` is not a saved TensorDict folder.
@@ -147,7 +149,7 @@ def load_run(path: str | Path) -> tuple[TensorDictBase, dict[str, Any]]:
     if not (folder / "meta.json").is_file():
         raise CliError(f"{str(folder)!r} is not a saved TensorDict folder (no meta.json)")
     try:
-        stored = TensorDict.load_memmap(folder)
+        stored = load_run_folder(folder)
     except Exception as error:  # a damaged folder: say so on one line
         raise CliError(
             f"{str(folder)!r} cannot be loaded ({type(error).__name__}: {one_line(str(error))})"

@@ -12,6 +12,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
+import rlcollect
 from rlcollect import Collector
 from rlcollect.cli.main import main
 
@@ -153,6 +154,55 @@ def test_ctrl_c_keeps_the_batches_collected_so_far(tmp_path: Path, capsys: Capsy
     assert f"{out}: 128 frames, batch_size [2, 2, 32]" in text
     assert "(INTERRUPTED: 2 of 10 batches written)" in text
     assert collect(out, "--force", frames=64) == 0  # an interrupted run can be overwritten
+
+
+@pytest.mark.timeout(60)
+def test_no_next_obs_stores_less_and_loads_the_same_run(tmp_path: Path, capsys: Capsys) -> None:
+    full, lean = tmp_path / "full", tmp_path / "lean"
+    assert collect(full, frames=2048) == 0
+    assert collect(lean, "--no-next-obs", frames=2048) == 0
+    assert "rlcollect.load_run(" in capsys.readouterr().out
+    assert ("next", "observation") not in TensorDict.load_memmap(lean).keys(True, True)
+    expected, rebuilt = TensorDict.load_memmap(full), rlcollect.load_run(lean)
+    assert set(rebuilt.keys(True, True)) == set(expected.keys(True, True))
+    for key in expected.keys(True, True):
+        assert torch.equal(rebuilt.get(key), expected.get(key)), key
+    # the next observations' 32 kB go, but for the ones kept at ~100 episode ends and 16 batch ends
+    assert folder_bytes(lean) < folder_bytes(full) - 0.75 * 2048 * 4 * 4
+    assert main(["inspect", str(lean)]) == 0
+    text = capsys.readouterr().out
+    assert "next.observation    [4, 4, 128, 4]  torch.float32" in text
+    assert "next observations: rebuilt on load from final_observations/" in text
+    assert "--no-next-obs (complete)" in text
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
+
+
+@pytest.mark.timeout(60)
+def test_a_run_past_the_size_threshold_is_warned_about_before_it_writes(
+    tmp_path: Path, capsys: Capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("rlcollect.cli.collect.SIZE_WARNING_BYTES", 100_000)
+    out = tmp_path / "run"
+    assert collect(out, frames=4096) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("rlcollect: warning: this run will write about 2") and " kB to " in err, err
+    estimate = float(err.split("about ")[1].split(" kB")[0]) * 1000
+    assert 0.95 < estimate / folder_bytes(out) < 1.05  # the estimate is what the run wrote
+    assert collect(tmp_path / "small", frames=256) == 0
+    assert capsys.readouterr().err == ""  # under the threshold: nothing said
+
+
+@pytest.mark.timeout(60)
+def test_an_interrupted_run_holds_only_what_it_wrote(tmp_path: Path, capsys: Capsys) -> None:
+    out, planned = tmp_path / "run", 2 * 32 * 1000  # 1,000 batches planned, 2 written
+    policy = f"{POLICIES}:interrupt_in_third_batch"
+    assert collect(out, "--policy", policy, "--frames-per-batch", "64", frames=planned, num_envs=2) == 130
+    capsys.readouterr()
+    assert (out / "action.memmap").stat().st_size == 2 * 64 * 8  # int64 actions of 2 batches
+    assert TensorDict.load_memmap(out).batch_size == torch.Size([2, 2, 32])
 
 
 # -- bad arguments: one line on stderr, exit status 2 -------------------------------------------
