@@ -65,7 +65,7 @@ def episode_summary(stored: TensorDictBase) -> str | None:
     mean_text = "n/a" if math.isnan(mean) else f"{mean:.2f}"
     return (
         f"{count:,} ended ({ended_terminated:,} terminated, {count - ended_terminated:,} truncated), "
-        f"mean return {mean_text}"
+        f"mean return {mean_text} (all of them)"
     )
 
 
