@@ -13,7 +13,8 @@ and does not where the pole fell (``terminated``). The recursion
 ``A_t = delta_t + gamma * lambda * (1 - done_t) * A_{t+1}`` stops at every episode end and at the
 end of the batch.
 
-Run (the documented three seeds, ~1-2 minutes each on 2 CPU cores; writes docs/ppo_cartpole.{png,md}):
+Run (three seeds, ~1-2 minutes each on 2 CPU cores; writes runs/ppo_cartpole/ppo_cartpole.{png,md},
+the plot needing ``pip install 'rlcollect[examples]'``; ``--out docs`` remakes the committed pages):
 
     python examples/ppo_cartpole.py --seed 0 1 2
 
@@ -27,6 +28,7 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from tensordict.nn import TensorDictModule
@@ -35,31 +37,38 @@ from torch import nn
 from rlcollect import MultiSyncCollector
 
 
+def arg(default: Any, help: str) -> Any:
+    """A field of :class:`Args` with its command-line help."""
+    return field(default=default, metadata={"help": help})
+
+
 @dataclass
 class Args:
     """Everything the run depends on; each field is also a command-line flag (``--num-steps``)."""
 
-    seed: int = 0
-    frames: int = 300_000  # env steps in all, summed over envs
-    env_id: str = "CartPole-v1"
-    num_workers: int = 2  # worker processes
-    envs_per_worker: int = 4  # envs stepped by each worker
-    num_steps: int = 32  # T: steps per env and batch (a batch is [8 envs, 32 steps] = 256 frames)
-    lr: float = 1e-3
-    anneal_lr: bool = True  # linearly down to 0 at `frames`
-    gamma: float = 0.98
-    gae_lambda: float = 0.8
-    epochs: int = 20  # passes over each batch
-    minibatch_size: int = 256
-    clip_coef: float = 0.2
-    ent_coef: float = 0.0
-    vf_coef: float = 0.5
-    max_grad_norm: float = 0.5
-    hidden: int = 64
-    window: int = 20  # the reported return is the mean of the last `window` episodes
-    target: float = 475.0  # the return the docs report reaching (mean of the last `window` episodes)
-    log_every: int = 50  # batches between progress lines
-    out: str = "docs"  # where ppo_cartpole.png / .md go ("" writes nothing)
+    seed: int = arg(0, "seed of the envs, the networks and the sampling; several run one after the other")
+    frames: int = arg(300_000, "env steps in all, summed over envs")
+    env_id: str = arg("CartPole-v1", "the Gymnasium env id")
+    num_workers: int = arg(2, "worker processes")
+    envs_per_worker: int = arg(4, "envs stepped by each worker")
+    num_steps: int = arg(32, "T: steps per env and batch (a batch is [8 envs, 32 steps] = 256 frames)")
+    lr: float = arg(1e-3, "Adam learning rate")
+    anneal_lr: bool = arg(True, "anneal the learning rate linearly down to 0 at --frames")
+    gamma: float = arg(0.98, "discount factor")
+    gae_lambda: float = arg(0.8, "GAE lambda")
+    epochs: int = arg(20, "passes over each batch")
+    minibatch_size: int = arg(256, "frames per gradient step")
+    clip_coef: float = arg(0.2, "PPO's clipping of the probability ratio")
+    ent_coef: float = arg(0.0, "weight of the entropy bonus")
+    vf_coef: float = arg(0.5, "weight of the value loss")
+    max_grad_norm: float = arg(0.5, "gradients are clipped to this norm")
+    hidden: int = arg(64, "units per hidden layer")
+    window: int = arg(20, "the reported return is the mean of the last `window` episodes")
+    target: float = arg(475.0, "the return the docs report reaching (mean of the last `window` episodes)")
+    log_every: int = arg(50, "batches between progress lines")
+    out: str = arg(
+        "runs/ppo_cartpole", "folder for ppo_cartpole.png and .md ('': none; docs/ holds the committed ones)"
+    )
 
 
 @dataclass
@@ -231,19 +240,21 @@ def parse_args() -> list[Args]:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     for f in dataclasses.fields(Args):
         flag, default = "--" + f.name.replace("_", "-"), f.default
+        text = f.metadata["help"] + " (default: %(default)s)"
         if f.name == "seed":
-            parser.add_argument(flag, type=int, nargs="+", default=[default])
+            parser.add_argument(flag, type=int, nargs="+", default=[default], help=text)
         elif isinstance(default, bool):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default,
+                                help=f.metadata["help"])
         else:
-            parser.add_argument(flag, type=type(default), default=default)
+            parser.add_argument(flag, type=type(default), default=default, help=text)
     ns = vars(parser.parse_args())
     seeds = ns.pop("seed")
     return [Args(seed=seed, **ns) for seed in seeds]
 
 
 def write_docs(results: list[Result], args: Args, command: str) -> None:
-    """docs/ppo_cartpole.png (return and frames/s against frames, one line per seed) and .md."""
+    """<out>/ppo_cartpole.png (return and frames/s against frames, one line per seed) and .md."""
     Path(args.out).mkdir(parents=True, exist_ok=True)
     plot_curves(results, args)
     write_markdown(results, args, command)
@@ -313,9 +324,12 @@ each seed's episodes and returns repeat exactly.
 
 
 if __name__ == "__main__":
+    import importlib.util
     import sys
 
     runs = parse_args()
+    if runs[0].out and importlib.util.find_spec("matplotlib") is None:  # say so before training
+        sys.exit("the plot needs matplotlib: pip install 'rlcollect[examples]' (or --out '' for no plot)")
     results = [main(a) for a in runs]
     if runs[0].out:
         write_docs(results, runs[0], "python examples/ppo_cartpole.py " + " ".join(sys.argv[1:]))

@@ -17,7 +17,8 @@ the collector, ``collector.start()``, then the learner loop, which only samples 
   bootstraps there, ``r + gamma * (1 - terminated) * V(next_obs)``. ``--truncation-as-termination``
   uses ``done`` instead (the common bug: the value of the state at step 200 is cut to zero).
 
-Run (the documented three seeds, both ways of handling truncation; writes docs/sac_pendulum.{png,md}):
+Run (three seeds, both ways of handling truncation; writes runs/sac_pendulum/sac_pendulum.{png,md},
+the plot needing ``pip install 'rlcollect[examples]'``; ``--out docs`` remakes the committed pages):
 
     python examples/sac_pendulum.py --seed 0 1 2 --compare-truncation
 
@@ -33,6 +34,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import torch
@@ -43,35 +45,44 @@ from rlcollect import MultiAsyncCollector
 from rlcollect.replay import ReplayBuffer
 
 
+def arg(default: Any, help: str) -> Any:
+    """A field of :class:`Args` with its command-line help."""
+    return field(default=default, metadata={"help": help})
+
+
 @dataclass
 class Args:
     """Everything the run depends on; each field is also a command-line flag (``--push-every``)."""
 
-    seed: int = 0
-    frames: int = 30_000  # env steps in all, summed over workers
-    env_id: str = "Pendulum-v1"
-    num_workers: int = 2  # worker processes, one env each
-    frames_per_batch: int = 50  # frames a worker collects before it reports (and pulls new weights)
-    buffer_size: int = 100_000
-    learning_starts: int = 1_000  # uniform random actions for these frames, then updates start
-    batch_size: int = 256
-    utd: float = 1.0  # updates per collected frame
-    max_ahead: int = 200  # frames collection may run ahead of the learner before it is paused
-    push_every: int = 10  # updates between weight pushes to the workers
-    gamma: float = 0.99
-    tau: float = 0.005  # target networks: theta' <- (1 - tau) theta' + tau theta
-    actor_lr: float = 3e-4
-    critic_lr: float = 1e-3
-    alpha_lr: float = 1e-3
-    init_alpha: float = 1.0
-    hidden: int = 64  # small networks: the learner is the slow side on 2 CPU cores
-    truncation_as_termination: bool = False  # treat the time limit as a true end (worse)
-    window: int = 10  # the reported return is the mean of the last `window` training episodes
-    target: float = -250.0
-    eval_episodes: int = 10  # deterministic episodes after training
-    log_every: int = 2_000  # updates between progress lines (0: none)
-    compare_truncation: bool = False  # command line: run each seed both ways
-    out: str = "docs"  # where sac_pendulum.png / .md go ("" writes nothing)
+    seed: int = arg(0, "seed of the envs, the networks and the sampling; several run one after the other")
+    frames: int = arg(30_000, "env steps in all, summed over workers")
+    env_id: str = arg("Pendulum-v1", "the Gymnasium env id")
+    num_workers: int = arg(2, "worker processes, one env each")
+    frames_per_batch: int = arg(50, "frames a worker collects before it reports (and pulls new weights)")
+    buffer_size: int = arg(100_000, "replay buffer capacity, in frames")
+    learning_starts: int = arg(1_000, "uniform random actions for these frames, then updates start")
+    batch_size: int = arg(256, "frames per update")
+    utd: float = arg(1.0, "updates per collected frame")
+    max_ahead: int = arg(200, "frames collection may run ahead of the learner before it is paused")
+    push_every: int = arg(10, "updates between weight pushes to the workers")
+    gamma: float = arg(0.99, "discount factor")
+    tau: float = arg(0.005, "target networks: theta' <- (1 - tau) theta' + tau theta")
+    actor_lr: float = arg(3e-4, "Adam learning rate of the actor")
+    critic_lr: float = arg(1e-3, "Adam learning rate of the critics")
+    alpha_lr: float = arg(1e-3, "Adam learning rate of the entropy temperature")
+    init_alpha: float = arg(1.0, "initial entropy temperature")
+    hidden: int = arg(64, "units per hidden layer (small: the learner is the slow side on 2 CPU cores)")
+    truncation_as_termination: bool = arg(False, "treat the time limit as a true end (worse)")
+    window: int = arg(10, "the reported return is the mean of the last `window` training episodes")
+    target: float = arg(-250.0, "the return the docs report reaching (mean of the last `window` episodes)")
+    eval_episodes: int = arg(10, "deterministic episodes after training")
+    log_every: int = arg(2_000, "updates between progress lines (0: none)")
+    compare_truncation: bool = arg(
+        False, "run each seed both ways, with and without --truncation-as-termination"
+    )
+    out: str = arg(
+        "runs/sac_pendulum", "folder for sac_pendulum.png and .md ('': none; docs/ holds the committed ones)"
+    )
 
 
 @dataclass
@@ -327,12 +338,14 @@ def parse_args() -> list[Args]:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     for f in dataclasses.fields(Args):
         flag, default = "--" + f.name.replace("_", "-"), f.default
+        text = f.metadata["help"] + " (default: %(default)s)"
         if f.name == "seed":
-            parser.add_argument(flag, type=int, nargs="+", default=[default])
+            parser.add_argument(flag, type=int, nargs="+", default=[default], help=text)
         elif isinstance(default, bool):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default,
+                                help=f.metadata["help"])
         else:
-            parser.add_argument(flag, type=type(default), default=default)
+            parser.add_argument(flag, type=type(default), default=default, help=text)
     ns = vars(parser.parse_args())
     seeds = ns.pop("seed")
     modes = [False, True] if ns["compare_truncation"] else [ns["truncation_as_termination"]]
@@ -345,7 +358,7 @@ def _mean(values: list[float]) -> float:
 
 
 def write_docs(results: list[Result], args: Args, command: str) -> None:
-    """docs/sac_pendulum.png (return and frames/s against frames, per seed and mode) and .md."""
+    """<out>/sac_pendulum.png (return and frames/s against frames, per seed and mode) and .md."""
     Path(args.out).mkdir(parents=True, exist_ok=True)
     plot_curves(results, args)
     write_markdown(results, args, command)
@@ -480,9 +493,12 @@ from everything collected so far); the collection itself adds only about
 
 
 if __name__ == "__main__":
+    import importlib.util
     import sys
 
     runs = parse_args()
+    if runs[0].out and importlib.util.find_spec("matplotlib") is None:  # say so before training
+        sys.exit("the plot needs matplotlib: pip install 'rlcollect[examples]' (or --out '' for no plot)")
     results = [main(a) for a in runs]
     if runs[0].out:
         write_docs(results, runs[0], "python examples/sac_pendulum.py " + " ".join(sys.argv[1:]))

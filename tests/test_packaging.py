@@ -1,0 +1,59 @@
+"""The package as users install it: a wheel that carries ``py.typed``, so their mypy reads our hints."""
+
+from __future__ import annotations
+
+import shutil
+import site
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+USER_SCRIPT = textwrap.dedent("""\
+    from rlcollect import Collector, ReplayBuffer
+
+    collector = Collector("CartPole-v1", frames_per_batch=64, total_frames=128)
+    frames: int = collector.frames_per_batch
+    buffer = ReplayBuffer(capacity=1000)
+    wrong: str = collector.frames_per_batch
+""")
+
+
+@pytest.mark.timeout(300)
+def test_a_user_script_type_checks_against_the_installed_wheel(tmp_path: Path) -> None:
+    source = tmp_path / "source"  # a copy: a build in the checkout would leave build/ there, and reuse it
+    shutil.copytree(REPO / "rlcollect", source / "rlcollect", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                    "-w", str(wheels), str(source)], check=True, capture_output=True, timeout=240)
+    (wheel,) = wheels.glob("rlcollect-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        assert "rlcollect/py.typed" in archive.namelist()
+        # installed as pip would: the wheel's files in a site-packages of their own, next to the
+        # dependencies of this environment (a .pth line, which mypy follows too)
+        environment = tmp_path / "env"
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(environment)], check=True,
+                       timeout=60)
+        (packages,) = environment.glob("lib/python*/site-packages")
+        archive.extractall(packages)
+    (packages / "dependencies.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    script = tmp_path / "user_script.py"
+    script.write_text(USER_SCRIPT)
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--python-executable", str(environment / "bin" / "python"),
+         "--no-incremental", "--no-error-summary", str(script)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=240,
+    )
+    # one error, on the line that is wrong: mypy knows what frames_per_batch is, and nothing about
+    # the package itself is missing (no "missing library stubs or py.typed marker")
+    assert done.stdout.splitlines() == [
+        f'{script.name}:6: error: Incompatible types in assignment (expression has type "int", '
+        'variable has type "str")  [assignment]'
+    ], done.stdout + done.stderr
