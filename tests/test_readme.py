@@ -82,6 +82,12 @@ def test_command_line_section_runs_as_pasted(tmp_path: Path) -> None:
     assert done.stdout.splitlines() == ["torch.Size([98, 8, 128])"]  # as the block's comment says
 
 
+@pytest.mark.timeout(180)
+def test_episode_records_example_runs(tmp_path: Path) -> None:
+    lines = run_block("Whole episodes", tmp_path)
+    assert len(lines) == 4 and all(" episodes ended, mean return " in line for line in lines), lines
+
+
 def test_benchmark_commands_and_result_files_exist() -> None:
     """Every ``python -m bench.X`` the README names is a script, every linked result file exists."""
     text = README.read_text()

@@ -22,9 +22,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 
 from rlcollect.collectors.stats import CollectorStats
+from rlcollect.rollout.episodes import episode_table
 from rlcollect.rollout.profiling import ProfileConfig
 from rlcollect.weights.forms import apply_weights, as_weights, check_model_ids, weight_update_forms
 from rlcollect.weights.schemes import NoWeightSyncScheme, WeightSyncScheme
@@ -199,6 +200,37 @@ class BaseCollector(abc.ABC):
     @abc.abstractmethod
     def stats(self) -> CollectorStats:
         """Frames, batches, fps, episodes, mean return, restarts, policy lag."""
+
+    def episodes(self) -> TensorDict:
+        """Every episode that ended since the last call (since the start, the first time), one row
+        each, in the order the collector learnt of them: a TensorDict ``[episodes]`` of
+
+        - ``"return"`` (float64) and ``"length"`` (int64, steps),
+        - ``"env"``: the env's index in the collector (the row of its frames in a batch of every
+          env; ``worker * envs per worker + its index`` in its worker),
+        - ``"traj_id"``: the trajectory id of its frames (``("collector", "traj_ids")``),
+        - ``"policy_version"``: the version that chose its last action,
+        - ``"worker"``: the worker process (or Ray actor) that stepped it; 0 in one process.
+
+        Computed per batch where the batch is made, vectorised; the same in every collector, in
+        iteration and in background collection (:meth:`start`). At most the last 1,000,000 are
+        kept between calls.
+
+        Example:
+            >>> from rlcollect import Collector
+            >>> with Collector("CartPole-v1", frames_per_batch=256, total_frames=512, seed=0) as collector:
+            ...     frames = sum(batch.numel() for batch in collector)
+            ...     table = collector.episodes()
+            >>> table.batch_size[0] > 0, sorted(table.keys())
+            (True, ['env', 'length', 'policy_version', 'return', 'traj_id', 'worker'])
+            >>> collector.episodes().batch_size  # drained
+            torch.Size([0])
+        """
+        return episode_table(self._drain_episodes())
+
+    def _drain_episodes(self) -> dict[str, np.ndarray]:
+        """The episode records since the last call (``EpisodeTracker.drain``)."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no episode records")
 
     # -- weights: sending ---------------------------------------------------------------------
     _weight_sync_schemes: dict[str, WeightSyncScheme] | None = None

@@ -217,6 +217,9 @@ class Collector(BaseCollector):
         self._policy_version = int(state_dict["policy_version"])
         self._rollout.load_state_dict(state_dict["rollout"])
 
+    def _drain_episodes(self) -> dict[str, np.ndarray]:
+        return self._rollout.episodes.drain()
+
     def stats(self) -> CollectorStats:
         rollout = self._rollout
         returns, lengths = rollout.episodes.returns, rollout.episodes.lengths

@@ -44,6 +44,7 @@ from rlcollect.data.buffers import BatchBuffers
 from rlcollect.envs.factory import source_modules
 from rlcollect.envs.gym_envs import GymEnvs
 from rlcollect.rollout.engine import Rollout, RolloutSpec
+from rlcollect.rollout.episodes import EpisodeTracker
 from rlcollect.weights.forms import check_model_ids
 from rlcollect.weights.schemes import NoWeightSyncScheme, channel_for, init_senders
 from rlcollect.workers.pool import WorkerPool
@@ -147,6 +148,7 @@ class PooledCollector(BaseCollector):
         self._reports: list[BatchReport | None] = [None] * workers
         self._returns: deque[float] = deque(maxlen=100)
         self._lengths: deque[int] = deque(maxlen=100)
+        self._episode_records = EpisodeTracker(0)  # the workers' episode records, until episodes()
 
     def _init_weights(self, options: CollectorOptions, transport: Transport) -> None:
         """The schemes' senders and the channel carrying the weights to the workers."""
@@ -247,8 +249,14 @@ class PooledCollector(BaseCollector):
         self._reports[worker] = report
         self._returns.extend(report.returns)
         self._lengths.extend(report.lengths)
+        records = report.episode_records
+        if records is not None:  # stamped with the worker that sent them
+            self._episode_records.add_records({**records, "worker": np.full(len(records["return"]), worker)})
         self._last_lag = int(self._weights.versions[worker]) - report.policy_version
         return report.steps * self.num_envs_per_worker
+
+    def _drain_episodes(self) -> dict[str, np.ndarray]:
+        return self._episode_records.drain()
 
     def _more_wanted(self, frames_in_flight: int) -> bool:
         return self.total_frames < 0 or self._frames + frames_in_flight < self.total_frames

@@ -140,7 +140,7 @@ class Rollout:
         self.traj_ids = TrajectoryIds(
             self.num_envs, stride=traj_stride, offset=traj_offset, start=traj_start
         )
-        self.episodes = EpisodeTracker(self.num_envs)
+        self.episodes = EpisodeTracker(self.num_envs, env_offset=env_offset)
         self.pending_obs = {
             f.key: torch.zeros((self.num_envs, *f.shape), dtype=f.dtype) for f in self.layout.observations
         }

@@ -1,4 +1,5 @@
-"""Episode returns and lengths, counted once per batch from the reward and done buffers."""
+"""Episode returns and lengths, counted once per batch from the reward and done buffers, and a
+record of every episode that ended (return, length, env, trajectory id, policy version)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,16 @@ from collections import deque
 from typing import Any
 
 import numpy as np
+import torch
+from tensordict import TensorDict
 
-__all__ = ["EpisodeTracker"]
+__all__ = ["EPISODE_FIELDS", "EpisodeTracker", "episode_table"]
+
+#: The fields of an episode record, and their dtypes.
+EPISODE_FIELDS = {"return": np.float64, "length": np.int64, "env": np.int64, "traj_id": np.int64,
+                  "policy_version": np.int64, "worker": np.int64}
+#: Records kept for :meth:`EpisodeTracker.drain` at most (the oldest go first).
+MAX_RECORDS = 1_000_000
 
 
 class EpisodeTracker:
@@ -22,12 +31,16 @@ class EpisodeTracker:
         ([2.0, 2.0], [2, 2])
     """
 
-    def __init__(self, num_envs: int, window: int = 100) -> None:
+    def __init__(self, num_envs: int, window: int = 100, env_offset: int = 0) -> None:
         self._return = np.zeros(num_envs, dtype=np.float64)
         self._length = np.zeros(num_envs, dtype=np.int64)
         self.returns: deque[float] = deque(maxlen=window)
         self.lengths: deque[int] = deque(maxlen=window)
         self.count = 0
+        self.env_offset = env_offset  # the envs' first index in the collector
+        self._ended: tuple[np.ndarray, ...] | None = None  # (envs, steps, returns, lengths) to label
+        self._records: deque[dict[str, np.ndarray]] = deque()
+        self._held = 0  # records in self._records
 
     def update(self, reward: np.ndarray, done: np.ndarray) -> None:
         """Account for a batch: ``reward [N, T]``, ``done [N, T]`` (episode ends only)."""
@@ -49,12 +62,45 @@ class EpisodeTracker:
             self.returns.extend(returns.tolist())
             self.lengths.extend(lengths.tolist())
             self.count += len(envs)
+            self._ended = (envs, steps, returns, lengths)
         ended = done.any(axis=1)
         last_t = np.where(ended, num_steps - 1 - np.argmax(done[:, ::-1], axis=1), -1)
         rows = np.arange(len(last_t))
         before = np.where(ended, cumulative[rows, np.maximum(last_t, 0)], 0.0)
         self._return = np.where(ended, 0.0, self._return) + cumulative[:, -1] - before
         self._length = np.where(ended, 0, self._length) + num_steps - 1 - last_t
+
+    def label(self, traj_ids: np.ndarray, versions: np.ndarray, worker: int = 0) -> None:
+        """Record the episodes the last :meth:`update` saw end, with the trajectory id and policy
+        version of their last frame (``[N, T]`` arrays of that batch)."""
+        if self._ended is None:
+            return
+        envs, steps, returns, lengths = self._ended
+        self._ended = None
+        order = np.lexsort((envs, steps))  # by the step they ended at, then by env
+        envs, steps, returns, lengths = envs[order], steps[order], returns[order], lengths[order]
+        self.add_records({
+            "return": returns, "length": lengths.astype(np.int64), "env": envs + self.env_offset,
+            "traj_id": traj_ids[envs, steps].astype(np.int64),
+            "policy_version": versions[envs, steps].astype(np.int64),
+            "worker": np.full(len(envs), worker, dtype=np.int64),
+        })
+
+    def add_records(self, records: dict[str, np.ndarray]) -> None:
+        """Keep ``records`` (arrays of :data:`EPISODE_FIELDS`) for :meth:`drain`."""
+        count = len(records["return"])
+        if not count:
+            return
+        self._records.append(records)
+        self._held += count
+        while self._held - len(self._records[0]["return"]) >= MAX_RECORDS:
+            self._held -= len(self._records.popleft()["return"])
+
+    def drain(self) -> dict[str, np.ndarray]:
+        """The records kept since the last call, oldest first, as one array per field."""
+        records, self._records, self._held = list(self._records), deque(), 0
+        return {name: np.concatenate([r[name] for r in records]) if records else np.zeros(0, dtype)
+                for name, dtype in EPISODE_FIELDS.items()}
 
     def state_dict(self) -> dict[str, Any]:
         """Running sums and the window."""
@@ -75,3 +121,19 @@ class EpisodeTracker:
         self.lengths.clear()
         self.lengths.extend(state["lengths"])
         self.count = int(state["count"])
+
+
+def episode_table(records: dict[str, np.ndarray]) -> TensorDict:
+    """Episode records (:meth:`EpisodeTracker.drain`) as a TensorDict ``[episodes]``.
+
+    Example:
+        >>> tracker = EpisodeTracker(num_envs=2)
+        >>> tracker.update(np.ones((2, 3)), np.array([[False, True, False], [False, False, True]]))
+        >>> tracker.label(np.array([[0, 0, 2], [1, 1, 1]]), np.zeros((2, 3), dtype=np.int64))
+        >>> table = episode_table(tracker.drain())
+        >>> [table[name].tolist() for name in ("return", "length", "env", "traj_id")]
+        [[2.0, 3.0], [2, 3], [0, 1], [0, 1]]
+    """
+    count = len(records["return"])
+    return TensorDict({name: torch.from_numpy(np.ascontiguousarray(records[name], dtype=dtype))
+                       for name, dtype in EPISODE_FIELDS.items()}, batch_size=[count])

@@ -120,6 +120,7 @@ class BatchReport:
     returns: tuple[float, ...]  # returns of the episodes completed in this batch
     lengths: tuple[int, ...]
     data: Packed | None = None  # the worker's rows, when they do not live in shared memory
+    episode_records: dict[str, Any] | None = None  # EpisodeTracker.drain() after this batch
 
 
 @dataclass(frozen=True)
@@ -230,6 +231,7 @@ class Worker:
             returns=tuple(list(episodes.returns)[len(episodes.returns) - new :]),
             lengths=tuple(list(episodes.lengths)[len(episodes.lengths) - new :]),
             data=pack(buffers.batch) if self.returns_data and sink is None else None,
+            episode_records=episodes.drain(),
         )
 
     def close(self) -> None:

@@ -1,0 +1,119 @@
+"""``collector.episodes()``: a record of every episode that ended, the same in every collector.
+
+The reference is written plainly from the delivered batches: each trajectory id whose frames
+include a done is an episode; its return is the sum of its frames' rewards, its length their count,
+its env the row of its frames (in the collector's env numbering), its policy version that of its
+last frame, its worker the one whose id space the id is in.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+import torch
+from tensordict import TensorDictBase
+
+from rlcollect import (
+    AsyncBatchedCollector,
+    Collector,
+    MultiAsyncCollector,
+    MultiSyncCollector,
+    RayCollector,
+    ReplayBuffer,
+)
+from tests.envs_for_tests import TiltPolicy, make_cartpole
+
+pytestmark = pytest.mark.timeout(120)
+
+T = 25  # steps per batch; 4 envs in all, 2 per worker where there are workers
+
+
+def build(kind: str, **options: Any) -> Any:
+    rows = 4 if kind in ("single", "sync", "ray-sync") else 2
+    frames = {"frames_per_batch": rows * T, "total_frames": 4 * T * 6, "seed": 5, **options}
+    if kind == "single":
+        return Collector(make_cartpole, TiltPolicy(), num_envs=4, **frames)
+    if kind in ("sync", "async"):
+        cls = MultiSyncCollector if kind == "sync" else MultiAsyncCollector
+        return cls(make_cartpole, TiltPolicy(), num_workers=2, num_envs_per_worker=2, **frames)
+    if kind == "batched":
+        return AsyncBatchedCollector(make_cartpole, TiltPolicy(), num_envs=4, envs_per_worker=2, **frames)
+    return RayCollector(make_cartpole, TiltPolicy(), num_collectors=2, sync=kind == "ray-sync",
+                        collector_kwargs={"num_envs": 2}, **frames)
+
+
+def reference(batches: list[TensorDictBase], kind: str) -> dict[int, dict[str, Any]]:
+    """``{traj_id: record}`` of the episodes that ended in ``batches``, one frame at a time."""
+    sums: dict[int, dict[str, Any]] = {}
+    ended: dict[int, dict[str, Any]] = {}
+    for batch in batches:
+        rows, steps = batch.batch_size
+        for row in range(rows):
+            for t in range(steps):
+                traj = int(batch["collector", "traj_ids"][row, t])
+                worker = traj % 2 if kind != "single" else 0
+                env = row if rows == 4 else 2 * worker + row  # one worker's rows: its envs
+                record = sums.setdefault(traj, {"return": 0.0, "length": 0, "env": env, "worker": worker})
+                record["return"] += float(batch["next", "reward"][row, t])
+                record["length"] += 1
+                assert record["env"] == env
+                if batch["next", "done"][row, t]:
+                    record["policy_version"] = int(batch["policy_version"][row, t])
+                    ended[traj] = record
+    return ended
+
+
+def assert_records_match(table: TensorDictBase, expected: dict[int, dict[str, Any]]) -> None:
+    assert table["traj_id"].tolist() and sorted(table["traj_id"].tolist()) == sorted(expected)
+    for i, traj in enumerate(table["traj_id"].tolist()):
+        want = expected[traj]
+        assert table["return"][i].item() == pytest.approx(want["return"], abs=1e-9), traj
+        for name in ("length", "env", "worker", "policy_version"):
+            assert table[name][i].item() == want[name], (traj, name)
+    assert table["return"].dtype == torch.float64 and table["length"].dtype == torch.int64
+
+
+@pytest.mark.parametrize("kind", ["single", "sync", "async", "batched"])
+def test_every_collector_records_the_episodes_of_its_batches(kind: str) -> None:
+    with build(kind) as collector:
+        batches, tables = [], []
+        for batch in collector:
+            batches.append(batch.clone())
+            if len(batches) == 3:  # drained part way: nothing is lost or given twice
+                tables.append(collector.episodes())
+                if kind == "sync":  # weights bumped: the later episodes carry the new version
+                    collector.update_policy_weights_()
+        tables.append(collector.episodes())
+        assert collector.episodes().batch_size == torch.Size([0])
+    table = torch.cat(tables)
+    assert_records_match(table, reference(batches, kind))
+    assert table.batch_size[0] == collector.stats().episodes
+
+
+@pytest.mark.parametrize("kind", ["ray-sync", "ray-async"])
+def test_ray_collectors_record_the_episodes_of_their_batches(ray_session: None, kind: str) -> None:
+    with build(kind) as collector:
+        batches = [batch.clone() for batch in collector]
+        table = collector.episodes()
+    assert_records_match(table, reference(batches, kind))
+
+
+@pytest.mark.parametrize("kind", ["single", "async"])
+def test_background_collection_records_episodes_too(kind: str) -> None:
+    buffer = ReplayBuffer(10_000, storage="shared" if kind == "async" else "memory", batch_size=8)
+    collector = build(kind, replay_buffer=buffer, total_frames=-1)
+    collector.start()
+    try:
+        deadline = time.monotonic() + 60
+        table = collector.episodes()
+        while table.batch_size[0] < 5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            table = torch.cat([table, collector.episodes()])
+    finally:
+        collector.async_shutdown()
+    assert table.batch_size[0] >= 5
+    # TiltPolicy pushes each pole over within tens of steps: every episode ends by termination
+    assert (table["length"] > 0).all() and torch.equal(table["return"], table["length"].double())
+    assert set(table["env"].tolist()) <= {0, 1, 2, 3}
