@@ -15,7 +15,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install torch==2.13.0
-	$(BIN)/python -m pip install -e ".[dev,torchrl,ray,envpool,atari,minari]"
+	$(BIN)/python -m pip install -e ".[dev,torchrl,ray,envpool,atari,minari,logging,video]"
 	touch $(STAMP)
 
 demo: venv

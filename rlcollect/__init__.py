@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         ProfileConfig,
         RayCollector,
     )
+    from rlcollect.collectors.loggers import TensorBoardLogger, WandbLogger
     from rlcollect.data import split_trajectories
     from rlcollect.data.run_folder import load_run
     from rlcollect.replay import ReplayBuffer
@@ -38,6 +39,7 @@ _WHERE = {
                      "MultiAsyncCollector", "MultiSyncCollector", "ProfileConfig", "RayCollector"],
                     "rlcollect.collectors"),
     "split_trajectories": "rlcollect.data",
+    **dict.fromkeys(["TensorBoardLogger", "WandbLogger"], "rlcollect.collectors.loggers"),
     "load_run": "rlcollect.data.run_folder",
     "ReplayBuffer": "rlcollect.replay",
 }
@@ -64,6 +66,8 @@ __all__ = [
     "ProfileConfig",
     "RayCollector",
     "ReplayBuffer",
+    "TensorBoardLogger",
+    "WandbLogger",
     "load_run",
     "split_trajectories",
 ]

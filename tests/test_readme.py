@@ -88,6 +88,15 @@ def test_episode_records_example_runs(tmp_path: Path) -> None:
     assert len(lines) == 4 and all(" episodes ended, mean return " in line for line in lines), lines
 
 
+@pytest.mark.timeout(180)
+def test_logging_and_video_example_runs(tmp_path: Path) -> None:
+    lines = run_block("Logging and video", tmp_path)
+    assert [line.split(" frames")[0] for line in lines] == ["1024", "2048", "3072", "4096"], lines
+    assert sorted(path.name for path in (tmp_path / "runs" / "videos").glob("*.mp4"))[:2] == [
+        "rl-video-episode-0.mp4", "rl-video-episode-10.mp4"]
+    assert list((tmp_path / "runs" / "logs").glob("events.out.tfevents.*"))
+
+
 def test_benchmark_commands_and_result_files_exist() -> None:
     """Every ``python -m bench.X`` the README names is a script, every linked result file exists."""
     text = README.read_text()

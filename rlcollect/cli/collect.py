@@ -35,6 +35,7 @@ from rlcollect.cli.errors import CliError, one_line
 from rlcollect.cli.output import RunWriter, check_out, prepare_out
 from rlcollect.cli.policy import build_policy
 from rlcollect.collectors import Collector, CollectorStats, MultiSyncCollector
+from rlcollect.collectors.loggers import CollectorLogger, TensorBoardLogger, WandbLogger
 from rlcollect.data.checks import BadDataError
 from rlcollect.data.layout import observation_fields, stored_observation_space
 
@@ -68,6 +69,9 @@ class CollectOptions:
         frames_per_batch: frames per batch (rounded up to a multiple of ``num_envs``); ``None``
             for 128 steps per env, or fewer when ``frames`` is smaller.
         next_obs: store the next observations; ``False``: :func:`rlcollect.load_run` rebuilds them.
+        log: ``"tensorboard"`` or ``"wandb"``: log each batch's episodes and counters there
+            (:mod:`rlcollect.collectors.loggers`); ``None`` for no logging.
+        log_dir: where ``log`` writes; ``None`` for ``out/logs``.
         force: overwrite a previous run in ``out``.
         progress: show a progress bar on stderr (when stderr is a terminal).
     """
@@ -84,6 +88,8 @@ class CollectOptions:
     seed: int | None = None
     frames_per_batch: int | None = None
     next_obs: bool = True
+    log: str | None = None
+    log_dir: Path | str | None = None
     force: bool = False
     progress: bool = True
 
@@ -246,6 +252,7 @@ def run_collect(options: CollectOptions) -> CollectSummary:
             disable=None if options.progress else True,  # None: off when stderr is not a terminal
             file=sys.stderr,
         )
+        logger = _make_logger(options, out)
         start = time.perf_counter()
         bad_data: BadDataError | None = None
         try:
@@ -254,6 +261,8 @@ def run_collect(options: CollectOptions) -> CollectSummary:
                 if writer.written == 0:
                     _warn_about_size(batch, len(collector), out, options.next_obs, observation_keys)
                 writer.write(batch)
+                if logger is not None:
+                    logger(collector)
                 bar.update(collector.frames_per_batch)
                 bar.set_postfix_str(_progress_postfix(collector.stats()), refresh=False)
         except KeyboardInterrupt:  # Ctrl-C: keep the batches written so far; the summary says so
@@ -263,6 +272,8 @@ def run_collect(options: CollectOptions) -> CollectSummary:
         finally:
             seconds = time.perf_counter() - start
             bar.close()
+            if logger is not None:
+                logger.close()
         stats = collector.stats()
         num_envs, steps = collector.num_envs, collector.frames_per_batch // collector.num_envs
     summary = CollectSummary(
@@ -326,6 +337,21 @@ def _size_text(size: int) -> str:
         if size >= scale:
             return f"{size / scale:.1f} {unit}"
     return f"{size} bytes"
+
+
+def _make_logger(options: CollectOptions, out: Path) -> CollectorLogger | None:
+    """The ``--log`` logger, writing to ``--log-dir`` (default ``out/logs``)."""
+    if options.log is None:
+        return None
+    log_dir = Path(options.log_dir) if options.log_dir is not None else out / "logs"
+    try:
+        if options.log == "tensorboard":
+            return TensorBoardLogger(log_dir)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        return WandbLogger(project="rlcollect", dir=str(log_dir), name=out.name,
+                           config={"env": options.env, "num_envs": options.num_envs, "seed": options.seed})
+    except ImportError as error:
+        raise CliError(f"--log {options.log}: {one_line(str(error))}") from None
 
 
 def _folder_bytes(folder: Path) -> int:

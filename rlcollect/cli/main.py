@@ -140,6 +140,11 @@ def build_parser() -> argparse.ArgumentParser:
                          "ended as the Minari dataset --dataset-id (needs rlcollect[minari])")
     collect.add_argument("--dataset-id", metavar="ID",
                          help="the Minari dataset id with --format minari, e.g. rlcollect/cartpole-random-v0")
+    collect.add_argument("--log", choices=("tensorboard", "wandb"),
+                         help="log each batch's episodes and counters to TensorBoard or Weights & Biases "
+                         "(pip install tensorboard / wandb; W&B follows WANDB_MODE, e.g. offline)")
+    collect.add_argument("--log-dir", metavar="DIR",
+                         help="where --log writes (default: OUT/logs)")
     collect.add_argument("--force", action="store_true",
                          help="overwrite a previous run in --out (other non-empty folders are refused), "
                          "and a Minari dataset of the same id")
@@ -192,6 +197,8 @@ def _collect(args: argparse.Namespace) -> int:
         seed=args.seed,
         frames_per_batch=args.frames_per_batch,
         next_obs=not args.no_next_obs,
+        log=args.log,
+        log_dir=args.log_dir,
         force=args.force,
         progress=not args.no_progress,
     )

@@ -117,3 +117,29 @@ def test_background_collection_records_episodes_too(kind: str) -> None:
     # TiltPolicy pushes each pole over within tens of steps: every episode ends by termination
     assert (table["length"] > 0).all() and torch.equal(table["return"], table["length"].double())
     assert set(table["env"].tolist()) <= {0, 1, 2, 3}
+
+
+@pytest.mark.parametrize("kind", ["sync", "async", "batched"])
+def test_the_same_seed_gives_the_same_episodes_in_every_collector(kind: str) -> None:
+    """Against a longer run of ``Collector`` with the same seed: the same episodes of each env, in
+    the order they ended, as far as the collector's batches went."""
+    with build("single", total_frames=4 * T * 12) as collector:  # longer: covers a worker run ahead
+        for _ in collector:
+            pass
+        expected = per_env(collector.episodes())
+    with build(kind) as collector:
+        for _ in collector:
+            pass
+        got = per_env(collector.episodes())
+    assert set(got) <= set(expected) and sum(map(len, got.values())) > 0
+    for env, records in got.items():  # (asynchronous: one worker may be a batch ahead of the other)
+        assert records == expected[env][: len(records)], env
+
+
+def per_env(table: TensorDictBase) -> dict[int, list[tuple[float, int, int]]]:
+    """``{env: [(return, length, policy_version), ...]}`` in the order the episodes ended."""
+    out: dict[int, list[tuple[float, int, int]]] = {}
+    for i in range(len(table)):
+        out.setdefault(int(table["env"][i]), []).append(
+            (float(table["return"][i]), int(table["length"][i]), int(table["policy_version"][i])))
+    return out
