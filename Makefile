@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint clean
+.PHONY: venv demo test lint docs clean
 
 venv: $(STAMP)
 
@@ -15,7 +15,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install torch==2.13.0
-	$(BIN)/python -m pip install -e ".[dev,torchrl,ray,envpool,atari,minari,logging,video]"
+	$(BIN)/python -m pip install -e ".[dev,torchrl,ray,envpool,atari,minari,logging,video,docs]"
 	touch $(STAMP)
 
 demo: venv
@@ -29,5 +29,10 @@ lint: venv
 	$(BIN)/ruff check rlcollect tests bench
 	$(BIN)/mypy rlcollect
 
+# the documentation site (guide pages from the README's sections, API from the docstrings) into site/;
+# warnings are errors, as in CI
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) runs/demo
+	rm -rf $(VENV) runs/demo site

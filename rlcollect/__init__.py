@@ -1,6 +1,6 @@
 """rlcollect: reinforcement-learning experience collection at the speed of a hand-written loop.
 
-Example:
+Examples:
     >>> from rlcollect import Collector
     >>> with Collector("CartPole-v1", frames_per_batch=64, total_frames=128, seed=0) as collector:
     ...     for batch in collector:

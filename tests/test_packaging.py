@@ -48,11 +48,11 @@ def test_a_user_script_type_checks_against_the_installed_wheel(tmp_path: Path) -
     script.write_text(USER_SCRIPT)
     done = subprocess.run(
         [sys.executable, "-m", "mypy", "--python-executable", str(environment / "bin" / "python"),
-         "--no-incremental", "--no-error-summary", str(script)],
+         "--strict", "--no-incremental", "--no-error-summary", str(script)],
         cwd=tmp_path, capture_output=True, text=True, timeout=240,
     )
-    # one error, on the line that is wrong: mypy knows what frames_per_batch is, and nothing about
-    # the package itself is missing (no "missing library stubs or py.typed marker")
+    # under --strict, one error, on the line that is wrong: mypy knows what frames_per_batch is, and
+    # nothing about the package itself is missing (no "missing library stubs or py.typed marker")
     assert done.stdout.splitlines() == [
         f'{script.name}:6: error: Incompatible types in assignment (expression has type "int", '
         'variable has type "str")  [assignment]'

@@ -97,6 +97,34 @@ def test_logging_and_video_example_runs(tmp_path: Path) -> None:
     assert list((tmp_path / "runs" / "logs").glob("events.out.tfevents.*"))
 
 
+# sections whose blocks run in a test of their own above (with their output checked)
+TESTED_APART = {"Quick start", "Multi-process collection: the main-module guard",
+                "Batched inference: `AsyncBatchedCollector`", "Whole episodes", "Logging and video",
+                "Command line"}
+
+
+def every_block() -> list[tuple[str, str]]:
+    """``(where, code)`` of every python block in the README and the docs' pages, but those above."""
+    blocks = []
+    text = README.read_text()
+    for title in re.findall(r"^## (.+)$", text, flags=re.M):
+        if title not in TESTED_APART:
+            blocks += [(f"README: {title}", code) for code in python_blocks(section(title))]
+    for page in sorted([*(REPO / "docs").glob("*.md"), *(REPO / "docs" / "pages").glob("*.md")]):
+        blocks += [(str(page.relative_to(REPO)), code) for code in python_blocks(page.read_text())]
+    return blocks
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(("where", "code"), every_block(), ids=[where for where, _ in every_block()])
+def test_every_other_code_block_runs_as_pasted(tmp_path: Path, where: str, code: str) -> None:
+    script = tmp_path / "block.py"
+    script.write_text(code)
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=280)
+    assert done.returncode == 0, f"{where}:\n{code}\n{done.stderr[-3000:]}"
+
+
 def test_benchmark_commands_and_result_files_exist() -> None:
     """Every ``python -m bench.X`` the README names is a script, every linked result file exists."""
     text = README.read_text()

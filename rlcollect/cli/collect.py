@@ -4,7 +4,7 @@ The steps, top to bottom: work out the batch size, check ``--out``, make one env
 (an unknown ``--env`` gets a clear error), build the policy from ``--policy``, build the collector,
 create ``--out``, then collect with a progress bar, writing batch ``i`` to index ``i`` of the folder.
 
-Example:
+Examples:
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as folder:
     ...     options = CollectOptions(out=folder + "/run", frames=64, num_envs=2, seed=0, progress=False)
@@ -130,7 +130,7 @@ class CollectSummary:
 def default_frames_per_batch(frames: int, num_envs: int) -> int:
     """Without ``--frames-per-batch``: ``DEFAULT_STEPS_PER_BATCH`` steps of every env, or all ``frames``.
 
-    Example:
+    Examples:
         >>> default_frames_per_batch(100_000, 8), default_frames_per_batch(100, 8)
         (1024, 100)
     """
@@ -300,7 +300,7 @@ def estimated_bytes(
     entry's bytes, less the ``left_out`` entries but for their last step (what ``--no-next-obs``
     keeps of them).
 
-    Example:
+    Examples:
         >>> batch = TensorDict({"observation": torch.zeros(2, 8, 4), "next": {"observation":
         ...     torch.zeros(2, 8, 4), "reward": torch.zeros(2, 8, 1)}}, batch_size=[2, 8])
         >>> estimated_bytes(batch, 10), estimated_bytes(batch, 10, left_out=[("next", "observation")])

@@ -12,7 +12,7 @@ class CliError(Exception):
 def one_line(text: str) -> str:
     """``text`` with its line breaks and runs of blanks folded into single spaces.
 
-    Example:
+    Examples:
         >>> one_line("no such file:\\n   runs/x ")
         'no such file: runs/x'
     """

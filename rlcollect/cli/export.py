@@ -14,7 +14,7 @@ The dataset goes where ``minari.load_dataset`` looks: ``$MINARI_DATASETS_PATH`` 
 ``~/.minari/datasets``. Minari is an optional extra (``pip install rlcollect[minari]``), imported
 when a dataset is written.
 
-Example:
+Examples:
     >>> import os, tempfile
     >>> from rlcollect.cli.collect import CollectOptions, run_collect
     >>> with tempfile.TemporaryDirectory() as folder:

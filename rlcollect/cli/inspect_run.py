@@ -1,6 +1,6 @@
 """``rlcollect inspect PATH``: what a run folder holds (layout, frames, episodes, how it was made).
 
-Example:
+Examples:
     >>> import tempfile
     >>> from rlcollect.cli.collect import CollectOptions, run_collect
     >>> with tempfile.TemporaryDirectory() as folder:

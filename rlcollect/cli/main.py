@@ -4,7 +4,7 @@ Every bad argument or input ends the same way: one line ``rlcollect: error: <wha
 stderr and exit status 2, never a traceback. A run stopped with Ctrl-C keeps the batches collected
 so far and exits with 130.
 
-Example:
+Examples:
     >>> main(["--version"])
     rlcollect 0.1.0
     0
@@ -70,7 +70,7 @@ def _env_kwarg(text: str) -> tuple[str, Any]:
     """``KEY=VALUE`` as ``(key, value)``: the value a Python literal (``4``, ``0.25``, ``None``,
     ``(84, 84)``) where it reads as one, else the text itself (``rgb_array``).
 
-    Example:
+    Examples:
         >>> _env_kwarg("frameskip=4"), _env_kwarg("render_mode=rgb_array")
         (('frameskip', 4), ('render_mode', 'rgb_array'))
     """

@@ -9,7 +9,7 @@ it. It is written when the run starts and again when it ends, and marks the fold
 that ``--force`` may overwrite. A run collected with ``--no-next-obs`` is loaded with
 :func:`rlcollect.load_run`, which rebuilds the next observations.
 
-Example:
+Examples:
     >>> import tempfile, torch
     >>> from tensordict import TensorDict
     >>> with tempfile.TemporaryDirectory() as folder:

@@ -4,7 +4,7 @@ The factory is called as ``factory(observation_space, action_space)`` with the s
 Gymnasium spaces and returns anything :class:`~rlcollect.Collector` takes as a policy (an
 ``nn.Module`` or callable from observations to actions, or a TensorDict policy).
 
-Example:
+Examples:
     >>> parse_policy_spec("my_project.policies:make_mlp")
     ('my_project.policies', 'make_mlp')
 """

@@ -216,7 +216,7 @@ class BaseCollector(abc.ABC):
         iteration and in background collection (:meth:`start`). At most the last 1,000,000 are
         kept between calls.
 
-        Example:
+        Examples:
             >>> from rlcollect import Collector
             >>> with Collector("CartPole-v1", frames_per_batch=256, total_frames=512, seed=0) as collector:
             ...     frames = sum(batch.numel() for batch in collector)

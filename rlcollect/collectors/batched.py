@@ -70,15 +70,16 @@ class AsyncBatchedCollector(PooledCollector):
         weight_sync: the scheme of the policy's weights (same as ``weight_sync_schemes={"policy":
             weight_sync}``); the policy runs in this process, so every scheme but
             :class:`~rlcollect.weights.NoWeightSyncScheme` updates it in place.
-        **others: as for :class:`~rlcollect.MultiAsyncCollector` (``timeout``, ``start_timeout``,
-            ``start_method``, ``max_worker_restarts``, ``replay_buffer``, ``seed``, ``check``,
-            ``obs_dtype``, ...).
+
+    The other arguments are as for :class:`~rlcollect.MultiAsyncCollector` (``timeout``,
+    ``start_timeout``, ``start_method``, ``max_worker_restarts``, ``replay_buffer``, ``seed``,
+    ``check``, ``obs_dtype``, ...).
 
     Frames are reproducible for a deterministic policy: the batches then equal
     :class:`~rlcollect.MultiAsyncCollector`'s with the same seed. A policy that samples draws in the
     order the workers' requests arrive.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from rlcollect import AsyncBatchedCollector
         >>> policy = torch.nn.Sequential(torch.nn.Linear(4, 2), torch.nn.Softmax(-1))

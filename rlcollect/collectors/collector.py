@@ -79,7 +79,7 @@ class Collector(BaseCollector):
             boolean observations (images, discrete states) are kept. ``None`` (default): the
             space's dtype.
 
-    Example:
+    Examples:
         >>> collector = Collector("CartPole-v1", frames_per_batch=8, total_frames=16,
         ...                       num_envs=2, seed=0)
         >>> [batch.batch_size for batch in collector]

@@ -14,7 +14,7 @@ and reads :meth:`~rlcollect.BaseCollector.stats`, and writes one point per name 
 (``pip install tensorboard``) and W&B (``pip install wandb``) are optional, imported when a logger
 is made. Nothing is logged per step: the episodes come from the collector's own per-batch records.
 
-Example:
+Examples:
     >>> from rlcollect import Collector
     >>> with Collector("CartPole-v1", frames_per_batch=256, total_frames=512, seed=0) as collector:
     ...     for batch in collector:

@@ -114,11 +114,11 @@ class MultiSyncCollector(_MultiProcessCollector):
             ``MultiProcessWeightSyncScheme`` and ``NoWeightSyncScheme``).
         weight_updater: a legacy :class:`~rlcollect.weights.WeightUpdaterBase` (or its class)
             called by ``update_policy_weights_`` instead of the schemes.
-        collector_class, collector_kwargs: ``MultiSyncCollector`` with ``{"num_workers": K}``
+        collector_class: ``MultiSyncCollector`` (with ``collector_kwargs={"num_workers": K}``)
             makes each worker a collector of ``K`` processes of its own (``M`` envs each); weight
             updates cascade to them and each frame keeps the version that chose it. Default:
             each worker steps its envs itself.
-        **others: as for :class:`Collector`.
+        collector_kwargs: the arguments of each worker's ``collector_class``.
         check: what is checked of the envs' and the policy's data: ``"full"`` (default: every
             value's shape and type before it is written, every batch's values against the
             spaces), ``"batch"`` (only the values, per batch) or ``"off"``; a failed check raises
@@ -129,11 +129,12 @@ class MultiSyncCollector(_MultiProcessCollector):
             boolean observations (images, discrete states) are kept. ``None`` (default): the
             space's dtype.
 
-    Each worker process runs torch with one thread; this process's settings are left alone.
+    The other arguments are as for :class:`Collector`. Each worker process runs torch with one
+    thread; this process's settings are left alone.
     Scripts that create it must guard their entry point with ``if __name__ == "__main__":``
     (a forkserver or spawned worker imports the main module again).
 
-    Example:
+    Examples:
         >>> from rlcollect import MultiSyncCollector
         >>> with MultiSyncCollector("CartPole-v1", num_workers=2, num_envs_per_worker=2,
         ...                         frames_per_batch=40, total_frames=80, seed=0) as collector:
@@ -153,7 +154,7 @@ class MultiAsyncCollector(_MultiProcessCollector):
     yielded batch (one worker's), as in TorchRL. Arguments as :class:`MultiSyncCollector`
     (``preemptive_threshold`` and ``prefetch`` do not apply).
 
-    Example:
+    Examples:
         >>> from rlcollect import MultiAsyncCollector
         >>> with MultiAsyncCollector("CartPole-v1", num_workers=2, frames_per_batch=10,
         ...                          total_frames=40, seed=0) as collector:

@@ -5,7 +5,7 @@ again. The options know how many steps a batch has (:meth:`CollectorOptions.step
 which env each worker builds (:meth:`CollectorOptions.rollout_spec`) and what happens to a batch
 after collection (:meth:`CollectorOptions.delivery`).
 
-Example:
+Examples:
     >>> options = CollectorOptions(create_env_fn="CartPole-v1", frames_per_batch=10,
     ...                            max_frames_per_traj=-1)
     >>> options.max_frames_per_traj is None  # <= 0 means no limit, everywhere

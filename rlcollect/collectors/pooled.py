@@ -7,7 +7,7 @@ in their reports) and starts the workers through a :class:`WorkerPool`. Worker `
 ``[w * M, (w + 1) * M)`` of a slot. A synchronous batch is every worker's rows of one slot; an
 asynchronous one is whichever worker's rows are ready first.
 
-Example:
+Examples:
     >>> from rlcollect import MultiSyncCollector
     >>> with MultiSyncCollector("CartPole-v1", num_workers=2, frames_per_batch=8, total_frames=16,
     ...                         seed=0) as collector:

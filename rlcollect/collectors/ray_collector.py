@@ -68,9 +68,9 @@ class RayCollector(PooledCollector):
         check: the data checks each actor runs, as for :class:`~rlcollect.Collector`.
         obs_dtype: the dtype floating-point observations are stored in, as for
             :class:`~rlcollect.Collector`.
-        postproc, split_trajs, return_same_td, storing_device, post_collect_hook, trajs_per_batch,
-        traj_format:
-            applied here to each batch, as for :class:`~rlcollect.Collector`.
+        postproc: applied here to each batch, as for :class:`~rlcollect.Collector`; so are
+            ``split_trajs``, ``return_same_td``, ``storing_device``, ``post_collect_hook``,
+            ``trajs_per_batch`` and ``traj_format``.
 
     The env is built once in this process to learn its spaces and check the policy; the actors
     build their own.
@@ -79,7 +79,7 @@ class RayCollector(PooledCollector):
         ImportError: Ray is not installed (``pip install rlcollect[ray]``).
         ValueError, TypeError: a bad argument (named in the message), at construction.
 
-    Example:
+    Examples:
         >>> from rlcollect import RayCollector
         >>> with RayCollector("CartPole-v1", num_collectors=2, collector_kwargs={"num_envs": 4},
         ...                   frames_per_batch=800, total_frames=1600, seed=0,

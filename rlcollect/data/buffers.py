@@ -8,7 +8,7 @@ reset observation when the episode ended), so the policy reads slot ``t`` and sl
 over to the next batch. ``("next", obs)`` is filled at the end from slots ``1..T``, with the true
 final observations put back where episodes ended.
 
-Example:
+Examples:
     >>> import torch
     >>> from rlcollect.data.layout import BatchLayout, Field
     >>> layout = BatchLayout((Field(("observation",), (4,), torch.float32),),

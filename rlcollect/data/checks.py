@@ -20,7 +20,7 @@ Box actions are checked to be finite, not to lie within the bounds: a Gaussian p
 action is what its log-probability refers to, and clipping it is the env's job (as in SB3 and
 TorchRL). Every error is a :class:`BadDataError` naming the env, the step, and expected vs actual.
 
-Example:
+Examples:
     >>> import numpy as np
     >>> checked_array(np.zeros(1), (4,), np.dtype(np.float32), "observation", env=2, step=5)
     Traceback (most recent call last):
@@ -90,7 +90,7 @@ class BadDataError(ValueError):
 def short_repr(value: Any, limit: int = 120) -> str:
     """``repr(value)`` cut to ``limit`` characters, for error messages.
 
-    Example:
+    Examples:
         >>> short_repr("x" * 200, limit=10)
         "'xxxxxx..."
     """

@@ -3,7 +3,7 @@
 A :class:`Field` is one leaf of the batch (``observation``, ``action``, a policy extra). Spaces map
 to fields once, at construction; the rollout loop then only writes into tensors laid out from them.
 
-Example:
+Examples:
     >>> from gymnasium import spaces
     >>> [str(f) for f in observation_fields(spaces.Box(-1, 1, (3,)))]
     ['observation: (3,) torch.float32']
@@ -114,7 +114,7 @@ def stored_observation_space(space: spaces.Space[Any], dtype: torch.dtype | None
     """``space`` with its floating-point ``Box`` entries in ``dtype`` (``None``: ``space`` itself):
     what a collector built with ``obs_dtype=dtype`` stores, and what its policy is called on.
 
-    Example:
+    Examples:
         >>> box = spaces.Box(-1.0, 1.0, (3,), np.float64)
         >>> stored_observation_space(box, torch.float32).dtype
         dtype('float32')

@@ -10,7 +10,7 @@ in ``final_observations/``, only the next observations the following step does n
 of the steps where an episode ended (the true final ones) and of each batch's last step.
 :func:`load_run` rebuilds ``("next", <observation key>)`` from the two, value for value.
 
-Example:
+Examples:
     >>> import tempfile, torch
     >>> from tensordict import TensorDict
     >>> with tempfile.TemporaryDirectory() as folder:
@@ -160,7 +160,7 @@ def load_run(folder: str | Path) -> TensorDictBase:
     A folder with the next observations is memory-mapped as it is (``TensorDict.load_memmap``);
     one written without them gets them rebuilt in memory (:func:`rebuild_next_observations`).
 
-    Example:
+    Examples:
         >>> import tempfile, torch
         >>> from rlcollect import Collector
         >>> with tempfile.TemporaryDirectory() as folder, Collector(

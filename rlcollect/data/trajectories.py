@@ -6,7 +6,7 @@ env's first batch and at the frame after every ``done``. New ids are handed out 
 increase along each env's rows. Several producers (workers) share one id space without talking to
 each other by striding: producer ``p`` of ``P`` only hands out ids ``p, p + P, p + 2P, ...``.
 
-Example:
+Examples:
     >>> import numpy as np
     >>> ids = TrajectoryIds(num_envs=2)
     >>> done = np.array([[False, True, False], [False, False, False]])
@@ -100,7 +100,7 @@ def split_trajectories(batch: TensorDictBase) -> TensorDictBase:
     trajectory that continues past the batch is kept as the part that is in it. Frames the batch
     itself masks out (a preempted worker's) are left out.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tensordict import TensorDict
         >>> batch = TensorDict({"x": torch.arange(6.).view(2, 3),
@@ -144,7 +144,7 @@ class TrajectoryAssembler:
     which is unique over the whole collector, so rows from any worker can be mixed. Frames masked
     out by ``("collector", "mask")`` are dropped.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tensordict import TensorDict
         >>> def batch(ids, done):

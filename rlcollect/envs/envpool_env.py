@@ -12,7 +12,7 @@ Seeds: EnvPool seeds its envs when the pool is built (env ``i`` with ``seed + i`
 convention), not at ``reset``. A pool built here from a name is rebuilt with the collector's seed
 when it is seeded; a pool you built keeps its own seed (a warning says so if another is asked for).
 
-Example:
+Examples:
     >>> batch = make_envpool_batch("envpool:CartPole-v1", num_envs=4)
     >>> batch.num_envs, batch.observation_space.shape
     (4, (4,))

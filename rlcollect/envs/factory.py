@@ -98,7 +98,7 @@ def source_modules(source: Any) -> list[str]:
     """The modules a process needs to build envs from ``source`` (ale-py for ``ALE/...`` ids, the
     factory's own module), for a forkserver to import before it forks workers.
 
-    Example:
+    Examples:
         >>> source_modules("ALE/Pong-v5"), source_modules(make_env_batch)
         (['ale_py'], ['rlcollect.envs.factory'])
     """
@@ -130,7 +130,7 @@ def make_env_batch(
         ValueError: unknown env id, or ``num_envs`` > 1 with a vector env.
         TypeError: ``source`` or what it returns is not an env.
 
-    Example:
+    Examples:
         >>> make_env_batch("CartPole-v1", num_envs=4).num_envs
         4
     """

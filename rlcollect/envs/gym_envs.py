@@ -43,7 +43,7 @@ class GymEnvs(EnvBatch):
         max_episode_steps: truncate episodes after this many steps (on top of the envs' own
             time limits); ``None`` for no limit.
 
-    Example:
+    Examples:
         >>> import gymnasium as gym
         >>> envs = GymEnvs([gym.make("CartPole-v1") for _ in range(2)])
         >>> envs.num_envs, envs.observation_space.shape

@@ -64,7 +64,7 @@ class TorchRLEnv(EnvBatch):
     Observation keys are the observation spec's keys (one ``"observation"`` key gives the usual
     layout, several give a Dict layout); the action is ``"action"``.
 
-    Example:
+    Examples:
         >>> from torchrl.envs import GymEnv
         >>> TorchRLEnv(GymEnv("CartPole-v1", categorical_action_encoding=True)).num_envs
         1

@@ -74,7 +74,7 @@ class GymVectorEnv(EnvBatch):
         env: the vector env.
         max_episode_steps: truncate episodes after this many steps; ``None`` for no limit.
 
-    Example:
+    Examples:
         >>> import gymnasium as gym
         >>> venv = gym.make_vec("CartPole-v1", num_envs=3, vectorization_mode="sync")
         >>> GymVectorEnv(venv).num_envs

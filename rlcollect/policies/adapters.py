@@ -11,7 +11,7 @@ Three kinds, picked once by :func:`make_policy`:
 Each is checked once by a dry step on observations sampled from the space, so a policy whose
 output does not fit the action space fails at construction, not mid-run.
 
-Example:
+Examples:
     >>> import torch, gymnasium as gym
     >>> obs_space, act_space = gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2)
     >>> policy = make_policy(lambda obs: obs.sum(-1).gt(0).long(), obs_space, act_space,
@@ -124,7 +124,7 @@ class PolicyAdapter(abc.ABC):
 class RandomPolicy(PolicyAdapter):
     """Uniform random actions for ``num_envs`` envs from ``action_space``, seeded by :meth:`seed`.
 
-    Example:
+    Examples:
         >>> import gymnasium as gym
         >>> policy = RandomPolicy(gym.spaces.Discrete(3), num_envs=2, seed=0)
         >>> policy.sample().shape

@@ -3,7 +3,7 @@
 The bottom layer of rlcollect: it depends on torch, tensordict and numpy only. Any object with an
 ``extend(batch)`` method is a sink for the collectors; :class:`ReplayBuffer` is ours.
 
-Example:
+Examples:
     >>> import torch
     >>> from tensordict import TensorDict
     >>> from rlcollect.replay import ReplayBuffer

@@ -10,7 +10,7 @@ ones ``Lock.temporary()`` (an empty file in ``/dev/shm`` named after its creator
 the lock that created it is closed or collected, or at exit, or, if its creator was killed, by the next
 ``Lock.temporary()``) and ``"memmap"`` ones ``Lock(folder / "lock")``.
 
-Example:
+Examples:
     >>> lock = Lock.temporary()
     >>> with lock:
     ...     pass

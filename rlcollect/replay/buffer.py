@@ -7,7 +7,7 @@ is laid out from the first batch (or from :meth:`ReplayBuffer.init`). How severa
 read one buffer is described in :mod:`rlcollect.replay.storage`; what the samplers return, in
 :mod:`rlcollect.replay.samplers`.
 
-Example:
+Examples:
     >>> import torch
     >>> from tensordict import TensorDict
     >>> rb = ReplayBuffer(100, batch_size=4, seed=0)
@@ -54,7 +54,7 @@ GIVE_UP_PROPOSALS_PER_FRAME = 64
 def flatten_batch(batch: TensorDictBase) -> TensorDictBase:
     """``batch`` (any batch dims, env-major) as flat frames ``[n]``, padding (mask False) dropped.
 
-    Example:
+    Examples:
         >>> from tensordict import TensorDict
         >>> mask = torch.tensor([[True, True, False], [True, False, False]])
         >>> batch = TensorDict({"x": torch.arange(6).view(2, 3), ("collector", "mask"): mask}, [2, 3])
@@ -101,8 +101,9 @@ class ReplayBuffer:
         sampler: ``"uniform"``, ``"prioritized"`` (adds ``"_weight"``; see :meth:`update_priority`) or
             ``"slice"`` (``batch_size // slice_len`` slices of ``slice_len`` frames, returned flat).
         batch_size: default for :meth:`sample`.
-        alpha, beta, eps: prioritized replay: ``P(i)`` proportional to ``(priority + eps) ** alpha``,
-            importance weights with exponent ``beta``.
+        alpha: prioritized replay: ``P(i)`` proportional to ``(priority + eps) ** alpha``.
+        beta: prioritized replay: the exponent of the importance weights.
+        eps: prioritized replay: added to every priority.
         slice_len: frames per slice (``sampler="slice"`` only).
         seed: seeds the sampler's generator.
 
@@ -117,7 +118,7 @@ class ReplayBuffer:
     buffer's lock, blocks no other and leaves no frame of its unfinished write readable. Priorities
     live in the process that samples.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tensordict import TensorDict
         >>> rb = ReplayBuffer(4, sampler="prioritized", seed=0)

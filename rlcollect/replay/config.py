@@ -2,7 +2,7 @@
 
 Every check names the argument, the value it got and what is allowed.
 
-Example:
+Examples:
     >>> ReplayConfig(1000, sampler="slice", slice_len=8, batch_size=64).batch_size
     64
     >>> ReplayConfig(0)

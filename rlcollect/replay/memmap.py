@@ -6,7 +6,7 @@ files, so they outlive the process and any process that opens the folder can wri
 :func:`dump_storage` writes any storage's contents as such a folder; :func:`load_storage` reads one
 back into any storage of the same capacity.
 
-Example:
+Examples:
     >>> import tempfile, torch
     >>> from tensordict import TensorDict
     >>> folder = tempfile.mkdtemp()

@@ -10,7 +10,7 @@ uniform (or proportional) over the groups it accepts. Every sampler draws from i
 Priorities live in the process that samples: a copy of the buffer sent to a worker process gets a
 sampler without them (workers only write).
 
-Example:
+Examples:
     >>> import torch
     >>> sampler = UniformSampler(capacity=10, seed=0)
     >>> slots = sampler.draw(4, size=3)  # 4 groups of one slot among slots 0, 1 and 2

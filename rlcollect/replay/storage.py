@@ -33,7 +33,7 @@ others are drawn again). A writer marks a slot before touching its data and comm
 the lock, so a frame overwritten during the copy shows a changed stamp; the lock's acquire/release
 ordering is what makes the data copied between two equal stamps the committed frame.
 
-Example:
+Examples:
     >>> import torch
     >>> from tensordict import TensorDict
     >>> storage = MemoryStorage(4)

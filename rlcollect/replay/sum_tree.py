@@ -6,7 +6,7 @@ the minimum) of its children ``2i`` and ``2i + 1``, and leaf ``j`` lives at node
 leaves where ``k`` prefix sums fall walks down the tree, all ``k`` queries together. Unset leaves hold
 0 in the sum tree and +inf in the min tree.
 
-Example:
+Examples:
     >>> import numpy as np
     >>> tree = SumTree(5)
     >>> tree.set(np.array([0, 1, 4]), np.array([1.0, 2.0, 3.0]))

@@ -5,7 +5,7 @@ every worker runs for its share of the envs. It is built from a picklable :class
 it collects into whatever :class:`BatchBuffers` it is handed (its own, or a worker's slice of a
 shared-memory slot), and the buffers decide the steps per batch.
 
-Example:
+Examples:
     >>> from rlcollect.data.buffers import BatchBuffers
     >>> rollout = Rollout(RolloutSpec("CartPole-v1", num_envs=2))
     >>> buffers = BatchBuffers.allocate(rollout.layout, 2, 3)  # 2 envs, T = 3 steps

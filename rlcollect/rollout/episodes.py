@@ -22,7 +22,7 @@ MAX_RECORDS = 1_000_000
 class EpisodeTracker:
     """Running return and length per env; completed episodes kept in a window for ``stats()``.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> tracker = EpisodeTracker(num_envs=1)
         >>> tracker.update(np.ones((1, 3)), np.array([[False, True, False]]))
@@ -126,7 +126,7 @@ class EpisodeTracker:
 def episode_table(records: dict[str, np.ndarray]) -> TensorDict:
     """Episode records (:meth:`EpisodeTracker.drain`) as a TensorDict ``[episodes]``.
 
-    Example:
+    Examples:
         >>> tracker = EpisodeTracker(num_envs=2)
         >>> tracker.update(np.ones((2, 3)), np.array([[False, True, False], [False, False, True]]))
         >>> tracker.label(np.array([[0, 0, 2], [1, 1, 1]]), np.zeros((2, 3), dtype=np.int64))

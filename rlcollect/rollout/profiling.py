@@ -26,7 +26,7 @@ class ProfileConfig:
         record_shapes, profile_memory, with_stack, with_flops: passed to ``torch.profiler``.
         on_trace_ready: called with the profiler instead of writing a Chrome trace.
 
-    Example:
+    Examples:
         >>> ProfileConfig(num_rollouts=3, warmup_rollouts=1).get_save_path(2).name
         'collector_profile_2.json'
         >>> ProfileConfig(num_rollouts=1, warmup_rollouts=1)

@@ -15,7 +15,7 @@ TorchRL's own collector tests, vendored in ``tests/torchrl_suite/`` with this on
 measure how far that goes; TorchRL's envs, TensorDict policies and layout are being brought onto
 the engine behind these names.
 
-Example:
+Examples:
     >>> from rlcollect.torchrl import Collector, SyncDataCollector
     >>> SyncDataCollector is Collector
     True

@@ -1,6 +1,6 @@
 """Weights layer: weight-update forms, the weight-sync schemes and their channels.
 
-Example:
+Examples:
     >>> from rlcollect.weights import SharedMemWeightSyncScheme
     >>> SharedMemWeightSyncScheme().strategy
     'tensordict'

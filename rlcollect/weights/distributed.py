@@ -79,7 +79,7 @@ class DistributedWeightSyncScheme(WeightSyncScheme):
     Raises:
         ValueError: an argument out of range (the message names it and what is allowed).
 
-    Example:
+    Examples:
         >>> import torch
         >>> scheme = DistributedWeightSyncScheme("tcp://127.0.0.1:29500", world_size=2, rank=0)
         >>> scheme  # picklable until initialised: build it, then give it to the learner process

@@ -1,6 +1,6 @@
 """The forms ``update_policy_weights_`` accepts, reduced to ``{model_id: weights-or-None}``.
 
-Example:
+Examples:
     >>> import torch
     >>> forms = weight_update_forms(torch.nn.Linear(2, 1))
     >>> list(forms), sorted(as_weights(forms["policy"]).keys())

@@ -6,7 +6,7 @@ entries written since its previous request, pickled once per distinct set of ent
 (plain pickle: the bytes travel in the pipe, no shared memory); the worker applies them, oldest
 first, before it collects. A restarted worker starts from every current entry.
 
-Example:
+Examples:
     >>> import torch
     >>> policy = torch.nn.Linear(2, 1)
     >>> sender = PipeWeights({"policy": policy}, num_workers=2)

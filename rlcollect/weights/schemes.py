@@ -21,7 +21,7 @@ scheme                               how the weights travel
 The models of one collector move together through one channel, so ``weights_dict`` updates are
 atomic: every model id uses the same scheme class, or :class:`NoWeightSyncScheme`.
 
-Example:
+Examples:
     >>> import torch
     >>> scheme = SharedMemWeightSyncScheme()
     >>> policy = torch.nn.Linear(2, 1)

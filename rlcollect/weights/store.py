@@ -25,7 +25,7 @@ A pull applies only the models written since the worker's last pull, oldest firs
 nested in another (an observation normaliser inside the policy) is never overwritten by an older
 copy of its parent.
 
-Example:
+Examples:
     >>> import torch
     >>> policy = torch.nn.Linear(2, 1)
     >>> store = WeightStore({"policy": policy}, num_workers=2)

@@ -1,7 +1,7 @@
 """The legacy weight-update path: a ``weight_updater`` object that a collector calls instead of
 its weight-sync schemes (TorchRL's ``WeightUpdaterBase`` protocol).
 
-Example:
+Examples:
     >>> from rlcollect import Collector
     >>> class Counting(WeightUpdaterBase):
     ...     calls = 0

@@ -5,7 +5,7 @@ every tensor's storage go through pickle); the same leaves as numpy arrays cost 
 Ray moves numpy arrays as out-of-band buffers (zero-copy from its object store). The parent copies
 the arrays into its own slot, key by key: the one copy a batch costs on arrival.
 
-Example:
+Examples:
     >>> import torch
     >>> from tensordict import TensorDict
     >>> done = torch.ones(2, 3, 1, dtype=torch.bool)

@@ -1,0 +1,85 @@
+"""MkDocs hooks: the site's guide pages are the README's sections, so the two never drift apart.
+
+Each page of ``PAGES`` is made at build time from the README sections it names (with their
+subsections), followed by the hand-written page of the same name in ``docs/`` when there is one.
+Links are rewritten for the site: ``docs/x.md`` to ``x.md``; files of the repository outside
+``docs/`` (benchmark results, examples) are added to the site at the same path, so those links
+resolve too.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from mkdocs.structure.files import File, Files
+
+ROOT = Path(__file__).resolve().parent
+README = ROOT / "README.md"
+
+# page -> (title, README sections in order)
+PAGES: dict[str, tuple[str, list[str]]] = {
+    "index.md": ("Getting started", ["Two commands", "Quick start", "The batch"]),
+    "collectors.md": ("Which collector when", ["Multi-process collection: the main-module guard",
+                                                "Batched inference: `AsyncBatchedCollector`"]),
+    "weights.md": ("Workers, weights and schemes", ["Workers, weights and faults"]),
+    "replay.md": ("Replay and background collection", ["Replay buffers and background collection",
+                                                       "Whole episodes"]),
+    "logging.md": ("Logging and video", ["Logging and video"]),
+    "envpool.md": ("EnvPool", ["EnvPool"]),
+    "ray_guide.md": ("Ray", ["Across machines: Ray"]),
+    "torchrl.md": ("Coming from TorchRL", ["Coming from TorchRL"]),
+    "cli.md": ("The command line", ["Command line"]),
+    "benchmarks.md": ("Benchmarks", ["Benchmarks"]),
+    "reliability.md": ("Reliability", ["Reliability"]),
+    "examples.md": ("Examples", ["Examples"]),
+    "performance.md": ("Performance", []),
+    "api.md": ("API reference", []),
+}
+
+
+def readme_sections() -> dict[str, str]:
+    """``{title: text}`` of the README's ``## `` sections (their ``###`` subsections included)."""
+    text = README.read_text()
+    parts = re.split(r"^## (.+)\n", text, flags=re.M)
+    return {parts[i].strip(): parts[i + 1] for i in range(1, len(parts) - 1, 2)}
+
+
+def for_the_site(text: str, linked: set[str]) -> str:
+    """Links rewritten for the site; the repository files they name are added to ``linked``."""
+
+    def link(match: re.Match[str]) -> str:
+        target = match.group(1)
+        if target.startswith(("http://", "https://", "#", "mailto:")):
+            return match.group(0)
+        path, _, anchor = target.partition("#")
+        if path.startswith("docs/"):
+            path = path.removeprefix("docs/")
+        elif (ROOT / path).exists():
+            linked.add(path)
+        return f"]({path}{'#' + anchor if anchor else ''})"
+
+    return re.sub(r"\]\(([^)\s]+)\)", link, text)
+
+
+def on_files(files: Files, config: Any) -> Files:
+    sections = readme_sections()
+    linked: set[str] = set()
+    for page, (title, names) in PAGES.items():
+        own = ROOT / "docs" / "pages" / page
+        body = [] if own.exists() and not names else [f"# {title}\n"]  # a page of its own has its title
+        for name in names:
+            body.append(f"## {name}\n" + for_the_site(sections[name], linked))
+        if own.exists():
+            body.append(for_the_site(own.read_text(), linked))
+        files.append(File.generated(config, page, content="\n".join(body)))
+    while linked:  # repository files linked from the pages, and the files they link in turn
+        path = linked.pop()
+        if files.get_file_from_path(path) is not None:
+            continue
+        content = (ROOT / path).read_text() if path.endswith(".md") else (ROOT / path).read_bytes()
+        if isinstance(content, str):
+            content = for_the_site(content, set())  # their own links stay as they are written
+        files.append(File.generated(config, path, content=content))
+    return files
