@@ -46,11 +46,26 @@ def readme_sections() -> dict[str, str]:
     return {parts[i].strip(): parts[i + 1] for i in range(1, len(parts) - 1, 2)}
 
 
-def for_the_site(text: str, linked: set[str]) -> str:
-    """Links rewritten for the site; the repository files they name are added to ``linked``."""
+def slug(title: str) -> str:
+    """The anchor Markdown's table of contents gives a heading (``Logging and video`` ->
+    ``logging-and-video``)."""
+    return re.sub(r"[\s]+", "-", re.sub(r"[^\w\s-]", "", title).strip().lower())
+
+
+def section_pages() -> dict[str, str]:
+    """``{anchor: page}`` for every README section that is on a page."""
+    return {slug(name): page for page, (_, names) in PAGES.items() for name in names}
+
+
+def for_the_site(text: str, linked: set[str], page: str = "") -> str:
+    """Links rewritten for the site; the repository files they name are added to ``linked``.
+    A README anchor (``#logging-and-video``) becomes a link to the page holding that section."""
+    pages = section_pages()
 
     def link(match: re.Match[str]) -> str:
         target = match.group(1)
+        if target.startswith("#") and pages.get(target[1:], page) != page:
+            return f"]({pages[target[1:]]}{target})"
         if target.startswith(("http://", "https://", "#", "mailto:")):
             return match.group(0)
         path, _, anchor = target.partition("#")
@@ -70,9 +85,9 @@ def on_files(files: Files, config: Any) -> Files:
         own = ROOT / "docs" / "pages" / page
         body = [] if own.exists() and not names else [f"# {title}\n"]  # a page of its own has its title
         for name in names:
-            body.append(f"## {name}\n" + for_the_site(sections[name], linked))
+            body.append(f"## {name}\n" + for_the_site(sections[name], linked, page))
         if own.exists():
-            body.append(for_the_site(own.read_text(), linked))
+            body.append(for_the_site(own.read_text(), linked, page))
         files.append(File.generated(config, page, content="\n".join(body)))
     while linked:  # repository files linked from the pages, and the files they link in turn
         path = linked.pop()
