@@ -34,6 +34,10 @@ __all__ = ["ENVPOOL_PREFIX", "EnvPoolEnv", "is_envpool", "make_envpool_batch"]
 
 #: An env id with this prefix is built by EnvPool.
 ENVPOOL_PREFIX = "envpool:"
+#: EnvPool threads of a pool built from a name, unless ``create_env_kwargs`` gives ``num_threads``:
+#: ``None`` lets EnvPool choose (a thread per core, at most one per env), as in a ``Collector``;
+#: worker processes set 1, since the workers already step their pools side by side.
+POOL_THREADS: int | None = None
 
 
 def is_envpool(obj: Any) -> bool:
@@ -59,6 +63,8 @@ def _build(task_id: str, num_envs: int, kwargs: dict[str, Any], seed: int) -> An
         if name in kwargs:
             raise ValueError(f"create_env_kwargs={kwargs!r}: {name!r} is set by the collector "
                              "(num_envs=, seed=); leave it out")
+    if POOL_THREADS is not None and "num_threads" not in kwargs:
+        kwargs = {**kwargs, "num_threads": POOL_THREADS}
     return envpool.make(task_id, env_type="gymnasium", num_envs=num_envs, seed=seed, **kwargs)
 
 

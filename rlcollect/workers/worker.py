@@ -50,6 +50,7 @@ import torch
 from tensordict import TensorDict
 
 from rlcollect.data.buffers import BatchBuffers
+from rlcollect.envs import envpool_env
 from rlcollect.replay import flatten_batch
 from rlcollect.rollout.engine import Rollout, RolloutSpec
 from rlcollect.rollout.profiling import ProfileConfig, RolloutProfiler
@@ -149,6 +150,7 @@ class Worker:
 
     def __init__(self, setup: WorkerSetup) -> None:
         torch.set_num_threads(1)  # each worker one thread; the parent's setting is left alone
+        envpool_env.POOL_THREADS = 1  # and one EnvPool thread per pool it builds (unless asked)
         spec: RolloutSpec = cloudpickle.loads(setup.spec)
         self.setup = setup = dataclasses.replace(setup, spec=b"")  # the policy's bytes are not kept
         self.rollout = rollout = spec.engine(spec, setup) if spec.engine is not None else Rollout(

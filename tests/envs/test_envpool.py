@@ -174,3 +174,28 @@ def test_workers_build_their_own_pools_and_match_one_process() -> None:
             assert len(mine) >= 2, type(collector).__name__
             for have, want in zip(mine, single, strict=False):
                 assert torch.equal(have["observation"], want["observation"][2 * worker : 2 * worker + 2])
+
+
+def test_a_worker_builds_its_pool_with_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One process: EnvPool's own choice of threads; a worker (built here, in this process): one,
+    unless ``create_env_kwargs`` says otherwise."""
+    import cloudpickle
+
+    from rlcollect.envs import envpool_env
+    from rlcollect.rollout.engine import RolloutSpec
+    from rlcollect.weights.store import WeightStore
+    from rlcollect.workers.worker import WorkerSetup, start_worker
+
+    monkeypatch.setattr(envpool_env, "POOL_THREADS", None)
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)  # the worker's, in this process
+    with Collector("envpool:CartPole-v1", None, num_envs=4, frames_per_batch=8) as collector:
+        assert collector._rollout.envs.env.config["num_threads"] != 1  # type: ignore[attr-defined]
+    for kwargs, threads in (({}, 1), ({"num_threads": 2}, 2)):
+        setup = WorkerSetup(worker_idx=0, num_workers=2, num_steps=4, env_offset=0, seed=0,
+                            spec=cloudpickle.dumps(RolloutSpec("envpool:CartPole-v1", num_envs=4,
+                                                               create_env_kwargs=kwargs)),
+                            weights=WeightStore({}, 2).receiver(0))
+        worker, (kind, _) = start_worker(setup)
+        assert kind == "ready"
+        assert worker.rollout.envs.env.config["num_threads"] == threads  # type: ignore[attr-defined]
+        worker.close()
