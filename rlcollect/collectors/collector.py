@@ -218,7 +218,7 @@ class Collector(BaseCollector):
         self._rollout.load_state_dict(state_dict["rollout"])
 
     def _drain_episodes(self) -> dict[str, np.ndarray]:
-        return self._rollout.episodes.drain()
+        return self._rollout.episodes.records.drain()
 
     def stats(self) -> CollectorStats:
         rollout = self._rollout

@@ -44,7 +44,7 @@ from rlcollect.data.buffers import BatchBuffers
 from rlcollect.envs.factory import source_modules
 from rlcollect.envs.gym_envs import GymEnvs
 from rlcollect.rollout.engine import Rollout, RolloutSpec
-from rlcollect.rollout.episodes import EpisodeTracker
+from rlcollect.rollout.episodes import EpisodeRecords
 from rlcollect.weights.forms import check_model_ids
 from rlcollect.weights.schemes import NoWeightSyncScheme, channel_for, init_senders
 from rlcollect.workers.pool import WorkerPool
@@ -148,7 +148,7 @@ class PooledCollector(BaseCollector):
         self._reports: list[BatchReport | None] = [None] * workers
         self._returns: deque[float] = deque(maxlen=100)
         self._lengths: deque[int] = deque(maxlen=100)
-        self._episode_records = EpisodeTracker(0)  # the workers' episode records, until episodes()
+        self._episode_records = EpisodeRecords()  # the workers' episode records, until episodes()
 
     def _init_weights(self, options: CollectorOptions, transport: Transport) -> None:
         """The schemes' senders and the channel carrying the weights to the workers."""
@@ -247,11 +247,10 @@ class PooledCollector(BaseCollector):
             unpack_into(report.data, self._rows(report.slot, worker))
         self._weights.release(worker)
         self._reports[worker] = report
-        self._returns.extend(report.returns)
-        self._lengths.extend(report.lengths)
         records = report.episode_records
-        if records is not None:  # stamped with the worker that sent them
-            self._episode_records.add_records({**records, "worker": np.full(len(records["return"]), worker)})
+        self._returns.extend(records["return"].tolist())
+        self._lengths.extend(records["length"].tolist())
+        self._episode_records.add({**records, "worker": np.full(len(records["return"]), worker)})
         self._last_lag = int(self._weights.versions[worker]) - report.policy_version
         return report.steps * self.num_envs_per_worker
 

@@ -10,13 +10,38 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-__all__ = ["EPISODE_FIELDS", "EpisodeTracker", "episode_table"]
+__all__ = ["EPISODE_FIELDS", "EpisodeRecords", "EpisodeTracker", "episode_table"]
 
 #: The fields of an episode record, and their dtypes.
 EPISODE_FIELDS = {"return": np.float64, "length": np.int64, "env": np.int64, "traj_id": np.int64,
                   "policy_version": np.int64, "worker": np.int64}
-#: Records kept for :meth:`EpisodeTracker.drain` at most (the oldest go first).
+#: Records kept for :meth:`EpisodeRecords.drain` at most (the oldest go first).
 MAX_RECORDS = 1_000_000
+
+
+class EpisodeRecords:
+    """Episode records (arrays of :data:`EPISODE_FIELDS`) kept until drained, at most
+    :data:`MAX_RECORDS` of them."""
+
+    def __init__(self) -> None:
+        self._records: deque[dict[str, np.ndarray]] = deque()
+        self._held = 0  # records in self._records
+
+    def add(self, records: dict[str, np.ndarray]) -> None:
+        """Keep ``records`` for :meth:`drain`."""
+        count = len(records["return"])
+        if not count:
+            return
+        self._records.append(records)
+        self._held += count
+        while self._held - len(self._records[0]["return"]) >= MAX_RECORDS:
+            self._held -= len(self._records.popleft()["return"])
+
+    def drain(self) -> dict[str, np.ndarray]:
+        """The records kept since the last call, oldest first, as one array per field."""
+        records, self._records, self._held = list(self._records), deque(), 0
+        return {name: np.concatenate([r[name] for r in records]) if records else np.zeros(0, dtype)
+                for name, dtype in EPISODE_FIELDS.items()}
 
 
 class EpisodeTracker:
@@ -39,8 +64,7 @@ class EpisodeTracker:
         self.count = 0
         self.env_offset = env_offset  # the envs' first index in the collector
         self._ended: tuple[np.ndarray, ...] | None = None  # (envs, steps, returns, lengths) to label
-        self._records: deque[dict[str, np.ndarray]] = deque()
-        self._held = 0  # records in self._records
+        self.records = EpisodeRecords()  # the labelled episodes, until drained
 
     def update(self, reward: np.ndarray, done: np.ndarray) -> None:
         """Account for a batch: ``reward [N, T]``, ``done [N, T]`` (episode ends only)."""
@@ -70,37 +94,22 @@ class EpisodeTracker:
         self._return = np.where(ended, 0.0, self._return) + cumulative[:, -1] - before
         self._length = np.where(ended, 0, self._length) + num_steps - 1 - last_t
 
-    def label(self, traj_ids: np.ndarray, versions: np.ndarray, worker: int = 0) -> None:
+    def label(self, traj_ids: np.ndarray, versions: np.ndarray) -> None:
         """Record the episodes the last :meth:`update` saw end, with the trajectory id and policy
-        version of their last frame (``[N, T]`` arrays of that batch)."""
+        version of their last frame (``[N, T]`` arrays of that batch); ``worker`` is 0, a
+        multi-process collector stamps its own."""
         if self._ended is None:
             return
         envs, steps, returns, lengths = self._ended
         self._ended = None
         order = np.lexsort((envs, steps))  # by the step they ended at, then by env
         envs, steps, returns, lengths = envs[order], steps[order], returns[order], lengths[order]
-        self.add_records({
+        self.records.add({
             "return": returns, "length": lengths.astype(np.int64), "env": envs + self.env_offset,
             "traj_id": traj_ids[envs, steps].astype(np.int64),
             "policy_version": versions[envs, steps].astype(np.int64),
-            "worker": np.full(len(envs), worker, dtype=np.int64),
+            "worker": np.zeros(len(envs), dtype=np.int64),
         })
-
-    def add_records(self, records: dict[str, np.ndarray]) -> None:
-        """Keep ``records`` (arrays of :data:`EPISODE_FIELDS`) for :meth:`drain`."""
-        count = len(records["return"])
-        if not count:
-            return
-        self._records.append(records)
-        self._held += count
-        while self._held - len(self._records[0]["return"]) >= MAX_RECORDS:
-            self._held -= len(self._records.popleft()["return"])
-
-    def drain(self) -> dict[str, np.ndarray]:
-        """The records kept since the last call, oldest first, as one array per field."""
-        records, self._records, self._held = list(self._records), deque(), 0
-        return {name: np.concatenate([r[name] for r in records]) if records else np.zeros(0, dtype)
-                for name, dtype in EPISODE_FIELDS.items()}
 
     def state_dict(self) -> dict[str, Any]:
         """Running sums and the window."""
@@ -124,13 +133,13 @@ class EpisodeTracker:
 
 
 def episode_table(records: dict[str, np.ndarray]) -> TensorDict:
-    """Episode records (:meth:`EpisodeTracker.drain`) as a TensorDict ``[episodes]``.
+    """Episode records (:meth:`EpisodeRecords.drain`) as a TensorDict ``[episodes]``.
 
     Examples:
         >>> tracker = EpisodeTracker(num_envs=2)
         >>> tracker.update(np.ones((2, 3)), np.array([[False, True, False], [False, False, True]]))
         >>> tracker.label(np.array([[0, 0, 2], [1, 1, 1]]), np.zeros((2, 3), dtype=np.int64))
-        >>> table = episode_table(tracker.drain())
+        >>> table = episode_table(tracker.records.drain())
         >>> [table[name].tolist() for name in ("return", "length", "env", "traj_id")]
         [[2.0, 3.0], [2, 3], [0, 1], [0, 1]]
     """

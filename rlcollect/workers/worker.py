@@ -118,10 +118,8 @@ class BatchReport:
     frames: int
     collect_seconds: float
     episodes: int
-    returns: tuple[float, ...]  # returns of the episodes completed in this batch
-    lengths: tuple[int, ...]
+    episode_records: dict[str, Any]  # the episodes completed in this batch (EpisodeRecords.drain())
     data: Packed | None = None  # the worker's rows, when they do not live in shared memory
-    episode_records: dict[str, Any] | None = None  # EpisodeTracker.drain() after this batch
 
 
 @dataclass(frozen=True)
@@ -208,7 +206,6 @@ class Worker:
     def collect(self, slot: int, random: bool, weights_payload: Any) -> BatchReport:
         rollout, buffers = self.rollout, self.slots[0 if self.returns_data else slot]
         self.version = self.setup.weights.pull(rollout.models, self.version, weights_payload)
-        seen = rollout.episodes.count
         if self.profiler is not None:
             self.profiler.before_rollout()
         stop = self.stop_flags[slot : slot + 1] if self.stop_flags is not None else None
@@ -224,16 +221,12 @@ class Worker:
                 ray.get(remote(flatten_batch(buffers.batch)))
             else:
                 sink.extend(flatten_batch(buffers.batch))
-        episodes = rollout.episodes
-        new = min(episodes.count - seen, len(episodes.returns))
         return BatchReport(
             slot=slot, steps=steps, policy_version=self.version,
             next_traj_id=rollout.traj_ids.next_local_id, frames=rollout.frames,
-            collect_seconds=rollout.collect_seconds, episodes=episodes.count,
-            returns=tuple(list(episodes.returns)[len(episodes.returns) - new :]),
-            lengths=tuple(list(episodes.lengths)[len(episodes.lengths) - new :]),
+            collect_seconds=rollout.collect_seconds, episodes=rollout.episodes.count,
+            episode_records=rollout.episodes.records.drain(),
             data=pack(buffers.batch) if self.returns_data and sink is None else None,
-            episode_records=episodes.drain(),
         )
 
     def close(self) -> None:
