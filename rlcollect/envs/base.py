@@ -31,6 +31,9 @@ class EnvBatch(abc.ABC):
     check_writes: bool = True
     #: Built with as many envs as asked (``num_envs``), unlike a vector env brought whole.
     follows_num_envs: bool = False
+    #: One env without a batch dimension of its own (a TorchRL env with ``batch_size=[]``): a
+    #: TensorDict policy is then called on one env's TensorDict, as TorchRL does.
+    unbatched: bool = False
 
     def __init__(self, num_envs: int, max_episode_steps: int | None) -> None:
         self.num_envs = num_envs
@@ -49,6 +52,11 @@ class EnvBatch(abc.ABC):
     @abc.abstractmethod
     def step(self, t: int) -> None:
         """Step every env with ``action[:, t]``; write step ``t`` and observation slot ``t + 1``."""
+
+    def prepare_policy(self, policy: Any) -> None:
+        """Give the user's policy what it takes from the env before its first call (TorchRL's
+        ``RandomPolicy()`` without a spec takes the env's); most adapters have nothing to give."""
+        return None
 
     def finish(self, steps: int) -> None:
         """Write what the steps kept aside, once per batch after its last step (``steps`` taken);

@@ -8,16 +8,18 @@ final observation comes from ``"next"`` and the reset observation from the new r
 
 from __future__ import annotations
 
+from copy import deepcopy
 from typing import Any
 
 import numpy as np
 import torch
 from gymnasium import spaces
+from gymnasium.vector.utils import batch_space
 
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.envs.base import EnvBatch
 
-__all__ = ["TorchRLEnv", "is_torchrl_env"]
+__all__ = ["OneHotSpace", "TorchRLEnv", "is_torchrl_env"]
 
 
 def is_torchrl_env(obj: Any) -> bool:
@@ -28,6 +30,37 @@ def is_torchrl_env(obj: Any) -> bool:
     return module is not None and isinstance(obj, module.EnvBase)
 
 
+class OneHotSpace(spaces.Box):
+    """One-hot vectors along the last axis (TorchRL's ``OneHot`` spec): a Box of 0s and 1s whose
+    samples hold exactly one 1 per vector. Gymnasium's ``batch_space`` keeps the class.
+
+    Examples:
+        >>> space = OneHotSpace((3,), np.int64, seed=0)
+        >>> int(space.sample().sum()), space.sample().dtype
+        (1, dtype('int64'))
+    """
+
+    def __init__(
+        self, shape: tuple[int, ...], dtype: Any, seed: int | np.random.Generator | None = None
+    ) -> None:
+        super().__init__(0, 1, shape, dtype, seed)
+
+    def sample(self, mask: Any = None, probability: Any = None) -> np.ndarray:
+        index = self.np_random.integers(self.shape[-1], size=self.shape[:-1])
+        return np.asarray(np.eye(self.shape[-1], dtype=self.dtype)[index])
+
+    def contains(self, x: Any) -> bool:
+        return bool(super().contains(x) and np.all(np.asarray(x).sum(-1) == 1))
+
+    def __repr__(self) -> str:
+        return f"OneHotSpace({self.shape}, {self.dtype})"
+
+
+@batch_space.register(OneHotSpace)
+def _batch_one_hot(space: OneHotSpace, n: int = 1) -> OneHotSpace:
+    return OneHotSpace((n, *space.shape), space.dtype, seed=deepcopy(space.np_random))
+
+
 def _space(spec: Any, key: str) -> spaces.Space[Any]:
     from torchrl.data import Binary, Bounded, Categorical, Composite, OneHot, Unbounded
 
@@ -36,10 +69,7 @@ def _space(spec: Any, key: str) -> spaces.Space[Any]:
     dtype = np.dtype(str(spec.dtype).replace("torch.", ""))
     shape = tuple(spec.shape)
     if isinstance(spec, OneHot):
-        raise TypeError(
-            f"{key}: one-hot spec {type(spec).__name__} is not supported; build the env with "
-            "categorical actions (e.g. GymEnv(..., categorical_action_encoding=True))"
-        )
+        return OneHotSpace(shape, dtype)
     if isinstance(spec, Categorical):
         if shape:
             return spaces.MultiDiscrete(np.full(shape, spec.space.n))
@@ -77,6 +107,7 @@ class TorchRLEnv(EnvBatch):
         super().__init__(batch_size[0] if batch_size else 1, max_episode_steps)
         self.env = env
         self._batched = bool(batch_size)
+        self.unbatched = not self._batched
         per_env = (lambda spec: spec[0]) if self._batched else (lambda spec: spec)
         obs_spec = per_env(env.observation_spec)
         self._obs_keys = list(obs_spec.keys())
@@ -134,6 +165,16 @@ class TorchRLEnv(EnvBatch):
                 root.set(key, (done if key != "terminated" else terminated).reshape(root.get(key).shape))
         self._root = self.env.maybe_reset(root)
         self._write_root(t + 1)
+
+    def prepare_policy(self, policy: Any) -> None:
+        """As TorchRL's collectors do: a ``RandomPolicy()`` takes the env's action spec, exploration
+        modules built without a spec take it too."""
+        from torchrl.modules import set_exploration_modules_spec_from_env
+
+        if callable(getattr(policy, "set_action_spec_from_env", None)):
+            policy.set_action_spec_from_env(self.env)
+        if isinstance(policy, torch.nn.Module):
+            set_exploration_modules_spec_from_env(policy, self.env)
 
     def seed_action_spaces(self, seeds: list[int]) -> None:
         self.action_space.seed(seeds[0])

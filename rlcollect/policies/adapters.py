@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import abc
 import copy
+import inspect
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -32,7 +34,7 @@ import numpy as np
 import torch
 from gymnasium.vector.utils import batch_space
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import InteractionType, TensorDictModuleBase, set_interaction_type
+from tensordict.nn import InteractionType, TensorDictModule, TensorDictModuleBase, set_interaction_type
 
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.data.checks import BadDataError
@@ -299,10 +301,20 @@ def _leaf_keys(td: TensorDictBase) -> list[tuple[str, ...]]:
 
 
 class TensorDictPolicy(PolicyAdapter):
-    """A TensorDict policy: reads observation keys, writes ``action`` and any extras.
+    """A TensorDict policy, called the TorchRL way: on a TensorDict of the step's observations,
+    reading its ``in_keys`` and writing ``action`` and any extras into it (or into the TensorDict
+    it returns).
 
     Extras are found by the dry step: every leaf the policy writes besides ``action`` and the
-    observation keys gets its own buffer and lands in the batch.
+    observation keys gets its own buffer and lands in the batch. The TensorDicts the policy is
+    called on are views of the batch buffers, built once per buffers and step, never per step.
+
+    Args:
+        module: the policy: a ``TensorDictModuleBase``, TorchRL's ``RandomPolicy``, or any callable
+            taking and returning a TensorDict.
+        observation_space, action_space, num_envs, device: as for :class:`ModulePolicy`.
+        unbatched: call the policy on one env's TensorDict (batch size ``[]``), as TorchRL does for
+            an env without a batch size; ``num_envs`` must then be 1.
     """
 
     # set by bind(): per-step input TensorDicts and (key, output view) pairs
@@ -316,14 +328,20 @@ class TensorDictPolicy(PolicyAdapter):
         action_space: gym.Space[Any],
         num_envs: int,
         device: torch.device | None = None,
+        unbatched: bool = False,
     ) -> None:
+        if unbatched and num_envs != 1:
+            raise ValueError(f"an unbatched TensorDict policy steps one env, got num_envs={num_envs}")
         self.callable = _on_device(module, device)
         self.module = self.callable if isinstance(self.callable, torch.nn.Module) else None
         self.device = device
+        self.unbatched = unbatched
         self._obs_keys = [f.key for f in observation_fields(observation_space)]
         sample = TensorDict(_sample_observations(observation_space, num_envs), batch_size=[num_envs])
         with torch.inference_mode():
-            out = self._forward(sample)
+            out = self._forward(sample[0] if unbatched else sample)
+        if unbatched:
+            out = out.unsqueeze(0)
         if ("action",) not in _leaf_keys(out):
             raise ValueError(
                 f"the TensorDict policy wrote keys {_leaf_keys(out)} but no 'action' key"
@@ -343,13 +361,16 @@ class TensorDictPolicy(PolicyAdapter):
 
     def _views(self, buffers: BatchBuffers) -> dict[str, Any]:
         n, steps = buffers.num_envs, buffers.num_steps
-        inputs = [
-            TensorDict({k: v[:, t] for k, v in buffers.obs_ext.items()}, batch_size=[n])
-            for t in range(steps)
-        ]
+        if self.unbatched:  # env 0's entries, without the env dimension
+            inputs = [TensorDict({k: v[0, t] for k, v in buffers.obs_ext.items()}, batch_size=[])
+                      for t in range(steps)]
+        else:
+            inputs = [TensorDict({k: v[:, t] for k, v in buffers.obs_ext.items()}, batch_size=[n])
+                      for t in range(steps)]
+        env = 0 if self.unbatched else slice(None)
         outputs = [
-            [(("action",), buffers.action[:, t])]
-            + [(key, buffers.extras[key][:, t]) for key in buffers.extras]
+            [(("action",), buffers.action[env, t])]
+            + [(key, buffers.extras[key][env, t]) for key in buffers.extras]
             for t in range(steps)
         ]
         return {"_inputs": inputs, "_outputs": outputs}
@@ -374,9 +395,40 @@ class TensorDictPolicy(PolicyAdapter):
 
 
 def _is_tensordict_policy(policy: Any) -> bool:
-    return isinstance(policy, TensorDictModuleBase) or (
+    """Whether ``policy`` is called on TensorDicts: a ``TensorDictModuleBase``, TorchRL's
+    ``RandomPolicy`` (which TorchRL's collectors call that way too), or a callable with
+    ``in_keys`` and ``out_keys``."""
+    return isinstance(policy, TensorDictModuleBase) or _is_torchrl_random_policy(policy) or (
         hasattr(policy, "in_keys") and hasattr(policy, "out_keys")
     )
+
+
+def _is_torchrl_random_policy(policy: Any) -> bool:
+    module = sys.modules.get("torchrl.modules")  # never imported here: loaded if the user has one
+    return module is not None and isinstance(policy, module.RandomPolicy)
+
+
+def _keyword_policy(policy: Any, observation_space: gym.Space[Any]) -> TensorDictModuleBase | None:
+    """A plain callable whose required arguments are all named after entries of a Dict
+    observation space (``forward(self, observation, mask)``), as a ``TensorDictModule`` reading
+    those entries and writing ``action`` (and ``output1``, ... for a tuple); else ``None``."""
+    if not isinstance(observation_space, gym.spaces.Dict):
+        return None
+    try:
+        signature = inspect.signature(getattr(policy, "forward", policy))
+    except (TypeError, ValueError):
+        return None
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    names = [name for name, p in signature.parameters.items() if p.kind in kinds]
+    required = [name for name in names if signature.parameters[name].default is inspect.Parameter.empty]
+    if not required or not set(required) <= set(observation_space.spaces):
+        return None
+    in_keys = [name for name in names if name in observation_space.spaces]
+    sample = _sample_observations(observation_space, 1)
+    with torch.inference_mode():
+        out = policy(**{key: sample[(key,)] for key in in_keys})
+    out_keys = ["action"] + [f"output{i}" for i in range(1, len(out) if isinstance(out, tuple) else 1)]
+    return TensorDictModule(policy, in_keys=in_keys, out_keys=out_keys)
 
 
 def make_policy(
@@ -387,8 +439,14 @@ def make_policy(
     *,
     device: torch.device | None = None,
     exploration_type: InteractionType = InteractionType.RANDOM,
+    unbatched: bool = False,
 ) -> PolicyAdapter:
     """The adapter for ``policy`` (see the module docstring), checked by a dry step.
+
+    A plain callable on Dict observations whose required arguments are all named after
+    observation entries is called with those entries, as TorchRL's collectors do. ``unbatched``:
+    a TensorDict policy is called on one env's TensorDict (batch size ``[]``; see
+    :class:`TensorDictPolicy`).
 
     Raises:
         TypeError: ``policy`` is not callable, or takes tensors but observations are a Dict.
@@ -401,8 +459,14 @@ def make_policy(
         )
     try:
         with set_interaction_type(exploration_type):
-            if _is_tensordict_policy(policy):
-                return TensorDictPolicy(policy, observation_space, action_space, num_envs, device)
+            keyword = None if _is_tensordict_policy(policy) else _keyword_policy(policy, observation_space)
+            if keyword is not None or _is_tensordict_policy(policy):
+                adapter = TensorDictPolicy(keyword or policy, observation_space, action_space, num_envs,
+                                           device, unbatched)
+                if keyword is not None:  # the weights are the user's module's, not the wrapper's
+                    inner = adapter.callable.module
+                    adapter.module = inner if isinstance(inner, torch.nn.Module) else None
+                return adapter
             return ModulePolicy(policy, observation_space, action_space, num_envs, device)
     except Exception as error:
         if _has_float64(observation_space):  # the usual cause: a float32 network, float64 observations

@@ -115,12 +115,15 @@ class Rollout:
         self.served = served_policy is not None
         self.user_policy = None if self.served else (
             spec.policy_factory() if spec.policy_factory is not None else spec.policy)
+        if self.user_policy is not None:
+            self.envs.prepare_policy(self.user_policy)
         self.policy: PolicyAdapter = served_policy if served_policy is not None else (
             self.random_policy
             if self.user_policy is None
             else make_policy(
                 self.user_policy, obs_space, action_space, self.num_envs,
                 device=spec.policy_device, exploration_type=spec.exploration_type,
+                unbatched=self.envs.unbatched,
             )
         )
         if spec.compile_policy and hasattr(self.policy, "callable"):

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
 import pytest
 import torch
 
 torchrl = pytest.importorskip("torchrl", reason="the torchrl extra is not installed")
 
-from tensordict.nn import TensorDictModule  # noqa: E402
+from tensordict import NestedKey, TensorDictBase  # noqa: E402
+from tensordict.nn import TensorDictModule, TensorDictModuleBase  # noqa: E402
 from torchrl.collectors import Collector as TorchRLCollector  # noqa: E402
-from torchrl.envs import GymEnv, SerialEnv, StepCounter, TransformedEnv  # noqa: E402
+from torchrl.envs import EnvBase, GymEnv, SerialEnv, StepCounter, TransformedEnv  # noqa: E402
+from torchrl.modules import RandomPolicy  # noqa: E402
 
 from rlcollect import Collector, MultiSyncCollector  # noqa: E402
 from tests.envs_for_tests import TiltPolicy  # noqa: E402
@@ -23,32 +28,113 @@ def policy() -> TensorDictModule:
     return TensorDictModule(TiltPolicy(), in_keys=["observation"], out_keys=["action"])
 
 
-@pytest.mark.parametrize("batched", [False, True])
-def test_same_frames_as_torchrl_collector(batched: bool) -> None:
-    def env() -> object:
-        return SerialEnv(2, make_env) if batched else make_env()
+def one_hot_policy() -> TensorDictModule:
+    return TensorDictModule(lambda obs: torch.nn.functional.one_hot(TiltPolicy()(obs), 2),
+                            in_keys=["observation"], out_keys=["action"])
 
-    frames = 80 if batched else 40
+
+def assert_same_frames(env: Callable[[], EnvBase], policy: Callable[[], Any], frames: int, batched: bool,
+                       keys: Sequence[NestedKey] = ()) -> None:
+    """Three batches from TorchRL's collector and from ours, same envs seeded alike: equal."""
     seeded = env()
     seeded.set_seed(3)  # before the collector's first reset, as ours does with seed=3
     theirs = TorchRLCollector(seeded, policy(), frames_per_batch=frames, total_frames=3 * frames)
+    torch.manual_seed(0)  # for policies that draw from torch's generator
     expected = [b.clone() for b in theirs]
     theirs.shutdown()
     ours = Collector(env(), policy(), frames_per_batch=frames, total_frames=3 * frames, seed=3)
+    torch.manual_seed(0)
     got = list(ours)
     for want, have in zip(expected, got, strict=True):
         assert have is not None
         want = want if batched else want.unsqueeze(0)
         for key in ["observation", "action", ("next", "observation"), ("next", "reward"),
-                    ("next", "terminated"), ("next", "truncated"), ("next", "done")]:
+                    ("next", "terminated"), ("next", "truncated"), ("next", "done"), *keys]:
+            assert have[key].dtype == want[key].dtype, key
             assert torch.equal(have[key], want[key].reshape(have[key].shape)), key
     done = torch.cat(got, 1)["next", "done"]  # type: ignore[arg-type]
     assert done.any()
 
 
-def test_one_hot_actions_get_a_clear_error() -> None:
-    with pytest.raises(TypeError, match="categorical_action_encoding=True"):
-        Collector(GymEnv("CartPole-v1"), None, frames_per_batch=8)
+@pytest.mark.parametrize("batched", [False, True])
+def test_same_frames_as_torchrl_collector(batched: bool) -> None:
+    def env() -> EnvBase:
+        return SerialEnv(2, make_env) if batched else make_env()
+
+    assert_same_frames(env, policy, 80 if batched else 40, batched)
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_one_hot_actions_as_torchrl_collector(batched: bool) -> None:
+    """GymEnv's default action spec is one-hot: the batch holds one-hot int64 actions."""
+    def one_hot_env() -> EnvBase:
+        return TransformedEnv(GymEnv("CartPole-v1"), StepCounter(40))
+
+    def env() -> EnvBase:
+        return SerialEnv(2, one_hot_env) if batched else one_hot_env()
+
+    assert_same_frames(env, one_hot_policy, 80 if batched else 40, batched)
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_torchrl_random_policy_on_several_observation_keys(batched: bool) -> None:
+    """TorchRL's RandomPolicy writes into the TensorDict it is given (the env's own batch size:
+    ``[]`` for an unbatched env); observation and step_count both reach the batch."""
+    def env() -> EnvBase:
+        return SerialEnv(2, make_env) if batched else make_env()
+
+    spec = env().action_spec
+    assert_same_frames(env, lambda: RandomPolicy(spec), 80 if batched else 40, batched, keys=["step_count"])
+    assert_same_frames(env, RandomPolicy, 80 if batched else 40, batched)  # the spec from the env
+
+
+def test_one_hot_random_actions_are_one_hot() -> None:
+    with Collector(GymEnv("CartPole-v1"), None, frames_per_batch=50, total_frames=50, seed=0) as collector:
+        batch = next(iter(collector))
+    assert batch["action"].shape == (1, 50, 2) and batch["action"].dtype == torch.int64
+    assert torch.equal(batch["action"].sum(-1), torch.ones(1, 50, dtype=torch.int64))
+    assert 0 < batch["action"][..., 1].sum() < 50
+
+
+def test_policy_taking_observation_entries_by_name() -> None:
+    """A plain module whose forward's arguments are named after observation entries is called
+    with them, as TorchRL's collectors do; its weights are the module's own."""
+    class ByName(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tilt = TiltPolicy()
+
+        def forward(self, observation: torch.Tensor, step_count: torch.Tensor) -> torch.Tensor:
+            return torch.where(step_count[..., 0] < 3, 0, self.tilt(observation))
+
+    module, flipped = ByName(), ByName()
+    flipped.tilt.weight.data.neg_()
+    before = module.tilt.weight.detach().clone()  # the collector runs (and updates) module itself
+    with Collector(make_env(), module, frames_per_batch=40, total_frames=80, seed=0) as collector:
+        batches = iter(collector)
+        first = next(batches)
+        collector.update_policy_weights_(flipped)  # the module's own weight names
+        second = next(batches)
+    for batch, weight in ((first, before), (second, flipped.tilt.weight)):
+        assert batch is not None
+        obs, steps = batch["observation"][0], batch["step_count"][0, :, 0]
+        assert torch.equal(batch["action"][0], torch.where(steps < 3, 0, (obs @ weight > 0).long()))
+
+
+def test_unbatched_env_calls_a_tensordict_policy_without_batch_size() -> None:
+    seen = []
+
+    class Recording(TensorDictModuleBase):
+        in_keys, out_keys = ["observation"], ["action"]
+
+        def forward(self, td: TensorDictBase) -> TensorDictBase:
+            seen.append(td.batch_size)
+            return td.set("action", (td["observation"][..., 2] > 0).long())
+
+    with Collector(make_env(), Recording(), frames_per_batch=8, total_frames=8) as collector:
+        batch = next(iter(collector))
+    assert set(seen) == {torch.Size([])} and len(seen) == 9  # the dry step and 8 steps
+    assert torch.equal(batch["action"][0], (batch["observation"][0, :, 2] > 0).long())
 
 
 @pytest.mark.timeout(90)
