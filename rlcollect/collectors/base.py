@@ -201,6 +201,32 @@ class BaseCollector(abc.ABC):
     def stats(self) -> CollectorStats:
         """Frames, batches, fps, episodes, mean return, restarts, policy lag."""
 
+    @property
+    def policy_version(self) -> int | None:
+        """The version of the weights the next frames are collected with (0 at the start, one more
+        per ``update_policy_weights_``); ``None`` in TorchRL's layout without
+        ``track_policy_version``, as in TorchRL.
+
+        Examples:
+            >>> import torch
+            >>> from rlcollect import Collector
+            >>> policy = torch.nn.Sequential(torch.nn.Linear(4, 2), torch.nn.Softmax(-1))
+            >>> greedy = lambda obs: policy(obs).argmax(-1)
+            >>> collector = Collector("CartPole-v1", greedy, frames_per_batch=4, models={"policy": policy})
+            >>> with collector:
+            ...     collector.update_policy_weights_(policy)
+            ...     collector.get_policy_version()
+            1
+        """
+        options = getattr(self, "options", None)
+        if options is not None and options.layout == "torchrl" and not options.track_policy_version:
+            return None
+        return self.stats().policy_version
+
+    def get_policy_version(self) -> int | None:
+        """:attr:`policy_version` (a method, as TorchRL's collectors have one for Ray's calls)."""
+        return self.policy_version
+
     def episodes(self) -> TensorDict:
         """Every episode that ended since the last call (since the start, the first time), one row
         each, in the order the collector learnt of them: a TensorDict ``[episodes]`` of

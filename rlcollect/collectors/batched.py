@@ -133,6 +133,8 @@ class AsyncBatchedCollector(PooledCollector):
         weight_updater: Any = None,
         check: str = "full",
         obs_dtype: Any = None,
+        layout: str = "rlcollect",
+        track_policy_version: bool = False,
     ) -> None:
         if policy is None and policy_factory is None:
             raise TypeError("AsyncBatchedCollector serves a policy: give policy or policy_factory")

@@ -78,6 +78,13 @@ class Collector(BaseCollector):
             sees them so (MuJoCo's float64 observations for a float32 network). Integer and
             boolean observations (images, discrete states) are kept. ``None`` (default): the
             space's dtype.
+        layout: ``"rlcollect"`` (default: the layout in the README, ``[num_envs, T]``) or
+            ``"torchrl"``, TorchRL's (:mod:`rlcollect.data.torchrl_layout`: root ``done`` /
+            ``terminated`` / ``truncated``, ``[T]`` for one unbatched TorchRL env, the policy
+            version only with ``track_policy_version``); ``rlcollect.torchrl``'s collectors
+            default to it.
+        track_policy_version: with ``layout="torchrl"``, stamp ``policy_version`` at the root
+            and in ``"next"`` (the native layout always stamps it at the root).
 
     Examples:
         >>> collector = Collector("CartPole-v1", frames_per_batch=8, total_frames=16,
@@ -122,6 +129,8 @@ class Collector(BaseCollector):
         weight_updater: Any = None,
         check: str = "full",
         obs_dtype: Any = None,
+        layout: str = "rlcollect",
+        track_policy_version: bool = False,
     ) -> None:
         options = CollectorOptions.from_arguments(locals(), {"num_envs": "num_envs_per_worker"})
         self.options = options
@@ -130,6 +139,7 @@ class Collector(BaseCollector):
         self.replay_buffer = options.replay_buffer
         self._delivery = options.delivery(workers_write=False)
         self._rollout = Rollout(options.rollout_spec())
+        self._delivery.unbatched = self._rollout.envs.unbatched
         self.num_envs = self._rollout.num_envs
         num_steps = options.steps_per_batch(self.num_envs, stacklevel=3)
         self.frames_per_batch = num_steps * self.num_envs

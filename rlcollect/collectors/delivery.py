@@ -1,8 +1,9 @@
 """What happens to a collected batch before the user (or the replay buffer) gets it.
 
-One pipeline for every collector: copy (unless ``return_same_td``), move to ``storing_device``,
-regroup (``split_trajs``, or ``trajs_per_batch`` complete episodes), ``postproc``, the post-collect
-hook, then either yield the batch or write it to the replay buffer and yield ``None``.
+One pipeline for every collector: copy (unless ``return_same_td``), regroup (``split_trajs``, or
+``trajs_per_batch`` complete episodes), the layout (``layout="torchrl"``: a view in TorchRL's
+layout), move to ``storing_device``, ``postproc``, the post-collect hook, then either yield the
+batch or write it to the replay buffer and yield ``None``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any, Literal
 import torch
 from tensordict import TensorDictBase
 
+from rlcollect.data.torchrl_layout import LAYOUTS, torchrl_layout
 from rlcollect.data.trajectories import TrajectoryAssembler, pad_trajectories, split_trajectories
 from rlcollect.replay import flatten_batch
 
@@ -30,6 +32,9 @@ class Delivery:
         written_elsewhere: the workers already wrote the batch to the buffer: yield ``None``.
         trajs_per_batch: yield exactly this many complete episodes per batch
             (``traj_format="padded"``: ``[n, max_len]`` with a mask; ``"cat"``: ``[sum of lengths]``).
+        layout: ``"rlcollect"`` (native) or ``"torchrl"`` (:mod:`rlcollect.data.torchrl_layout`).
+        unbatched: the collector steps one env without a batch size of its own (set by the
+            collector once its env is built): in TorchRL's layout its batches are ``[T]``.
     """
 
     return_same_td: bool = False
@@ -41,6 +46,9 @@ class Delivery:
     written_elsewhere: bool = False
     trajs_per_batch: int | None = None
     traj_format: Literal["padded", "cat"] = "padded"
+    layout: str = "rlcollect"
+    track_policy_version: bool = False
+    unbatched: bool = False
     _assembler: TrajectoryAssembler = field(default_factory=TrajectoryAssembler, repr=False)
 
     def outputs(self, batch: TensorDictBase) -> Iterator[TensorDictBase | None]:
@@ -63,6 +71,10 @@ class Delivery:
         yield from self._finish(batch)
 
     def _finish(self, out: TensorDictBase) -> Iterator[TensorDictBase | None]:
+        if self.layout == "torchrl":
+            regrouped = self.split_trajs or self.trajs_per_batch is not None
+            out = torchrl_layout(out, unbatched=self.unbatched and not regrouped,
+                                 track_policy_version=self.track_policy_version)
         if self.storing_device is not None:
             out = out.to(self.storing_device)
         if self.postproc is not None:
@@ -87,6 +99,8 @@ def make_delivery(
     trajs_per_batch: int | None,
     traj_format: str | None,
     workers_write: bool = False,
+    layout: str = "rlcollect",
+    track_policy_version: bool = False,
 ) -> Delivery:
     """Check the delivery arguments (one clear error each) and build the pipeline.
 
@@ -105,7 +119,10 @@ def make_delivery(
     if split_trajs and trajs_per_batch is not None:
         raise ValueError("split_trajs and trajs_per_batch exclude each other: trajs_per_batch already "
                          "yields whole trajectories")
-    in_workers = workers_write and trajs_per_batch is None
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout={layout!r} is not one of {LAYOUTS}")
+    # the workers write native frames; TorchRL's layout is made here
+    in_workers = workers_write and trajs_per_batch is None and layout == "rlcollect"
     return Delivery(
         return_same_td=return_same_td,
         storing_device=storing_device,
@@ -116,4 +133,6 @@ def make_delivery(
         written_elsewhere=in_workers,
         trajs_per_batch=trajs_per_batch,
         traj_format="cat" if traj_format == "cat" else "padded",
+        layout=layout,
+        track_policy_version=track_policy_version,
     )

@@ -64,6 +64,8 @@ class _MultiProcessCollector(PooledCollector):
         weight_updater: Any = None,
         check: str = "full",
         obs_dtype: Any = None,
+        layout: str = "rlcollect",
+        track_policy_version: bool = False,
         collector_class: type | None = None,
         collector_kwargs: Mapping[str, Any] | None = None,
     ) -> None:

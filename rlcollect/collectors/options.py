@@ -32,6 +32,7 @@ from tensordict.nn import InteractionType
 from rlcollect.collectors.delivery import Delivery, make_delivery
 from rlcollect.data.buffers import physical_memory
 from rlcollect.data.checks import CHECK_LEVELS, short_repr
+from rlcollect.data.torchrl_layout import LAYOUTS
 from rlcollect.policies.adapters import interaction_type
 from rlcollect.rollout.engine import RolloutSpec
 from rlcollect.weights import schemes as schemes_module
@@ -232,6 +233,8 @@ class CollectorOptions:
     weight_updater: Any = None
     check: str = "full"
     obs_dtype: Any = None
+    layout: str = "rlcollect"
+    track_policy_version: bool = False
     # worker processes and actors
     preemptive_threshold: float | None = None
     prefetch: bool = False
@@ -281,7 +284,7 @@ class CollectorOptions:
         if self.policy is not None and self.policy_factory is not None:
             raise ValueError("give policy or policy_factory, not both")
         for name in ("reset_at_each_iter", "set_truncated", "split_trajs", "return_same_td", "prefetch",
-                     "update_at_each_batch"):
+                     "update_at_each_batch", "track_policy_version"):
             put(name, check_flag(name, getattr(self, name)))
         compile_policy = self.compile_policy
         if not isinstance(compile_policy, (bool, np.bool_, Mapping)):
@@ -301,6 +304,9 @@ class CollectorOptions:
         if not isinstance(self.check, str) or self.check not in CHECK_LEVELS:
             raise ValueError(f"check={self.check!r} is not one of {CHECK_LEVELS} (see rlcollect.data.checks)")
         put("obs_dtype", _obs_dtype(self.obs_dtype))
+        if not isinstance(self.layout, str) or self.layout not in LAYOUTS:
+            raise ValueError(f"layout={short_repr(self.layout)} is not one of {LAYOUTS} "
+                             "(see rlcollect.data.torchrl_layout)")
         raw_env_device = self.env_device if self.env_device is not None else self.device
         env_device = _device("env_device", raw_env_device)
         if env_device is not None and env_device.type != "cpu":
@@ -433,7 +439,7 @@ class CollectorOptions:
             split_trajs=self.split_trajs, postproc=self.postproc,
             post_collect_hook=self.post_collect_hook, replay_buffer=self.replay_buffer,
             trajs_per_batch=self.trajs_per_batch, traj_format=self.traj_format,
-            workers_write=workers_write,
+            workers_write=workers_write, layout=self.layout, track_policy_version=self.track_policy_version,
         )
 
     def unpicklable(self, *, with_policy: bool = True) -> None:

@@ -121,6 +121,8 @@ class RayCollector(PooledCollector):
         weight_updater: Any = None,
         check: str = "full",
         obs_dtype: Any = None,
+        layout: str = "rlcollect",
+        track_policy_version: bool = False,
     ) -> None:
         nested = isinstance(collector_class, type) and issubclass(collector_class, MultiSyncCollector)
         if not (nested or isinstance(collector_class, type) and issubclass(collector_class, Collector)):

@@ -10,31 +10,58 @@ names from here runs rlcollect's collectors instead:
 
 What this module gives today: the names, and the legacy aliases TorchRL still accepts
 (``SyncDataCollector``, ``MultiSyncDataCollector``, ``MultiaSyncDataCollector``,
-``DataCollectorBase``), bound to rlcollect's collectors with their own arguments and batch layout.
-TorchRL's own collector tests, vendored in ``tests/torchrl_suite/`` with this one import changed,
-measure how far that goes; TorchRL's envs, TensorDict policies and layout are being brought onto
-the engine behind these names.
+``DataCollectorBase``), bound to rlcollect's collectors with their own arguments, and TorchRL's
+batch layout by default (``layout="torchrl"``, see :mod:`rlcollect.data.torchrl_layout`: root
+``done`` / ``terminated`` / ``truncated``, ``[T]`` batches for one unbatched env,
+``policy_version`` only with ``track_policy_version=True``). TorchRL's own collector tests, vendored
+in ``tests/torchrl_suite/`` with this one import changed, measure how far that goes.
 
 Examples:
+    >>> from torchrl.envs import GymEnv
     >>> from rlcollect.torchrl import Collector, SyncDataCollector
     >>> SyncDataCollector is Collector
     True
-    >>> with Collector("CartPole-v1", frames_per_batch=16, total_frames=16, seed=0) as collector:
-    ...     print([batch.batch_size for batch in collector])
-    [torch.Size([1, 16])]
+    >>> with Collector(GymEnv("CartPole-v1"), frames_per_batch=16, total_frames=16, seed=0) as collector:
+    ...     print([batch.batch_size for batch in collector], collector.get_policy_version())
+    [torch.Size([16])] None
 """
 
 from __future__ import annotations
 
-from rlcollect.collectors import (
-    BaseCollector,
-    Collector,
-    MultiAsyncCollector,
-    MultiSyncCollector,
-    ProfileConfig,
-    RayCollector,
-)
+from typing import Any
+
+from rlcollect import collectors
+from rlcollect.collectors import BaseCollector, ProfileConfig
 from rlcollect.weights import WeightUpdaterBase
+
+
+class Collector(collectors.Collector):
+    """:class:`rlcollect.Collector` with TorchRL's batch layout by default (``layout="torchrl"``)."""
+
+    def __init__(self, *args: Any, layout: str = "torchrl", **kwargs: Any) -> None:
+        super().__init__(*args, layout=layout, **kwargs)
+
+
+class MultiSyncCollector(collectors.MultiSyncCollector):
+    """:class:`rlcollect.MultiSyncCollector` with TorchRL's batch layout by default."""
+
+    def __init__(self, *args: Any, layout: str = "torchrl", **kwargs: Any) -> None:
+        super().__init__(*args, layout=layout, **kwargs)
+
+
+class MultiAsyncCollector(collectors.MultiAsyncCollector):
+    """:class:`rlcollect.MultiAsyncCollector` with TorchRL's batch layout by default."""
+
+    def __init__(self, *args: Any, layout: str = "torchrl", **kwargs: Any) -> None:
+        super().__init__(*args, layout=layout, **kwargs)
+
+
+class RayCollector(collectors.RayCollector):
+    """:class:`rlcollect.RayCollector` with TorchRL's batch layout by default."""
+
+    def __init__(self, *args: Any, layout: str = "torchrl", **kwargs: Any) -> None:
+        super().__init__(*args, layout=layout, **kwargs)
+
 
 #: TorchRL's names from before 0.11, which it still accepts.
 SyncDataCollector = Collector

@@ -68,6 +68,8 @@ CASES: dict[str, tuple[dict[str, Any], str]] = {
     "check=batch": ({"check": "batch"}, "frames"),
     "check=off": ({"check": "off"}, "frames"),
     "obs_dtype=float64": ({"obs_dtype": "float64"}, "frames"),
+    "layout=torchrl": ({"layout": "torchrl"}, "frames"),
+    "track_policy_version": ({"layout": "torchrl", "track_policy_version": True}, "frames"),
 }
 PER_WORKER = ("max_frames_per_traj", "reset_at_each_iter", "set_truncated", "exploration_type",
               "init_random_frames")  # RayCollector takes these in collector_kwargs

@@ -17,6 +17,7 @@ from torchrl.envs import EnvBase, GymEnv, SerialEnv, StepCounter, TransformedEnv
 from torchrl.modules import RandomPolicy  # noqa: E402
 
 from rlcollect import Collector, MultiSyncCollector  # noqa: E402
+from rlcollect.torchrl import Collector as TorchRLLayoutCollector  # noqa: E402
 from tests.envs_for_tests import TiltPolicy  # noqa: E402
 
 
@@ -86,6 +87,41 @@ def test_torchrl_random_policy_on_several_observation_keys(batched: bool) -> Non
     spec = env().action_spec
     assert_same_frames(env, lambda: RandomPolicy(spec), 80 if batched else 40, batched, keys=["step_count"])
     assert_same_frames(env, RandomPolicy, 80 if batched else 40, batched)  # the spec from the env
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_torchrl_layout_is_torchrl_collectors(batched: bool) -> None:
+    """rlcollect.torchrl's Collector: TorchRL's layout, key for key and value for value ([T] for
+    an unbatched env, root done flags, ("next", "policy_version") with track_policy_version)."""
+    def env() -> EnvBase:
+        return SerialEnv(2, make_env) if batched else make_env()
+
+    frames, track = (80, False) if batched else (40, True)  # TorchRL tracks versions of unbatched envs only
+    seeded = env()
+    seeded.set_seed(3)
+    theirs = TorchRLCollector(seeded, policy(), frames_per_batch=frames, total_frames=2 * frames,
+                              track_policy_version=track)
+    expected = [b.clone() for b in theirs]
+    theirs.shutdown()
+    with TorchRLLayoutCollector(env(), policy(), frames_per_batch=frames, total_frames=2 * frames, seed=3,
+                                track_policy_version=track) as ours:
+        got = [b.clone() for b in ours]
+        assert ours.get_policy_version() == (0 if track else None)
+    for want, have in zip(expected, got, strict=True):
+        assert have.batch_size == want.batch_size
+        assert set(have.keys(True, True)) == set(want.keys(True, True))
+        for key in want.keys(True, True):
+            if key in (("collector", "traj_ids"), "policy_version", ("next", "policy_version")):
+                continue  # TorchRL's own numbering; its versions are its PolicyVersion's (UUIDs)
+            assert have[key].dtype == want[key].dtype, key
+            assert torch.equal(have[key], want[key]), key
+        assert not have["done"].any()
+        if track:
+            assert torch.equal(have["next", "policy_version"], have["policy_version"])
+    with TorchRLLayoutCollector(env(), policy(), frames_per_batch=frames, total_frames=frames) as untracked:
+        batch = next(iter(untracked))
+        assert untracked.get_policy_version() is None
+    assert "policy_version" not in batch and ("next", "policy_version") not in batch.keys(True)
 
 
 def test_one_hot_random_actions_are_one_hot() -> None:

@@ -374,6 +374,10 @@ CASES += section(
          T, r"pre_collect_hook must be callable.*'x'"),
     case("post_collect_hook=3", collector(post_collect_hook=3), T, r"post_collect_hook must be callable.*3"),
     case("check='some'", collector(check="some"), V, r"check='some' is not one of"),
+    case("layout='tf'", collector(layout="tf"), V, r"layout='tf' is not one of \('rlcollect', 'torchrl'\)"),
+    case("layout=None", collector(layout=None), V, r"layout=None is not one of"),
+    case("track_policy_version='yes'", collector(track_policy_version="yes"),
+         T, r"track_policy_version must be True or False, got 'yes'"),
     # models, weights, replay buffer, trajectories
     case("models=1", collector(models=1), T, r"models must be a dict \{model_id: module\}, got int 1"),
     case("models={'a': 1}", collector(models={"a": 1}), T, r"models\['a'\] must be an nn\.Module, got int 1"),

@@ -1,0 +1,55 @@
+"""The batch in TorchRL's collector layout: what every collector delivers with ``layout="torchrl"``.
+
+The engine always fills the native layout (``[N, T]``; see :mod:`rlcollect.data.buffers`). This is
+a view of that batch, sharing its tensors (nothing is copied), that differs where TorchRL's
+collectors differ:
+
+- the root holds ``done``, ``terminated`` and ``truncated``: the flags of the state the action was
+  chosen in. They are all False in collected data, as in TorchRL (an env that is done is reset
+  before its next step);
+- ``policy_version`` is at the root and in ``"next"`` with ``track_policy_version=True``, and
+  absent otherwise (the native layout always stamps it at the root);
+- a batch of one env without a batch size of its own (a TorchRL env with ``batch_size=[]``) is
+  ``[T]`` instead of ``[1, T]``.
+
+Examples:
+    >>> import torch
+    >>> from tensordict import TensorDict
+    >>> native = TensorDict({"observation": torch.zeros(1, 3, 4), "policy_version": torch.zeros(1, 3),
+    ...                      ("next", "done"): torch.zeros(1, 3, 1, dtype=torch.bool)}, [1, 3])
+    >>> batch = torchrl_layout(native, unbatched=True, track_policy_version=False)
+    >>> batch.batch_size, "done" in batch.keys(), "policy_version" in batch.keys()
+    (torch.Size([3]), True, False)
+"""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDictBase
+
+__all__ = ["LAYOUTS", "ROOT_FLAGS", "torchrl_layout"]
+
+#: The values of the collectors' ``layout`` option.
+LAYOUTS = ("rlcollect", "torchrl")
+#: The flags TorchRL keeps at the root as well as in ``"next"``.
+ROOT_FLAGS = ("done", "terminated", "truncated")
+
+
+def torchrl_layout(batch: TensorDictBase, *, unbatched: bool, track_policy_version: bool) -> TensorDictBase:
+    """``batch`` (native layout) in TorchRL's layout; see the module docstring.
+
+    Args:
+        batch: a native batch, ``[N, T]`` or regrouped (``split_trajs``, ``trajs_per_batch``).
+        unbatched: the batch is one env's ``[1, T]`` and is given as ``[T]``.
+        track_policy_version: keep ``policy_version`` (at the root and in ``"next"``).
+    """
+    out = batch.copy() if track_policy_version else batch.exclude("policy_version")
+    done = batch.get(("next", "done"))
+    for key in ROOT_FLAGS:
+        if key not in out:
+            out.set(key, torch.zeros_like(done))
+    if track_policy_version:
+        out.set(("next", "policy_version"), batch.get("policy_version"))
+    if unbatched and out.batch_dims == 2 and out.batch_size[0] == 1:
+        out = out[0]
+    return out
