@@ -132,7 +132,8 @@ class Collector(BaseCollector):
         layout: str = "rlcollect",
         track_policy_version: bool = False,
     ) -> None:
-        options = CollectorOptions.from_arguments(locals(), {"num_envs": "num_envs_per_worker"})
+        options = CollectorOptions.from_arguments({**locals(), **self._extra_options},
+                                                 {"num_envs": "num_envs_per_worker"})
         self.options = options
         self.requested_frames_per_batch = options.frames_per_batch
         self.total_frames, self.init_random_frames = options.total_frames, options.init_random_frames

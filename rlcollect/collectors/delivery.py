@@ -33,8 +33,12 @@ class Delivery:
         trajs_per_batch: yield exactly this many complete episodes per batch
             (``traj_format="padded"``: ``[n, max_len]`` with a mask; ``"cat"``: ``[sum of lengths]``).
         layout: ``"rlcollect"`` (native) or ``"torchrl"`` (:mod:`rlcollect.data.torchrl_layout`).
-        unbatched: the collector steps one env without a batch size of its own (set by the
-            collector once its env is built): in TorchRL's layout its batches are ``[T]``.
+        cat_results: how TorchRL's layout groups a synchronous batch of ``workers`` workers.
+        extend_buffer: ``False``: the replay buffer receives the frames step by step (time-major),
+            as TorchRL writes them; ``True``: env by env.
+        unbatched: each env has no batch size of its own (set by the collector once its env is
+            built): in TorchRL's layout their batches are ``[T]``.
+        workers: the workers whose rows a batch holds (set by synchronous multi-worker collectors).
     """
 
     return_same_td: bool = False
@@ -48,7 +52,10 @@ class Delivery:
     traj_format: Literal["padded", "cat"] = "padded"
     layout: str = "rlcollect"
     track_policy_version: bool = False
+    cat_results: str | int | None = None
+    extend_buffer: bool = True
     unbatched: bool = False
+    workers: int = 1
     _assembler: TrajectoryAssembler = field(default_factory=TrajectoryAssembler, repr=False)
 
     def outputs(self, batch: TensorDictBase) -> Iterator[TensorDictBase | None]:
@@ -74,7 +81,8 @@ class Delivery:
         if self.layout == "torchrl":
             regrouped = self.split_trajs or self.trajs_per_batch is not None
             out = torchrl_layout(out, unbatched=self.unbatched and not regrouped,
-                                 track_policy_version=self.track_policy_version)
+                                 track_policy_version=self.track_policy_version,
+                                 workers=1 if regrouped else self.workers, cat_results=self.cat_results)
         if self.storing_device is not None:
             out = out.to(self.storing_device)
         if self.postproc is not None:
@@ -84,6 +92,8 @@ class Delivery:
         if self.replay_buffer is None:
             yield out
         else:
+            if not self.extend_buffer and out.batch_dims == 2:
+                out = out.transpose(0, 1)  # step by step: every env's frame of a step, then the next
             self.replay_buffer.extend(flatten_batch(out))
             yield None
 
@@ -101,6 +111,8 @@ def make_delivery(
     workers_write: bool = False,
     layout: str = "rlcollect",
     track_policy_version: bool = False,
+    cat_results: str | int | None = None,
+    extend_buffer: bool = True,
 ) -> Delivery:
     """Check the delivery arguments (one clear error each) and build the pipeline.
 
@@ -122,7 +134,7 @@ def make_delivery(
     if layout not in LAYOUTS:
         raise ValueError(f"layout={layout!r} is not one of {LAYOUTS}")
     # the workers write native frames; TorchRL's layout is made here
-    in_workers = workers_write and trajs_per_batch is None and layout == "rlcollect"
+    in_workers = workers_write and trajs_per_batch is None and layout == "rlcollect" and extend_buffer
     return Delivery(
         return_same_td=return_same_td,
         storing_device=storing_device,
@@ -135,4 +147,6 @@ def make_delivery(
         traj_format="cat" if traj_format == "cat" else "padded",
         layout=layout,
         track_policy_version=track_policy_version,
+        cat_results=cat_results,
+        extend_buffer=extend_buffer,
     )

@@ -74,7 +74,7 @@ class _MultiProcessCollector(PooledCollector):
                 raise ValueError("num_workers is required unless create_env_fn is a list (one per worker)")
             num_workers = len(create_env_fn)
         nested_workers = _nested_workers(collector_class, collector_kwargs)
-        options = CollectorOptions.from_arguments(locals())
+        options = CollectorOptions.from_arguments({**locals(), **self._extra_options})
         self._build(options, worker_processes(options), sync=self._sync)
 
 

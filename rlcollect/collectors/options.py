@@ -32,7 +32,7 @@ from tensordict.nn import InteractionType
 from rlcollect.collectors.delivery import Delivery, make_delivery
 from rlcollect.data.buffers import physical_memory
 from rlcollect.data.checks import CHECK_LEVELS, short_repr
-from rlcollect.data.torchrl_layout import LAYOUTS
+from rlcollect.data.torchrl_layout import CAT_RESULTS, LAYOUTS
 from rlcollect.policies.adapters import interaction_type
 from rlcollect.rollout.engine import RolloutSpec
 from rlcollect.weights import schemes as schemes_module
@@ -193,7 +193,7 @@ class CollectorOptions:
 
     Normalisations: ``create_env_fn`` and ``create_env_kwargs`` become one entry per worker;
     ``max_frames_per_traj <= 0`` becomes ``None`` (no limit); ``total_frames`` ``None`` becomes
-    -1; ``init_random_frames`` ``None`` becomes 0; ``exploration_type`` an
+    -1; ``init_random_frames`` ``None`` or -1 becomes 0; ``exploration_type`` an
     ``InteractionType``; devices ``torch.device`` (``device`` fills the three others).
 
     Raises:
@@ -235,6 +235,12 @@ class CollectorOptions:
     obs_dtype: Any = None
     layout: str = "rlcollect"
     track_policy_version: bool = False
+    # TorchRL's arguments (rlcollect.torchrl's collectors take them; see torchrl_layout)
+    cat_results: Any = None
+    extend_buffer: bool = True
+    use_buffers: bool | None = None
+    reset_when_done: bool = True
+    auto_register_policy_transforms: bool | None = None
     # worker processes and actors
     preemptive_threshold: float | None = None
     prefetch: bool = False
@@ -270,9 +276,11 @@ class CollectorOptions:
         put("frames_per_batch", check_int("frames_per_batch", self.frames_per_batch, minimum=1,
                                      allowed="a positive int"))
         put("total_frames", _frames("total_frames", self.total_frames))
-        init_random = 0 if self.init_random_frames is None else self.init_random_frames
+        init_random = self.init_random_frames
+        if init_random is None or (isinstance(init_random, (int, np.integer)) and init_random == -1):
+            init_random = 0  # -1 and None: none, as in TorchRL
         put("init_random_frames", check_int("init_random_frames", init_random, minimum=0,
-                                            allowed="an int >= 0"))
+                                            allowed="an int >= 0 (or -1 / None: none)"))
         limit = self.max_frames_per_traj
         if limit is not None:
             limit = check_int("max_frames_per_traj", limit, minimum=-(2**63),
@@ -284,7 +292,7 @@ class CollectorOptions:
         if self.policy is not None and self.policy_factory is not None:
             raise ValueError("give policy or policy_factory, not both")
         for name in ("reset_at_each_iter", "set_truncated", "split_trajs", "return_same_td", "prefetch",
-                     "update_at_each_batch", "track_policy_version"):
+                     "update_at_each_batch", "track_policy_version", "extend_buffer", "reset_when_done"):
             put(name, check_flag(name, getattr(self, name)))
         compile_policy = self.compile_policy
         if not isinstance(compile_policy, (bool, np.bool_, Mapping)):
@@ -307,6 +315,7 @@ class CollectorOptions:
         if not isinstance(self.layout, str) or self.layout not in LAYOUTS:
             raise ValueError(f"layout={short_repr(self.layout)} is not one of {LAYOUTS} "
                              "(see rlcollect.data.torchrl_layout)")
+        self._check_torchrl_arguments()
         raw_env_device = self.env_device if self.env_device is not None else self.device
         env_device = _device("env_device", raw_env_device)
         if env_device is not None and env_device.type != "cpu":
@@ -375,6 +384,29 @@ class CollectorOptions:
                            f"frames_per_batch={self.frames_per_batch} over {envs} envs")
         self.delivery(workers_write=False)  # its arguments are checked now, not at the first batch
 
+    def _check_torchrl_arguments(self) -> None:
+        """TorchRL's own arguments: those rlcollect gives the same way, refused where it cannot."""
+        cat = self.cat_results
+        if isinstance(cat, (bool, np.bool_)) or not (
+                cat is None or cat == "stack" or (isinstance(cat, (int, np.integer)) and cat in (0, -1))):
+            raise ValueError(f"cat_results={short_repr(cat)} is not one of {CAT_RESULTS} (how TorchRL's "
+                             "layout groups a synchronous batch of several workers)")
+        object.__setattr__(self, "cat_results", cat if cat is None or isinstance(cat, str) else int(cat))
+        if cat not in (None, 0) and self.layout != "torchrl":
+            raise ValueError(f"cat_results={cat!r} groups the workers' batches in TorchRL's layout: pass "
+                             "layout='torchrl' (rlcollect's layout puts the workers' envs one after the "
+                             "other along dim 0, which is cat_results=0)")
+        for name in ("use_buffers", "auto_register_policy_transforms"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, check_flag(name, value))
+        if not self.reset_when_done:
+            raise ValueError("reset_when_done=False is not supported: rlcollect resets an env that is "
+                             "done in the same step, always (see the batch rules)")
+        if self.auto_register_policy_transforms:
+            raise ValueError("auto_register_policy_transforms=True is not supported: add the transforms "
+                             "the policy needs (InitTracker, ...) to the env yourself")
+
     @classmethod
     def from_arguments(cls, arguments: Mapping[str, Any], aliases: Mapping[str, str] | None = None
                        ) -> CollectorOptions:
@@ -440,6 +472,7 @@ class CollectorOptions:
             post_collect_hook=self.post_collect_hook, replay_buffer=self.replay_buffer,
             trajs_per_batch=self.trajs_per_batch, traj_format=self.traj_format,
             workers_write=workers_write, layout=self.layout, track_policy_version=self.track_policy_version,
+            cat_results=self.cat_results, extend_buffer=self.extend_buffer,
         )
 
     def unpicklable(self, *, with_policy: bool = True) -> None:

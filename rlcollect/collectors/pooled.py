@@ -121,6 +121,8 @@ class PooledCollector(BaseCollector):
         _, outers, traj_start = options.placement  # this collector inside a worker: its ids and seeds
         sink = options.replay_buffer
         self._delivery = options.delivery(workers_write=sink is not None and transport.can_write(sink))
+        self._delivery.unbatched = probe.envs.unbatched
+        self._delivery.workers = workers if sync else 1
         written_elsewhere = self._delivery.written_elsewhere
         num_slots = 2 if (options.prefetch or not sync) else 1
         masked = options.preemptive_threshold is not None

@@ -144,7 +144,7 @@ class RayCollector(PooledCollector):
             raise TypeError(f"collector_kwargs has unknown arguments {unknown}")
         aliases = {"num_collectors": "num_workers", "max_actor_restarts": "max_worker_restarts",
                    **({"num_workers": "nested_workers"} if nested else {"num_envs": "num_envs_per_worker"})}
-        options = CollectorOptions.from_arguments({**locals(), **kwargs}, aliases)
+        options = CollectorOptions.from_arguments({**locals(), **kwargs, **self._extra_options}, aliases)
         clash = sorted({"max_restarts", "max_task_retries"} & set(remote_config or {}))
         if clash:
             raise ValueError(f"remote_config must not set {clash}: use max_actor_restarts")

@@ -10,7 +10,11 @@ collectors differ:
 - ``policy_version`` is at the root and in ``"next"`` with ``track_policy_version=True``, and
   absent otherwise (the native layout always stamps it at the root);
 - a batch of one env without a batch size of its own (a TorchRL env with ``batch_size=[]``) is
-  ``[T]`` instead of ``[1, T]``.
+  ``[T]`` instead of ``[1, T]``;
+- a synchronous multi-worker batch is grouped by worker as ``cat_results`` says: ``"stack"``
+  (TorchRL's default) ``[workers, envs, T]`` (``[workers, T]`` for unbatched envs), ``0`` the
+  workers' envs one after the other (``[workers * envs, T]``, ``[workers * T]`` for unbatched
+  envs), ``-1`` the workers' steps one after the other (``[envs, workers * T]``).
 
 Examples:
     >>> import torch
@@ -27,21 +31,32 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDictBase
 
-__all__ = ["LAYOUTS", "ROOT_FLAGS", "torchrl_layout"]
+__all__ = ["CAT_RESULTS", "LAYOUTS", "ROOT_FLAGS", "torchrl_layout"]
 
 #: The values of the collectors' ``layout`` option.
 LAYOUTS = ("rlcollect", "torchrl")
+#: The values of ``cat_results`` (``None``: ``"stack"``).
+CAT_RESULTS = (None, "stack", 0, -1)
 #: The flags TorchRL keeps at the root as well as in ``"next"``.
 ROOT_FLAGS = ("done", "terminated", "truncated")
 
 
-def torchrl_layout(batch: TensorDictBase, *, unbatched: bool, track_policy_version: bool) -> TensorDictBase:
+def torchrl_layout(
+    batch: TensorDictBase,
+    *,
+    unbatched: bool,
+    track_policy_version: bool,
+    workers: int = 1,
+    cat_results: str | int | None = None,
+) -> TensorDictBase:
     """``batch`` (native layout) in TorchRL's layout; see the module docstring.
 
     Args:
         batch: a native batch, ``[N, T]`` or regrouped (``split_trajs``, ``trajs_per_batch``).
-        unbatched: the batch is one env's ``[1, T]`` and is given as ``[T]``.
+        unbatched: each env has no batch size of its own: ``[1, T]`` is given as ``[T]``.
         track_policy_version: keep ``policy_version`` (at the root and in ``"next"``).
+        workers: the batch is ``workers`` workers' rows, one after the other (a synchronous
+            multi-worker batch), grouped as ``cat_results`` says; 1: one env batch.
     """
     out = batch.copy() if track_policy_version else batch.exclude("policy_version")
     done = batch.get(("next", "done"))
@@ -50,6 +65,18 @@ def torchrl_layout(batch: TensorDictBase, *, unbatched: bool, track_policy_versi
             out.set(key, torch.zeros_like(done))
     if track_policy_version:
         out.set(("next", "policy_version"), batch.get("policy_version"))
-    if unbatched and out.batch_dims == 2 and out.batch_size[0] == 1:
+    if out.batch_dims != 2:
+        return out
+    if workers > 1:
+        envs, steps = out.batch_size[0] // workers, out.batch_size[1]
+        if cat_results in (None, "stack"):
+            out = out.reshape(workers, steps) if unbatched else out.reshape(workers, envs, steps)
+        elif unbatched:
+            return out.reshape(workers * steps)
+        elif cat_results == -1:
+            out = out.reshape(workers, envs, steps).permute(1, 0, 2).reshape(envs, workers * steps)
+        out.names = [None] * (out.batch_dims - 1) + ["time"]
+        return out
+    if unbatched and out.batch_size[0] == 1:
         out = out[0]
     return out

@@ -147,6 +147,8 @@ def trajectory_keys(outputs: list[TensorDictBase]) -> Counter[bytes]:
 def compare(kind: str, how: str, got: list[TensorDictBase], reference: Callable[[int], list[TensorDictBase]]
             ) -> None:
     synchronous = kind in ("sync", "ray-sync")
+    # TorchRL's layout stacks a synchronous batch by worker ([workers, envs, T], cat_results="stack")
+    got = [b.reshape(-1, b.shape[-1]) if b is not None and b.batch_dims > 2 else b for b in got]
     if how == "trajectories":
         want = trajectory_keys(reference(BATCHES if synchronous else 2 * BATCHES))
         have = trajectory_keys(got)

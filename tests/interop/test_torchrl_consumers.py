@@ -69,3 +69,40 @@ def test_torchrl_replay_buffer_stores_and_samples_our_frames() -> None:
     sample = slices.sample()
     ids = sample["collector", "traj_ids"].view(2, 4)
     assert (ids == ids[:, :1]).all()  # each slice stays within one trajectory
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("multi", [False, True])
+def test_probabilistic_actor_on_gym_env_through_rlcollect_torchrl_into_ppo(multi: bool) -> None:
+    """TorchRL objects only, one import changed: a ProbabilisticActor on GymEnv("CartPole-v1")
+    (one-hot actions) through rlcollect.torchrl's Collector / MultiSyncCollector, then GAE and
+    ClipPPOLoss on the batches, unchanged."""
+    from torchrl.envs import GymEnv
+    from torchrl.modules import OneHotCategorical
+
+    from rlcollect.torchrl import Collector as TorchRLLayoutCollector
+    from rlcollect.torchrl import MultiSyncCollector as TorchRLLayoutMultiSync
+
+    spec = GymEnv("CartPole-v1").action_spec
+    logits = TensorDictModule(MLP(in_features=4, out_features=2, num_cells=[16]), in_keys=["observation"],
+                              out_keys=["logits"])
+    actor = ProbabilisticActor(logits, in_keys=["logits"], distribution_class=OneHotCategorical,
+                               return_log_prob=True, spec=spec)
+    critic = ValueOperator(MLP(in_features=4, out_features=1, num_cells=[16]), in_keys=["observation"])
+    if multi:
+        collector = TorchRLLayoutMultiSync([lambda: GymEnv("CartPole-v1")] * 2, actor, frames_per_batch=64,
+                                           total_frames=64)
+    else:
+        collector = TorchRLLayoutCollector(GymEnv("CartPole-v1"), actor, frames_per_batch=64, total_frames=64)
+    with collector:
+        batch = next(iter(collector))
+    assert batch.batch_size == ((2, 32) if multi else (64,))  # TorchRL's: "stack" by worker, [T] for one env
+    assert batch["action"].dtype == torch.int64
+    assert torch.equal(batch["action"].sum(-1), torch.ones(batch.shape, dtype=torch.int64))
+    assert "action_log_prob" in batch and not batch["done"].any()
+    with torch.no_grad():
+        GAE(gamma=0.99, lmbda=0.95, value_network=critic)(batch)
+    assert batch["advantage"].shape == (*batch.shape, 1) and torch.isfinite(batch["advantage"]).all()
+    losses = ClipPPOLoss(actor, critic)(batch.reshape(-1))
+    (losses["loss_objective"] + losses["loss_critic"] + losses["loss_entropy"]).backward()
+    assert all(p.grad is not None for p in actor.parameters())

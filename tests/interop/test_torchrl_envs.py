@@ -13,11 +13,13 @@ torchrl = pytest.importorskip("torchrl", reason="the torchrl extra is not instal
 from tensordict import NestedKey, TensorDictBase  # noqa: E402
 from tensordict.nn import TensorDictModule, TensorDictModuleBase  # noqa: E402
 from torchrl.collectors import Collector as TorchRLCollector  # noqa: E402
+from torchrl.collectors import MultiSyncCollector as TorchRLMultiSync  # noqa: E402
 from torchrl.envs import EnvBase, GymEnv, SerialEnv, StepCounter, TransformedEnv  # noqa: E402
 from torchrl.modules import RandomPolicy  # noqa: E402
 
 from rlcollect import Collector, MultiSyncCollector  # noqa: E402
 from rlcollect.torchrl import Collector as TorchRLLayoutCollector  # noqa: E402
+from rlcollect.torchrl import MultiSyncCollector as TorchRLLayoutMultiSync  # noqa: E402
 from tests.envs_for_tests import TiltPolicy  # noqa: E402
 
 
@@ -179,3 +181,39 @@ def test_torchrl_env_in_worker_processes() -> None:
                             seed=0) as collector:
         batches = list(collector)
     assert [b.shape for b in batches] == [torch.Size([2, 10])] * 2  # type: ignore[union-attr]
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("batched", [False, True])
+def test_cat_results_groups_the_workers_as_torchrl(batched: bool) -> None:
+    """rlcollect.torchrl's MultiSyncCollector: "stack" (the default), 0 and -1 regroup the workers'
+    frames as TorchRL does; the frames are the native collector's (same seed), regrouped."""
+    make: Callable[[], EnvBase] = (lambda: SerialEnv(2, make_env)) if batched else make_env
+    workers, envs = 2, 2 if batched else 1
+    steps = 40 // (workers * envs)
+    kwargs: dict[str, Any] = {"frames_per_batch": 40, "total_frames": 40}
+    with MultiSyncCollector([make, make], policy(), seed=0, **kwargs) as native_collector:
+        native = next(iter(native_collector))
+    assert native is not None and native.batch_size == (workers * envs, steps)
+    by_worker = native.reshape(workers, envs, steps)
+    expected = {
+        "stack": by_worker if batched else native,
+        0: native if batched else native.reshape(-1),
+        -1: by_worker.permute(1, 0, 2).reshape(envs, workers * steps) if batched else native.reshape(-1),
+    }
+    shapes = {"stack": (workers, envs, steps) if batched else (workers, steps),
+              0: (workers * envs, steps) if batched else (workers * steps,),
+              -1: (envs, workers * steps) if batched else (workers * steps,)}
+    for cat, want in expected.items():
+        with TorchRLLayoutMultiSync([make, make], policy(), seed=0, cat_results=cat, **kwargs) as collector:
+            batch = next(iter(collector))
+        assert batch.batch_size == shapes[cat], cat
+        for key in ("observation", "action", ("next", "reward"), ("next", "done")):
+            assert torch.equal(batch[key], want[key]), (cat, key)
+        assert not batch["done"].any()
+    theirs = TorchRLMultiSync([make, make], policy(), cat_results="stack", **kwargs)
+    try:
+        reference = next(iter(theirs))
+    finally:
+        theirs.shutdown()
+    assert reference.batch_size == shapes["stack"]

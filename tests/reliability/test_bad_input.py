@@ -169,6 +169,15 @@ def collector(**kwargs: Any) -> Callable[[], Any]:
     return build
 
 
+def torchrl_collector(**kwargs: Any) -> Callable[[], Any]:
+    """``rlcollect.torchrl.Collector``: TorchRL's own arguments as well."""
+    def build() -> Any:
+        from rlcollect.torchrl import Collector as TorchRLCollector
+
+        return TorchRLCollector(**{"create_env_fn": CartPole, "frames_per_batch": 8, **kwargs})
+    return build
+
+
 def multi(cls: type = MultiSyncCollector, **kwargs: Any) -> Callable[[], Any]:
     """A one-worker multi-process collector, spawned, tiny batches."""
     def build() -> Any:
@@ -286,7 +295,7 @@ CASES += section(
     case("num_envs=1.5", collector(num_envs=1.5), T, r"num_envs .*got 1\.5"),
     case("num_envs=10**9", collector(num_envs=10**9), V, r"num_envs .*up to \d+, got 1000000000"),
     case("num_envs=None", collector(num_envs=None), T, r"num_envs .*got None"),
-    case("init_random_frames=-1", collector(init_random_frames=-1), V, r"init_random_frames .*got -1"),
+    case("init_random_frames=-2", collector(init_random_frames=-2), V, r"init_random_frames .*got -2"),
     case("init_random_frames='3'", collector(init_random_frames="3"), T, r"init_random_frames .*got '3'"),
     case("init_random_frames=1.5", collector(init_random_frames=1.5), T, r"init_random_frames .*got 1\.5"),
     case("max_frames_per_traj='10'", collector(max_frames_per_traj="10"),
@@ -378,6 +387,20 @@ CASES += section(
     case("layout=None", collector(layout=None), V, r"layout=None is not one of"),
     case("track_policy_version='yes'", collector(track_policy_version="yes"),
          T, r"track_policy_version must be True or False, got 'yes'"),
+    case("cat_results='cat'", torchrl_collector(cat_results="cat"),
+         V, r"cat_results='cat' is not one of \(None, 'stack', 0, -1\)"),
+    case("cat_results=1", torchrl_collector(cat_results=1), V, r"cat_results=1 is not one of"),
+    case("cat_results=True", torchrl_collector(cat_results=True), V, r"cat_results=True is not one of"),
+    case("cat_results='stack' in rlcollect's layout",
+         torchrl_collector(layout="rlcollect", cat_results="stack"),
+         V, r"cat_results='stack' groups the workers' batches in TorchRL's layout: pass layout='torchrl'"),
+    case("extend_buffer='no'", torchrl_collector(extend_buffer="no"),
+         T, r"extend_buffer must be True or False, got 'no'"),
+    case("use_buffers=1", torchrl_collector(use_buffers=1), T, r"use_buffers must be True or False, got 1"),
+    case("reset_when_done=False", torchrl_collector(reset_when_done=False),
+         V, r"reset_when_done=False is not supported"),
+    case("auto_register_policy_transforms=True", torchrl_collector(auto_register_policy_transforms=True),
+         V, r"auto_register_policy_transforms=True is not supported"),
     # models, weights, replay buffer, trajectories
     case("models=1", collector(models=1), T, r"models must be a dict \{model_id: module\}, got int 1"),
     case("models={'a': 1}", collector(models={"a": 1}), T, r"models\['a'\] must be an nn\.Module, got int 1"),
