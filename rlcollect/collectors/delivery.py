@@ -21,6 +21,9 @@ from rlcollect.replay import flatten_batch
 
 __all__ = ["Delivery", "make_delivery"]
 
+#: What ``compact_obs`` keeps in ``"next"``.
+_NEXT_KEPT = frozenset({"reward", "done", "terminated", "truncated", "policy_version"})
+
 
 @dataclass
 class Delivery:
@@ -36,6 +39,9 @@ class Delivery:
         cat_results: how TorchRL's layout groups a synchronous batch of ``workers`` workers.
         extend_buffer: ``False``: the replay buffer receives the frames step by step (time-major),
             as TorchRL writes them; ``True``: env by env.
+        compact_obs: drop the next observations (every ``("next", key)`` but the reward, the
+            flags and the policy version): a frame's next observation is the following frame's
+            observation, except at an episode's end.
         unbatched: each env has no batch size of its own (set by the collector once its env is
             built): in TorchRL's layout their batches are ``[T]``.
         workers: the workers whose rows a batch holds (set by synchronous multi-worker collectors).
@@ -54,6 +60,7 @@ class Delivery:
     track_policy_version: bool = False
     cat_results: str | int | None = None
     extend_buffer: bool = True
+    compact_obs: bool = False
     unbatched: bool = False
     workers: int = 1
     _assembler: TrajectoryAssembler = field(default_factory=TrajectoryAssembler, repr=False)
@@ -83,6 +90,9 @@ class Delivery:
             out = torchrl_layout(out, unbatched=self.unbatched and not regrouped,
                                  track_policy_version=self.track_policy_version,
                                  workers=1 if regrouped else self.workers, cat_results=self.cat_results)
+        if self.compact_obs:
+            next_keys = out.get("next").keys()  # noqa: SIM118 (iterating a TensorDict gives rows)
+            out = out.exclude(*[("next", key) for key in next_keys if key not in _NEXT_KEPT])
         if self.storing_device is not None:
             out = out.to(self.storing_device)
         if self.postproc is not None:
@@ -113,6 +123,7 @@ def make_delivery(
     track_policy_version: bool = False,
     cat_results: str | int | None = None,
     extend_buffer: bool = True,
+    compact_obs: bool = False,
 ) -> Delivery:
     """Check the delivery arguments (one clear error each) and build the pipeline.
 
@@ -149,4 +160,5 @@ def make_delivery(
         track_policy_version=track_policy_version,
         cat_results=cat_results,
         extend_buffer=extend_buffer,
+        compact_obs=compact_obs,
     )

@@ -241,6 +241,9 @@ class CollectorOptions:
     use_buffers: bool | None = None
     reset_when_done: bool = True
     auto_register_policy_transforms: bool | None = None
+    compact_obs: bool = False
+    trust_policy: bool | None = None
+    cudagraph_policy: Any = None
     # worker processes and actors
     preemptive_threshold: float | None = None
     prefetch: bool = False
@@ -292,7 +295,8 @@ class CollectorOptions:
         if self.policy is not None and self.policy_factory is not None:
             raise ValueError("give policy or policy_factory, not both")
         for name in ("reset_at_each_iter", "set_truncated", "split_trajs", "return_same_td", "prefetch",
-                     "update_at_each_batch", "track_policy_version", "extend_buffer", "reset_when_done"):
+                     "update_at_each_batch", "track_policy_version", "extend_buffer", "reset_when_done",
+                     "compact_obs"):
             put(name, check_flag(name, getattr(self, name)))
         compile_policy = self.compile_policy
         if not isinstance(compile_policy, (bool, np.bool_, Mapping)):
@@ -396,13 +400,17 @@ class CollectorOptions:
             raise ValueError(f"cat_results={cat!r} groups the workers' batches in TorchRL's layout: pass "
                              "layout='torchrl' (rlcollect's layout puts the workers' envs one after the "
                              "other along dim 0, which is cat_results=0)")
-        for name in ("use_buffers", "auto_register_policy_transforms"):
+        for name in ("use_buffers", "auto_register_policy_transforms", "trust_policy"):
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, check_flag(name, value))
         if not self.reset_when_done:
             raise ValueError("reset_when_done=False is not supported: rlcollect resets an env that is "
                              "done in the same step, always (see the batch rules)")
+        if self.cudagraph_policy not in (None, False):
+            raise ValueError(f"cudagraph_policy={short_repr(self.cudagraph_policy)} is not supported: "
+                             "rlcollect does not capture the policy in CUDA graphs (compile_policy=True "
+                             "compiles it)")
         if self.auto_register_policy_transforms:
             raise ValueError("auto_register_policy_transforms=True is not supported: add the transforms "
                              "the policy needs (InitTracker, ...) to the env yourself")
@@ -472,7 +480,7 @@ class CollectorOptions:
             post_collect_hook=self.post_collect_hook, replay_buffer=self.replay_buffer,
             trajs_per_batch=self.trajs_per_batch, traj_format=self.traj_format,
             workers_write=workers_write, layout=self.layout, track_policy_version=self.track_policy_version,
-            cat_results=self.cat_results, extend_buffer=self.extend_buffer,
+            cat_results=self.cat_results, extend_buffer=self.extend_buffer, compact_obs=self.compact_obs,
         )
 
     def unpicklable(self, *, with_policy: bool = True) -> None:

@@ -37,7 +37,7 @@ from rlcollect.weights import WeightUpdaterBase
 
 #: TorchRL's own arguments the collectors here take (validated by ``CollectorOptions``).
 TORCHRL_ARGUMENTS = ("cat_results", "extend_buffer", "use_buffers", "reset_when_done",
-                     "auto_register_policy_transforms")
+                     "auto_register_policy_transforms", "compact_obs", "trust_policy", "cudagraph_policy")
 
 
 def _torchrl_init(collector: Any, cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:

@@ -85,3 +85,19 @@ def test_backend_selectors_are_checked() -> None:
     direct = TorchRLLayoutCollector(make_cartpole, backend="direct", frames_per_batch=8)
     assert type(direct) is TorchRLLayoutCollector
     direct.shutdown()
+
+
+def test_compact_obs_drops_the_next_observations() -> None:
+    """compact_obs=True: ("next", "observation") is gone; the next observation of a frame is the
+    following frame's observation except at an episode's end; trust_policy is accepted."""
+    with TorchRLLayoutCollector(make_cartpole, TiltPolicy(), num_envs=3, frames_per_batch=60, total_frames=60,
+                                seed=1, compact_obs=True, trust_policy=True) as collector:
+        batch = next(iter(collector))
+    assert ("next", "observation") not in batch.keys(True)
+    assert {"reward", "done", "terminated", "truncated"} <= set(batch["next"].keys())
+    native = Collector(make_cartpole, TiltPolicy(), num_envs=3, frames_per_batch=60, total_frames=60, seed=1)
+    with native:
+        full = next(iter(native))
+    assert torch.equal(batch["observation"], full["observation"])
+    with pytest.raises(ValueError, match="cudagraph_policy=True is not supported"):
+        TorchRLLayoutCollector(make_cartpole, frames_per_batch=8, cudagraph_policy=True)

@@ -399,6 +399,12 @@ CASES += section(
     case("use_buffers=1", torchrl_collector(use_buffers=1), T, r"use_buffers must be True or False, got 1"),
     case("reset_when_done=False", torchrl_collector(reset_when_done=False),
          V, r"reset_when_done=False is not supported"),
+    case("compact_obs='x'", torchrl_collector(compact_obs="x"),
+         T, r"compact_obs must be True or False, got 'x'"),
+    case("trust_policy=2", torchrl_collector(trust_policy=2),
+         T, r"trust_policy must be True or False, got 2"),
+    case("cudagraph_policy=True", torchrl_collector(cudagraph_policy=True),
+         V, r"cudagraph_policy=True is not supported"),
     case("auto_register_policy_transforms=True", torchrl_collector(auto_register_policy_transforms=True),
          V, r"auto_register_policy_transforms=True is not supported"),
     # models, weights, replay buffer, trajectories
