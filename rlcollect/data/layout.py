@@ -56,7 +56,7 @@ class BatchLayout:
     """Every per-frame field of a batch besides the fixed ones (reward, flags, ids, version).
 
     ``observations`` appear twice in a batch (``key`` and ``("next", key)``); ``action`` once;
-    ``extras`` are what a TensorDict policy writes beside the action (``sample_log_prob``, ...).
+    ``extras`` are what a TensorDict policy writes beside the action (``action_log_prob``, ...).
     """
 
     observations: tuple[Field, ...]

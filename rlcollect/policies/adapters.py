@@ -6,7 +6,7 @@ Three kinds, picked once by :func:`make_policy`:
 - :class:`ModulePolicy`: an ``nn.Module`` or callable from observations ``[N, *obs]`` to actions
   ``[N, *act]``.
 - :class:`TensorDictPolicy`: a ``TensorDictModule`` (or any callable with ``in_keys`` /
-  ``out_keys``) reading its in_keys and writing ``action`` plus extras (``sample_log_prob``, ...).
+  ``out_keys``) reading its in_keys and writing ``action`` plus extras (``action_log_prob``, ...).
 
 Each is checked once by a dry step on observations sampled from the space, so a policy whose
 output does not fit the action space fails at construction, not mid-run.
@@ -421,9 +421,11 @@ def _keyword_policy(policy: Any, observation_space: gym.Space[Any]) -> TensorDic
     kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     names = [name for name, p in signature.parameters.items() if p.kind in kinds]
     required = [name for name in names if signature.parameters[name].default is inspect.Parameter.empty]
-    if not required or not set(required) <= set(observation_space.spaces):
+    leaves = {name for name, space in observation_space.spaces.items()
+              if not isinstance(space, gym.spaces.Dict)}  # entries a tensor argument can take
+    if not required or not set(required) <= leaves:
         return None
-    in_keys = [name for name in names if name in observation_space.spaces]
+    in_keys = [name for name in names if name in leaves]
     sample = _sample_observations(observation_space, 1)
     with torch.inference_mode():
         out = policy(**{key: sample[(key,)] for key in in_keys})
