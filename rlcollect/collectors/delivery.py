@@ -142,8 +142,8 @@ def make_delivery(
     if split_trajs and trajs_per_batch is not None:
         raise ValueError("split_trajs and trajs_per_batch exclude each other: trajs_per_batch already "
                          "yields whole trajectories")
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout={layout!r} is not one of {LAYOUTS}")
+    if not isinstance(layout, str) or layout not in LAYOUTS:
+        raise ValueError(f"layout={layout!r:.80} is not one of {LAYOUTS} (see rlcollect.data.torchrl_layout)")
     # the workers write native frames; TorchRL's layout is made here
     in_workers = workers_write and trajs_per_batch is None and layout == "rlcollect" and extend_buffer
     return Delivery(

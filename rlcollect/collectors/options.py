@@ -32,7 +32,7 @@ from tensordict.nn import InteractionType
 from rlcollect.collectors.delivery import Delivery, make_delivery
 from rlcollect.data.buffers import physical_memory
 from rlcollect.data.checks import CHECK_LEVELS, short_repr
-from rlcollect.data.torchrl_layout import CAT_RESULTS, LAYOUTS
+from rlcollect.data.torchrl_layout import CAT_RESULTS
 from rlcollect.policies.adapters import interaction_type
 from rlcollect.rollout.engine import RolloutSpec
 from rlcollect.weights import schemes as schemes_module
@@ -316,10 +316,7 @@ class CollectorOptions:
         if not isinstance(self.check, str) or self.check not in CHECK_LEVELS:
             raise ValueError(f"check={self.check!r} is not one of {CHECK_LEVELS} (see rlcollect.data.checks)")
         put("obs_dtype", _obs_dtype(self.obs_dtype))
-        if not isinstance(self.layout, str) or self.layout not in LAYOUTS:
-            raise ValueError(f"layout={short_repr(self.layout)} is not one of {LAYOUTS} "
-                             "(see rlcollect.data.torchrl_layout)")
-        self._check_torchrl_arguments()
+        self._check_torchrl_arguments()  # layout itself: by the delivery, below
         raw_env_device = self.env_device if self.env_device is not None else self.device
         env_device = _device("env_device", raw_env_device)
         if env_device is not None and env_device.type != "cpu":

@@ -360,14 +360,11 @@ class TensorDictPolicy(PolicyAdapter):
         return self.callable(td)
 
     def _views(self, buffers: BatchBuffers) -> dict[str, Any]:
-        n, steps = buffers.num_envs, buffers.num_steps
-        if self.unbatched:  # env 0's entries, without the env dimension
-            inputs = [TensorDict({k: v[0, t] for k, v in buffers.obs_ext.items()}, batch_size=[])
-                      for t in range(steps)]
-        else:
-            inputs = [TensorDict({k: v[:, t] for k, v in buffers.obs_ext.items()}, batch_size=[n])
-                      for t in range(steps)]
-        env = 0 if self.unbatched else slice(None)
+        steps = buffers.num_steps
+        # unbatched: env 0's entries, without the env dimension
+        env, batch_size = (0, []) if self.unbatched else (slice(None), [buffers.num_envs])
+        inputs = [TensorDict({k: v[env, t] for k, v in buffers.obs_ext.items()}, batch_size=batch_size)
+                  for t in range(steps)]
         outputs = [
             [(("action",), buffers.action[env, t])]
             + [(key, buffers.extras[key][env, t]) for key in buffers.extras]
