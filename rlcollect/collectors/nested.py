@@ -18,7 +18,9 @@ from typing import Any
 
 import torch
 
+from rlcollect.collectors.multi import MultiSyncCollector
 from rlcollect.collectors.options import CollectorOptions
+from rlcollect.collectors.pooled import worker_processes
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.rollout.engine import RolloutSpec
 from rlcollect.rollout.episodes import EpisodeTracker
@@ -31,9 +33,6 @@ class NestedRollout:
     """What a worker needs of a ``Rollout``, served by ``num_workers`` processes of its own."""
 
     def __init__(self, spec: RolloutSpec, setup: WorkerSetup, *, num_workers: int) -> None:
-        from rlcollect.collectors.multi import MultiSyncCollector
-        from rlcollect.collectors.pooled import worker_processes
-
         same = {f.name for f in dataclasses.fields(RolloutSpec)} & set(CollectorOptions.__dataclass_fields__)
         options = CollectorOptions(
             **{name: getattr(spec, name) for name in same}, num_workers=num_workers,

@@ -17,7 +17,6 @@ Examples:
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import warnings
 from collections.abc import Callable, Mapping
@@ -465,8 +464,6 @@ class CollectorOptions:
             check=self.check,
             obs_dtype=self.obs_dtype,
             models=dict(self.models or {}),
-            engine=None if self.nested_workers == 1 else functools.partial(
-                nested_rollout(), num_workers=self.nested_workers),
         )
 
     def delivery(self, *, workers_write: bool) -> Delivery:
@@ -500,10 +497,3 @@ class CollectorOptions:
                     f"{name} ({value!r}) cannot be sent to a worker process: {error}. Define it at "
                     "module level or build it inside the env factory / policy_factory instead"
                 ) from None
-
-
-def nested_rollout() -> Any:
-    """:class:`~rlcollect.collectors.nested.NestedRollout` (imported late: it builds collectors)."""
-    from rlcollect.collectors.nested import NestedRollout
-
-    return NestedRollout

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -9,9 +11,11 @@ from tensordict import TensorDictBase
 
 from rlcollect.collectors.collector import Collector
 from rlcollect.collectors.multi import MultiSyncCollector
+from rlcollect.collectors.nested import NestedRollout
 from rlcollect.collectors.options import CollectorOptions
 from rlcollect.collectors.pooled import PooledCollector
 from rlcollect.envs.factory import EnvSource
+from rlcollect.rollout.engine import RolloutSpec
 from rlcollect.weights.schemes import WeightSyncScheme
 from rlcollect.workers.ray_transport import RayTransport
 
@@ -152,6 +156,13 @@ class RayCollector(PooledCollector):
         remote = {"num_cpus": options.nested_workers, **(remote_config or {})}
         self._build(options, lambda: RayTransport(dict(ray_init_config or {}), remote, options.num_workers),
                     sync=bool(sync))
+
+    def _worker_spec(self, worker: int) -> RolloutSpec:
+        """As the pool's, with a :class:`NestedRollout` engine when each actor runs processes."""
+        spec = super()._worker_spec(worker)
+        nested = self.options.nested_workers
+        return spec if nested == 1 else dataclasses.replace(
+            spec, engine=functools.partial(NestedRollout, num_workers=nested))
 
     @property
     def actor_pids(self) -> list[int]:

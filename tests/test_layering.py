@@ -1,0 +1,80 @@
+"""The package layout is the layering: each module imports only from its own layer or the layers
+below it, and no set of modules imports itself in a circle, not even through a late import inside
+a function (which only hides a circle). Imports under ``TYPE_CHECKING`` are not counted.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent / "rlcollect"
+#: Top to bottom; a module imports only from its own layer and those below it.
+LAYERS = ("cli", "torchrl", "distributed", "collectors", "workers", "weights", "rollout", "envs",
+          "policies", "data", "replay")
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """The rlcollect modules ``path`` imports, at module level or in its functions."""
+    found: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue
+        for inner in ast.walk(node):
+            if isinstance(inner, ast.Import):
+                found.update(a.name for a in inner.names)
+            elif isinstance(inner, ast.ImportFrom) and inner.module and inner.level == 0:
+                found.add(inner.module)
+    return {name for name in found if name == "rlcollect" or name.startswith("rlcollect.")}
+
+
+LATE = {_module_name(p): _imports(p) for p in sorted(ROOT.rglob("*.py"))}
+
+
+def _layer(module: str) -> int | None:
+    parts = module.split(".")
+    return LAYERS.index(parts[1]) if len(parts) > 1 and parts[1] in LAYERS else None
+
+
+def test_every_module_imports_downward_only() -> None:
+    upward = []
+    for module, imports in LATE.items():
+        here = _layer(module)
+        for imported in imports:
+            there = _layer(imported)
+            if here is not None and there is not None and there < here:
+                upward.append(f"{module} -> {imported}")
+    assert upward == [], f"modules importing from a layer above their own: {upward}"
+    assert len(LATE) > 50  # the walk found the package
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for imported in sorted(LATE.get(module, ())):
+            if imported not in LATE or imported.count(".") < 1:
+                continue
+            if state.get(imported) == 1:
+                cycles.append([*path[path.index(imported):], imported])
+            elif imported not in state:
+                visit(imported, [*path, imported])
+        state[module] = 2
+
+    for module in LATE:
+        if module not in state:
+            visit(module, [module])
+    assert cycles == [], f"import circles: {cycles}"
+
+
+def test_the_options_object_imports_no_collector() -> None:
+    collectors = {f"rlcollect.collectors.{m}" for m in
+                  ("base", "collector", "multi", "pooled", "batched", "ray_collector", "nested")}
+    assert LATE["rlcollect.collectors.options"] & collectors == set()
