@@ -138,6 +138,9 @@ class AsyncBatchedCollector(PooledCollector):
     ) -> None:
         if policy is None and policy_factory is None:
             raise TypeError("AsyncBatchedCollector serves a policy: give policy or policy_factory")
+        if policy is not None and policy_factory is not None:
+            raise TypeError("AsyncBatchedCollector serves one policy, in this process: give policy or "
+                            "policy_factory, not both")
         sources, num_workers = _group_envs(create_env_fn, num_envs, envs_per_worker)
         if weight_sync is not None:
             if weight_sync_schemes is not None:

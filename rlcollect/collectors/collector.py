@@ -134,6 +134,10 @@ class Collector(BaseCollector):
     ) -> None:
         options = CollectorOptions.from_arguments({**locals(), **self._extra_options},
                                                  {"num_envs": "num_envs_per_worker"})
+        if options.policy is not None and options.policy_factory is not None:
+            raise TypeError(f"{type(self).__name__} runs one policy, in this process: give policy or "
+                            "policy_factory, not both (the multi-process collectors take both: the "
+                            "weights come from policy, each worker builds its copy with policy_factory)")
         self.options = options
         self.requested_frames_per_batch = options.frames_per_batch
         self.total_frames, self.init_random_frames = options.total_frames, options.init_random_frames

@@ -45,6 +45,8 @@ class Delivery:
         unbatched: each env has no batch size of its own (set by the collector once its env is
             built): in TorchRL's layout their batches are ``[T]``.
         workers: the workers whose rows a batch holds (set by synchronous multi-worker collectors).
+        track_traj_ids: ``False``: batches leave out ``("collector", "traj_ids")`` (TorchRL's
+            option; the ids are still kept inside, for episode statistics).
     """
 
     return_same_td: bool = False
@@ -61,6 +63,7 @@ class Delivery:
     cat_results: str | int | None = None
     extend_buffer: bool = True
     compact_obs: bool = False
+    track_traj_ids: bool = True
     unbatched: bool = False
     workers: int = 1
     _assembler: TrajectoryAssembler = field(default_factory=TrajectoryAssembler, repr=False)
@@ -90,6 +93,8 @@ class Delivery:
             out = torchrl_layout(out, unbatched=self.unbatched and not regrouped,
                                  track_policy_version=self.track_policy_version,
                                  workers=1 if regrouped else self.workers, cat_results=self.cat_results)
+        if not self.track_traj_ids:
+            out = out.exclude(("collector", "traj_ids"))
         if self.compact_obs:
             next_keys = out.get("next").keys()  # noqa: SIM118 (iterating a TensorDict gives rows)
             out = out.exclude(*[("next", key) for key in next_keys if key not in _NEXT_KEPT])
@@ -124,6 +129,7 @@ def make_delivery(
     cat_results: str | int | None = None,
     extend_buffer: bool = True,
     compact_obs: bool = False,
+    track_traj_ids: bool = True,
 ) -> Delivery:
     """Check the delivery arguments (one clear error each) and build the pipeline.
 
@@ -145,7 +151,8 @@ def make_delivery(
     if not isinstance(layout, str) or layout not in LAYOUTS:
         raise ValueError(f"layout={layout!r:.80} is not one of {LAYOUTS} (see rlcollect.data.torchrl_layout)")
     # the workers write native frames; TorchRL's layout is made here
-    in_workers = workers_write and trajs_per_batch is None and layout == "rlcollect" and extend_buffer
+    in_workers = (workers_write and trajs_per_batch is None and layout == "rlcollect" and extend_buffer
+                  and track_traj_ids)
     return Delivery(
         return_same_td=return_same_td,
         storing_device=storing_device,
@@ -161,4 +168,5 @@ def make_delivery(
         cat_results=cat_results,
         extend_buffer=extend_buffer,
         compact_obs=compact_obs,
+        track_traj_ids=track_traj_ids,
     )

@@ -9,9 +9,11 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.nn import InteractionType
 
+from rlcollect.collectors.nested import nested_spec
 from rlcollect.collectors.options import CollectorOptions
 from rlcollect.collectors.pooled import PooledCollector, worker_processes
 from rlcollect.envs.factory import EnvSource
+from rlcollect.rollout.engine import RolloutSpec
 from rlcollect.weights.schemes import WeightSyncScheme
 
 __all__ = ["MultiAsyncCollector", "MultiSyncCollector"]
@@ -29,7 +31,7 @@ class _MultiProcessCollector(PooledCollector):
         *,
         num_workers: int | None = None,
         num_envs_per_worker: int = 1,
-        frames_per_batch: int,
+        frames_per_batch: int | Sequence[int],
         total_frames: int = -1,
         policy_factory: Callable[[], Any] | None = None,
         create_env_kwargs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
@@ -74,8 +76,12 @@ class _MultiProcessCollector(PooledCollector):
                 raise ValueError("num_workers is required unless create_env_fn is a list (one per worker)")
             num_workers = len(create_env_fn)
         nested_workers = _nested_workers(collector_class, collector_kwargs)
-        options = CollectorOptions.from_arguments({**locals(), **self._extra_options})
+        options = CollectorOptions.from_arguments({**locals(), "sync": self._sync, **self._extra_options})
         self._build(options, worker_processes(options), sync=self._sync)
+
+    def _worker_spec(self, worker: int) -> RolloutSpec:
+        """As the pool's, with a :class:`NestedRollout` engine when each worker runs processes."""
+        return nested_spec(super()._worker_spec(worker), self.options.nested_workers, MultiSyncCollector)
 
 
 class MultiSyncCollector(_MultiProcessCollector):
@@ -92,7 +98,7 @@ class MultiSyncCollector(_MultiProcessCollector):
         num_workers: worker processes (defaults to ``len(create_env_fn)`` for a list).
         num_envs_per_worker: envs ``M`` stepped by each worker (every worker must have as many).
         frames_per_batch: frames per batch over all workers (rounded up to a multiple of
-            ``num_workers * M``, with a warning).
+            ``num_workers * M``, with a warning); or a list of one (equal) count per worker.
         create_env_kwargs: keyword arguments of the env factory, or a list with one per worker.
         preemptive_threshold: once this fraction of workers finished a batch, the others stop
             at their next step; their missing frames are masked in ``("collector", "mask")``.

@@ -12,13 +12,13 @@ stamped with the version the actor received.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
-from rlcollect.collectors.multi import MultiSyncCollector
 from rlcollect.collectors.options import CollectorOptions
 from rlcollect.collectors.pooled import worker_processes
 from rlcollect.data.buffers import BatchBuffers
@@ -26,20 +26,21 @@ from rlcollect.rollout.engine import RolloutSpec
 from rlcollect.rollout.episodes import EpisodeTracker
 from rlcollect.workers.worker import WorkerSetup
 
-__all__ = ["NestedRollout"]
+__all__ = ["NestedRollout", "nested_spec"]
 
 
 class NestedRollout:
     """What a worker needs of a ``Rollout``, served by ``num_workers`` processes of its own."""
 
-    def __init__(self, spec: RolloutSpec, setup: WorkerSetup, *, num_workers: int) -> None:
+    def __init__(self, spec: RolloutSpec, setup: WorkerSetup, *, num_workers: int,
+                 collector_class: Any) -> None:
         same = {f.name for f in dataclasses.fields(RolloutSpec)} & set(CollectorOptions.__dataclass_fields__)
         options = CollectorOptions(
             **{name: getattr(spec, name) for name in same}, num_workers=num_workers,
             num_envs_per_worker=spec.num_envs, frames_per_batch=setup.num_steps * spec.num_envs * num_workers,
             return_same_td=True, placement=(setup.worker_idx, setup.num_workers, setup.traj_start),
         )
-        self.collector = collector = MultiSyncCollector.__new__(MultiSyncCollector)
+        self.collector = collector = collector_class.__new__(collector_class)
         collector._build(options, worker_processes(options), sync=True)
         collector.worker_idx = setup.worker_idx
         self.num_envs = collector.num_envs
@@ -90,3 +91,12 @@ class NestedRollout:
 
     def close(self) -> None:
         self.collector.shutdown()
+
+
+def nested_spec(spec: RolloutSpec, num_workers: int, collector_class: type) -> RolloutSpec:
+    """``spec`` with a :class:`NestedRollout` engine of ``num_workers`` processes when there are
+    more than one (``collector_class``: the synchronous multi-process collector they run in)."""
+    if num_workers == 1:
+        return spec
+    engine = functools.partial(NestedRollout, num_workers=num_workers, collector_class=collector_class)
+    return dataclasses.replace(spec, engine=engine)

@@ -185,6 +185,19 @@ def _per_worker(name: str, value: Any, num_workers: int) -> tuple[Any, ...]:
     return (value,) * num_workers
 
 
+def _frames_per_batch(value: Any, num_workers: int, sync: bool) -> int:
+    """``frames_per_batch`` as the frames of one batch (see :class:`CollectorOptions`)."""
+    if not isinstance(value, (list, tuple)):
+        return check_int("frames_per_batch", value, minimum=1, allowed="a positive int")
+    allowed = f"a positive int, or a list of {num_workers} equal positive ints (one per worker)"
+    per_worker = [check_int(f"frames_per_batch[{i}]", v, minimum=1, allowed=allowed)
+                  for i, v in enumerate(value)]
+    if len(per_worker) != num_workers or len(set(per_worker)) != 1:
+        raise ValueError(f"frames_per_batch={list(value)} must be {allowed}: a batch has one length T "
+                         "for every env")
+    return per_worker[0] * (num_workers if sync else 1)
+
+
 @dataclass(frozen=True)
 class CollectorOptions:
     """The arguments of every collector (see :class:`~rlcollect.Collector` and
@@ -193,7 +206,10 @@ class CollectorOptions:
     Normalisations: ``create_env_fn`` and ``create_env_kwargs`` become one entry per worker;
     ``max_frames_per_traj <= 0`` becomes ``None`` (no limit); ``total_frames`` ``None`` becomes
     -1; ``init_random_frames`` ``None`` or -1 becomes 0; ``exploration_type`` an
-    ``InteractionType``; devices ``torch.device`` (``device`` fills the three others).
+    ``InteractionType``; devices ``torch.device`` (``device`` fills the three others);
+    ``frames_per_batch`` given per worker (a list, TorchRL's form: equal values, since a batch has
+    one ``T``) becomes the frames of one batch: their sum when ``sync`` (a batch holds every
+    worker's frames), one worker's otherwise.
 
     Raises:
         TypeError, ValueError: a bad argument, named in the message with its value and what is
@@ -202,7 +218,7 @@ class CollectorOptions:
 
     create_env_fn: Any
     policy: Any = None
-    frames_per_batch: int = 1
+    frames_per_batch: int = 1  # a per-worker list becomes the frames of one batch
     total_frames: int = -1
     num_workers: int = 1
     num_envs_per_worker: int = 1
@@ -243,6 +259,14 @@ class CollectorOptions:
     compact_obs: bool = False
     trust_policy: bool | None = None
     cudagraph_policy: Any = None
+    track_traj_ids: bool = True
+    trajs_per_write: int | None = None
+    no_cuda_sync: bool | None = None
+    num_threads: int | None = None
+    num_sub_threads: int = 1
+    interruptor: Any = None
+    weight_recv_schemes: Any = None
+    worker_idx: int | None = None
     # worker processes and actors
     preemptive_threshold: float | None = None
     prefetch: bool = False
@@ -255,6 +279,7 @@ class CollectorOptions:
     # inside an actor, its place among the outer workers (index, count, first trajectory id)
     nested_workers: int = 1
     placement: tuple[int, int, int] = (0, 1, 0)
+    sync: bool = True  # multi-process collectors: a batch holds every worker's frames
 
     def __post_init__(self) -> None:
         def put(name: str, value: Any) -> None:
@@ -275,8 +300,8 @@ class CollectorOptions:
                 raise TypeError(f"create_env_kwargs must be a dict (or one per worker), got "
                                 f"{type(entry).__name__} for worker {index}")
         put("create_env_kwargs", tuple(dict(entry or {}) for entry in kwargs))
-        put("frames_per_batch", check_int("frames_per_batch", self.frames_per_batch, minimum=1,
-                                     allowed="a positive int"))
+        put("sync", check_flag("sync", self.sync))
+        put("frames_per_batch", _frames_per_batch(self.frames_per_batch, workers, self.sync))
         put("total_frames", _frames("total_frames", self.total_frames))
         init_random = self.init_random_frames
         if init_random is None or (isinstance(init_random, (int, np.integer)) and init_random == -1):
@@ -291,11 +316,9 @@ class CollectorOptions:
         if self.policy is not None and not callable(self.policy):
             raise TypeError(f"policy must be None, an nn.Module, a TensorDictModule or a callable; got "
                             f"{type(self.policy).__name__} {short_repr(self.policy)}")
-        if self.policy is not None and self.policy_factory is not None:
-            raise ValueError("give policy or policy_factory, not both")
         for name in ("reset_at_each_iter", "set_truncated", "split_trajs", "return_same_td", "prefetch",
                      "update_at_each_batch", "track_policy_version", "extend_buffer", "reset_when_done",
-                     "compact_obs"):
+                     "compact_obs", "track_traj_ids"):
             put(name, check_flag(name, getattr(self, name)))
         compile_policy = self.compile_policy
         if not isinstance(compile_policy, (bool, np.bool_, Mapping)):
@@ -396,7 +419,30 @@ class CollectorOptions:
             raise ValueError(f"cat_results={cat!r} groups the workers' batches in TorchRL's layout: pass "
                              "layout='torchrl' (rlcollect's layout puts the workers' envs one after the "
                              "other along dim 0, which is cat_results=0)")
-        for name in ("use_buffers", "auto_register_policy_transforms", "trust_policy"):
+        if not self.track_traj_ids and (self.split_trajs or self.trajs_per_batch is not None):
+            raise ValueError("track_traj_ids=False leaves out the trajectory ids that split_trajs and "
+                             "trajs_per_batch group frames by: keep track_traj_ids=True")
+        if self.trajs_per_write is not None:
+            object.__setattr__(self, "trajs_per_write", check_int(
+                "trajs_per_write", self.trajs_per_write, minimum=1, allowed="a positive int or None"))
+            if self.trajs_per_batch is None or self.replay_buffer is None:
+                raise ValueError("trajs_per_write groups the complete trajectories written to replay_buffer "
+                                 "under trajs_per_batch: give both (or leave trajs_per_write=None)")
+        for name, minimum in (("num_threads", 1), ("worker_idx", 0)):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, check_int(name, getattr(self, name), minimum=minimum,
+                                                         allowed=f"an int >= {minimum} or None"))
+        if check_int("num_sub_threads", self.num_sub_threads, minimum=1, allowed="1") != 1:
+            raise ValueError(f"num_sub_threads={self.num_sub_threads} is not supported: each worker process "
+                             "runs one torch thread (more workers use more cores)")
+        if self.interruptor is not None:
+            raise ValueError(f"interruptor={short_repr(self.interruptor)} is not supported (TorchRL's "
+                             "internal plumbing): preemptive_threshold= stops the slow workers")
+        receivers = self.weight_recv_schemes
+        if receivers is not None and not isinstance(receivers, Mapping):
+            raise TypeError(f"weight_recv_schemes must be a dict {{model_id: scheme}} or None, got "
+                            f"{type(receivers).__name__} {short_repr(receivers)}")
+        for name in ("use_buffers", "auto_register_policy_transforms", "trust_policy", "no_cuda_sync"):
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, check_flag(name, value))
@@ -475,6 +521,7 @@ class CollectorOptions:
             trajs_per_batch=self.trajs_per_batch, traj_format=self.traj_format,
             workers_write=workers_write, layout=self.layout, track_policy_version=self.track_policy_version,
             cat_results=self.cat_results, extend_buffer=self.extend_buffer, compact_obs=self.compact_obs,
+            track_traj_ids=self.track_traj_ids,
         )
 
     def unpicklable(self, *, with_policy: bool = True) -> None:

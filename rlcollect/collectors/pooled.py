@@ -86,6 +86,8 @@ class PooledCollector(BaseCollector):
             raise ValueError("prefetch=True applies to synchronous collection only: asynchronous "
                              "workers never wait anyway")
         options.unpicklable(with_policy=self._policy_in_workers)
+        if options.num_threads is not None:  # TorchRL's: the torch threads of this process
+            torch.set_num_threads(options.num_threads)
         self.requested_frames_per_batch = options.frames_per_batch
         self.total_frames, self.init_random_frames = options.total_frames, options.init_random_frames
         self.replay_buffer = options.replay_buffer
@@ -94,7 +96,9 @@ class PooledCollector(BaseCollector):
         self._constructed_at = time.time()
         # the probe: the layout, the envs per worker and a dry step of the policy, on one env (each
         # copy of a Gymnasium env costs its start-up; a vector env brings its own count)
-        probe = Rollout(dataclasses.replace(options.rollout_spec(0), num_envs=1))
+        # (with policy and policy_factory, policy is where the weights come from: the probe holds it)
+        probe = Rollout(dataclasses.replace(options.rollout_spec(0), num_envs=1, policy_factory=(
+            None if options.policy is not None else options.policy_factory)))
         probe.close()
         copies = isinstance(probe.envs, GymEnvs) or probe.envs.follows_num_envs
         if not copies and options.num_envs_per_worker != 1:
@@ -184,8 +188,10 @@ class PooledCollector(BaseCollector):
         return self._specs[key]
 
     def _worker_spec(self, worker: int) -> RolloutSpec:
-        """What worker ``worker`` builds its rollout from."""
-        return self.options.rollout_spec(worker)
+        """What worker ``worker`` builds its rollout from (its policy from ``policy_factory`` if
+        given, even with ``policy``: that one stays here as the source of the weights)."""
+        spec = self.options.rollout_spec(worker)
+        return spec if spec.policy_factory is None else dataclasses.replace(spec, policy=None)
 
     def start(self) -> None:
         """As :meth:`BaseCollector.start`; with ``start_method="auto"``, the workers then start (and

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -11,7 +9,7 @@ from tensordict import TensorDictBase
 
 from rlcollect.collectors.collector import Collector
 from rlcollect.collectors.multi import MultiSyncCollector
-from rlcollect.collectors.nested import NestedRollout
+from rlcollect.collectors.nested import nested_spec
 from rlcollect.collectors.options import CollectorOptions
 from rlcollect.collectors.pooled import PooledCollector
 from rlcollect.envs.factory import EnvSource
@@ -159,10 +157,7 @@ class RayCollector(PooledCollector):
 
     def _worker_spec(self, worker: int) -> RolloutSpec:
         """As the pool's, with a :class:`NestedRollout` engine when each actor runs processes."""
-        spec = super()._worker_spec(worker)
-        nested = self.options.nested_workers
-        return spec if nested == 1 else dataclasses.replace(
-            spec, engine=functools.partial(NestedRollout, num_workers=nested))
+        return nested_spec(super()._worker_spec(worker), self.options.nested_workers, MultiSyncCollector)
 
     @property
     def actor_pids(self) -> list[int]:

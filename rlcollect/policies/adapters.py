@@ -180,13 +180,14 @@ def _check_action(output: Any, space: gym.Space[Any], num_envs: int) -> None:
     field = action_fields(space)[0]
     expected_shape = (num_envs, *field.shape)
     wants_float = isinstance(space, gym.spaces.Box) and np.issubdtype(space.dtype, np.floating)
-    expected = "a floating dtype" if wants_float else "an integer or bool dtype"
+    # integers fit a floating Box exactly (as in TorchRL); floats never fit integer actions
+    expected = "a floating (or integer) dtype" if wants_float else "an integer or bool dtype"
     if not isinstance(output, torch.Tensor):
         raise ValueError(
             f"the policy returned {type(output).__name__}; expected a tensor of shape "
             f"{expected_shape} with {expected} for action space {space}"
         )
-    if tuple(output.shape) != expected_shape or output.is_floating_point() != wants_float:
+    if tuple(output.shape) != expected_shape or (output.is_floating_point() and not wants_float):
         raise ValueError(
             f"the policy's action does not fit action space {space}: got shape "
             f"{tuple(output.shape)} dtype {output.dtype}, expected shape {expected_shape} "

@@ -8,9 +8,11 @@ names from here runs rlcollect's collectors instead:
     # from torchrl.collectors import Collector, MultiSyncCollector
     from rlcollect.torchrl import Collector, MultiSyncCollector
 
-What this module gives today: the names, and the legacy aliases TorchRL still accepts
+What this module gives today: the names (``Collector`` with ``num_collectors`` / ``backend``,
+``MultiCollector(sync=...)``, ``AsyncCollector``), and the legacy aliases TorchRL still accepts
 (``SyncDataCollector``, ``MultiSyncDataCollector``, ``MultiaSyncDataCollector``,
-``DataCollectorBase``), bound to rlcollect's collectors with their own arguments, and TorchRL's
+``aSyncDataCollector``, ``DataCollectorBase``), bound to rlcollect's collectors with their own
+arguments and TorchRL's (:data:`TORCHRL_ARGUMENTS`), and TorchRL's
 batch layout by default (``layout="torchrl"``, see :mod:`rlcollect.data.torchrl_layout`: root
 ``done`` / ``terminated`` / ``truncated``, ``[T]`` batches for one unbatched env,
 ``policy_version`` only with ``track_policy_version=True``). TorchRL's own collector tests, vendored
@@ -28,6 +30,7 @@ Examples:
 
 from __future__ import annotations
 
+import abc
 from typing import Any
 
 from rlcollect import collectors
@@ -37,7 +40,9 @@ from rlcollect.weights import WeightUpdaterBase
 
 #: TorchRL's own arguments the collectors here take (validated by ``CollectorOptions``).
 TORCHRL_ARGUMENTS = ("cat_results", "extend_buffer", "use_buffers", "reset_when_done",
-                     "auto_register_policy_transforms", "compact_obs", "trust_policy", "cudagraph_policy")
+                     "auto_register_policy_transforms", "compact_obs", "trust_policy", "cudagraph_policy",
+                     "track_traj_ids", "trajs_per_write", "no_cuda_sync", "num_threads", "num_sub_threads",
+                     "interruptor", "weight_recv_schemes", "worker_idx")
 
 
 def _torchrl_init(collector: Any, cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -45,6 +50,11 @@ def _torchrl_init(collector: Any, cls: Any, args: tuple[Any, ...], kwargs: dict[
     collector._extra_options = {name: kwargs.pop(name) for name in TORCHRL_ARGUMENTS if name in kwargs}
     kwargs.setdefault("layout", "torchrl")
     cls.__init__(collector, *args, **kwargs)
+    options = collector.options
+    if options.worker_idx is not None:  # this collector is worker ``worker_idx`` of another one
+        collector.worker_idx = options.worker_idx
+    if options.weight_recv_schemes is not None:
+        collector.register_scheme_receiver(options.weight_recv_schemes)
 
 
 #: What ``Collector(backend=...)`` builds on: this process, worker processes, Ray actors.
@@ -105,39 +115,121 @@ class Collector(collectors.Collector):
         _torchrl_init(self, collectors.Collector, args, kwargs)
 
 
-class MultiSyncCollector(collectors.MultiSyncCollector):
+class _MultiCollectorType(abc.ABCMeta):
+    """``MultiCollector(..., sync=...)`` builds the synchronous or the asynchronous collector."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        if cls is not MultiCollector:
+            return super().__call__(*args, **kwargs)
+        if "sync" not in kwargs:
+            raise TypeError("MultiCollector needs sync=True (MultiSyncCollector: a batch holds every "
+                            "worker's frames) or sync=False (MultiAsyncCollector: one worker's batch at a "
+                            "time)")
+        sync = check_flag("sync", kwargs.pop("sync"))
+        return (MultiSyncCollector if sync else MultiAsyncCollector)(*args, **kwargs)
+
+
+class MultiCollector(BaseCollector, metaclass=_MultiCollectorType):
+    """TorchRL's ``MultiCollector``: ``MultiCollector(envs, policy, sync=True)`` is a
+    :class:`MultiSyncCollector`, ``sync=False`` a :class:`MultiAsyncCollector`; both are
+    instances of this class."""
+
+
+class MultiSyncCollector(collectors.MultiSyncCollector, MultiCollector):
     """:class:`rlcollect.MultiSyncCollector` with TorchRL's batch layout and arguments; a batch is
-    grouped by worker as ``cat_results`` says (``"stack"`` by default, as in TorchRL)."""
+    grouped by worker as ``cat_results`` says (``"stack"`` by default, as in TorchRL).
+    ``frames_per_batch`` may be a list, one (equal) count per worker."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         _torchrl_init(self, collectors.MultiSyncCollector, args, kwargs)
 
 
-class MultiAsyncCollector(collectors.MultiAsyncCollector):
+class MultiAsyncCollector(collectors.MultiAsyncCollector, MultiCollector):
     """:class:`rlcollect.MultiAsyncCollector` with TorchRL's batch layout and arguments."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         _torchrl_init(self, collectors.MultiAsyncCollector, args, kwargs)
 
 
-class RayCollector(collectors.RayCollector):
-    """:class:`rlcollect.RayCollector` with TorchRL's batch layout and arguments."""
+class AsyncCollector(MultiAsyncCollector):
+    """TorchRL's ``AsyncCollector``: one env constructor collected in one worker process, so that
+    collection runs while the learner trains (a :class:`MultiAsyncCollector` of one worker)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        _torchrl_init(self, collectors.RayCollector, args, kwargs)
+    def __init__(self, create_env_fn: Any, policy: Any = None, **kwargs: Any) -> None:
+        if "num_workers" in kwargs:
+            raise TypeError("AsyncCollector runs one worker: use MultiAsyncCollector for num_workers")
+        kwargs = _listed_kwargs(kwargs)
+        super().__init__([create_env_fn], policy, num_workers=1, **kwargs)
+
+
+def _listed_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """TorchRL's one-worker lists (``create_env_kwargs=[{...}]``) as the one entry they hold."""
+    listed = kwargs.get("create_env_kwargs")
+    if isinstance(listed, (list, tuple)) and len(listed) == 1:
+        kwargs = {**kwargs, "create_env_kwargs": listed[0]}
+    return kwargs
+
+
+#: TorchRL's ``RayCollector`` arguments that rlcollect's gives each actor's collector.
+_RAY_COLLECTOR_ARGUMENTS = ("device", "env_device", "policy_device", "exploration_type", "init_random_frames",
+                            "max_frames_per_traj", "policy_factory", "pre_collect_hook", "reset_at_each_iter")
+
+
+class RayCollector(collectors.RayCollector):
+    """:class:`rlcollect.RayCollector` with TorchRL's batch layout, arguments and defaults:
+    ``sync=False``; the actors' collector arguments (``device``, ``exploration_type``,
+    ``max_frames_per_traj``, ...) at the top level as well as in ``collector_kwargs``;
+    ``remote_configs`` (one dict, or one per actor: equal), ``num_workers_per_collector`` (envs per
+    actor), ``update_after_each_batch``, ``use_env_creator`` (accepted; envs are always built in the
+    actors) and ``max_weight_update_interval`` (-1 or 0: weights go out on each update)."""
+
+    def __init__(self, create_env_fn: Any, policy: Any = None, **kwargs: Any) -> None:
+        kwargs.setdefault("sync", False)
+        inner = dict(kwargs.pop("collector_kwargs", None) or {})
+        for name in _RAY_COLLECTOR_ARGUMENTS:
+            if kwargs.get(name) is not None:
+                inner[name] = kwargs.pop(name)
+            kwargs.pop(name, None)
+        if kwargs.pop("update_after_each_batch", False):
+            inner["update_at_each_batch"] = True
+        envs = kwargs.pop("num_workers_per_collector", 1)
+        if envs != 1:
+            inner["num_envs"] = check_int("num_workers_per_collector", envs, minimum=1,
+                                          allowed="a positive int")
+        check_flag("use_env_creator", kwargs.pop("use_env_creator", False))
+        interval = kwargs.pop("max_weight_update_interval", -1)
+        if interval not in (-1, 0):
+            raise ValueError(f"max_weight_update_interval={interval!r} is not supported: the actors "
+                             "receive the weights at each update_policy_weights_() (-1 or 0)")
+        remote = kwargs.pop("remote_configs", None)
+        if isinstance(remote, (list, tuple)):
+            if any(entry != remote[0] for entry in remote):
+                raise ValueError("remote_configs lists different resources per actor; rlcollect's actors "
+                                 "share one remote_config: give one dict")
+            remote = remote[0] if remote else None
+        if remote is not None:
+            kwargs["remote_config"] = remote
+        if isinstance(create_env_fn, (list, tuple)):
+            kwargs.setdefault("num_collectors", len(create_env_fn))
+        if inner:
+            kwargs["collector_kwargs"] = inner
+        _torchrl_init(self, collectors.RayCollector, (create_env_fn, policy), kwargs)
 
 
 #: TorchRL's names from before 0.11, which it still accepts.
 SyncDataCollector = Collector
 MultiSyncDataCollector = MultiSyncCollector
 MultiaSyncDataCollector = MultiAsyncCollector
+aSyncDataCollector = AsyncCollector
 DataCollectorBase = BaseCollector
 
 __all__ = [
+    "AsyncCollector",
     "BaseCollector",
     "Collector",
     "DataCollectorBase",
     "MultiAsyncCollector",
+    "MultiCollector",
     "MultiSyncCollector",
     "MultiSyncDataCollector",
     "MultiaSyncDataCollector",
@@ -145,4 +237,5 @@ __all__ = [
     "RayCollector",
     "SyncDataCollector",
     "WeightUpdaterBase",
+    "aSyncDataCollector",
 ]

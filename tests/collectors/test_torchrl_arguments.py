@@ -101,3 +101,132 @@ def test_compact_obs_drops_the_next_observations() -> None:
     assert torch.equal(batch["observation"], full["observation"])
     with pytest.raises(ValueError, match="cudagraph_policy=True is not supported"):
         TorchRLLayoutCollector(make_cartpole, frames_per_batch=8, cudagraph_policy=True)
+
+
+@pytest.mark.timeout(120)
+def test_multi_collector_dispatches_on_sync_and_async_collector_runs_one_worker() -> None:
+    """MultiCollector(sync=True/False) is TorchRL 0.14's way to name either multi-process collector;
+    AsyncCollector collects one env in one worker process."""
+    from rlcollect.torchrl import (
+        AsyncCollector,
+        MultiAsyncCollector,
+        MultiCollector,
+        MultiSyncCollector,
+        aSyncDataCollector,
+    )
+
+    with pytest.raises(TypeError, match="MultiCollector needs sync=True"):
+        MultiCollector([make_cartpole], TiltPolicy(), frames_per_batch=10)
+    with pytest.raises(TypeError, match="sync must be True or False"):
+        MultiCollector([make_cartpole], TiltPolicy(), frames_per_batch=10, sync="yes")
+    for sync, cls in ((True, MultiSyncCollector), (False, MultiAsyncCollector)):
+        collector = MultiCollector([make_cartpole], TiltPolicy(), frames_per_batch=10, total_frames=10,
+                                   sync=sync)
+        with collector:
+            assert type(collector) is cls and isinstance(collector, MultiCollector)
+            (batch,) = list(collector)
+        assert batch.numel() == 10 and torch.equal(batch["action"], TiltPolicy()(batch["observation"]))
+    assert aSyncDataCollector is AsyncCollector
+    with AsyncCollector(make_cartpole, TiltPolicy(), frames_per_batch=10, total_frames=20, seed=1,
+                        create_env_kwargs=[{}]) as collector:
+        assert isinstance(collector, MultiAsyncCollector) and collector.num_workers == 1
+        batches = list(collector)
+    assert [b.numel() for b in batches] == [10, 10]
+    with Collector(make_cartpole, TiltPolicy(), frames_per_batch=20, total_frames=20, seed=1) as single:
+        reference = next(iter(single))
+    collected = torch.cat([b["observation"].reshape(10, 4) for b in batches])
+    assert torch.equal(collected, reference["observation"].reshape(20, 4))  # one env, one seed: same steps
+
+
+@pytest.mark.timeout(120)
+def test_frames_per_batch_per_worker() -> None:
+    """TorchRL's per-worker list: a synchronous batch holds their sum, an asynchronous one a worker's."""
+    from rlcollect.torchrl import MultiAsyncCollector, MultiSyncCollector
+
+    with MultiSyncCollector([make_cartpole] * 2, TiltPolicy(), frames_per_batch=[10, 10], total_frames=20,
+                            seed=3, cat_results=0) as listed:
+        (batch,) = list(listed)
+    with MultiSyncCollector([make_cartpole] * 2, TiltPolicy(), frames_per_batch=20, total_frames=20,
+                            seed=3, cat_results=0) as summed:
+        (same,) = list(summed)
+    assert batch.numel() == 20 and torch.equal(batch["observation"], same["observation"])
+    with MultiAsyncCollector([make_cartpole] * 2, TiltPolicy(), frames_per_batch=[5, 5],
+                             total_frames=20) as collector:
+        assert [b.numel() for b in collector] == [5, 5, 5, 5]
+
+
+@pytest.mark.timeout(120)
+def test_policy_with_policy_factory_the_weights_come_from_the_policy() -> None:
+    """As TorchRL: each worker builds its policy with policy_factory; policy stays here as the
+    source of the weights (the workers start from them, and update_policy_weights_() sends them)."""
+    from rlcollect import MultiSyncCollector
+
+    source = TiltPolicy(sign=-1.0)
+    with MultiSyncCollector(make_cartpole, source, policy_factory=TiltPolicy, num_workers=2,
+                            frames_per_batch=20, seed=0) as collector:
+        first = collector.next()
+        with torch.no_grad():
+            source.weight.mul_(-1)
+        collector.update_policy_weights_()
+        second = collector.next()
+    assert first is not None and second is not None
+    assert torch.equal(first["action"], TiltPolicy(sign=-1.0)(first["observation"]))  # the policy's weights
+    assert not torch.equal(first["action"], TiltPolicy()(first["observation"]))  # not the factory's own
+    assert torch.equal(second["action"], source(second["observation"]))  # the policy's, once sent
+    assert not torch.equal(second["action"], TiltPolicy(sign=-1.0)(second["observation"]))
+    with pytest.raises(TypeError, match="Collector runs one policy, in this process"):
+        Collector(make_cartpole, source, policy_factory=TiltPolicy, frames_per_batch=8)
+
+
+def test_track_traj_ids_false_leaves_the_ids_out() -> None:
+    with TorchRLLayoutCollector(make_cartpole, TiltPolicy(), num_envs=3, frames_per_batch=12, total_frames=12,
+                                seed=1, track_traj_ids=False) as collector:
+        batch = next(iter(collector))
+    native = native_batch()
+    assert ("collector", "traj_ids") not in batch.keys(True)
+    assert torch.equal(batch["observation"], native["observation"])
+    with pytest.raises(ValueError, match="track_traj_ids=False leaves out the trajectory ids"):
+        TorchRLLayoutCollector(make_cartpole, frames_per_batch=8, track_traj_ids=False, split_trajs=True)
+
+
+def test_trajs_per_write_and_the_threads() -> None:
+    """trajs_per_write (TorchRL: trajectories per extend call) writes the same trajectories;
+    num_threads sets this process's torch threads; worker_idx and weight_recv_schemes as TorchRL."""
+    from rlcollect.weights import SharedMemWeightSyncScheme
+
+    sinks = []
+    for extra in ({}, {"trajs_per_write": 2}):
+        sink = ListSink()
+        with TorchRLLayoutCollector(make_cartpole, None, num_envs=2, frames_per_batch=20,
+                                    total_frames=200, seed=1, trajs_per_batch=2, replay_buffer=sink,
+                                    **extra) as collector:
+            list(collector)
+        sinks.append(torch.cat(sink.items))
+    assert sinks[0].numel() > 20 and torch.equal(sinks[0]["observation"], sinks[1]["observation"])
+    threads = torch.get_num_threads()
+    try:
+        from rlcollect.torchrl import MultiSyncCollector
+
+        MultiSyncCollector([make_cartpole], frames_per_batch=8, num_threads=1).shutdown()
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
+    with pytest.raises(ValueError, match="trajs_per_write groups the complete trajectories"):
+        TorchRLLayoutCollector(make_cartpole, frames_per_batch=8, trajs_per_write=2)
+    with pytest.raises(ValueError, match="num_sub_threads=2 is not supported"):
+        TorchRLLayoutCollector(make_cartpole, frames_per_batch=8, num_sub_threads=2)
+    with pytest.raises(ValueError, match="interruptor=.* is not supported"):
+        TorchRLLayoutCollector(make_cartpole, frames_per_batch=8, interruptor=object())
+    sender = SharedMemWeightSyncScheme()
+    learner = TiltPolicy(sign=-1.0)
+    sender.init_on_sender(model_id="policy", model=learner, num_workers=1)
+    receivers = {"policy": sender.receiver(0)}
+    with TorchRLLayoutCollector(make_cartpole, TiltPolicy(), frames_per_batch=10, worker_idx=0,
+                                weight_recv_schemes=receivers, no_cuda_sync=True) as collector:
+        assert collector.worker_idx == 0
+        batches = iter(collector)
+        first = next(batches)
+        sender.send()
+        second = next(batches)
+    assert torch.equal(first["action"], TiltPolicy()(first["observation"]))  # its own weights, until
+    assert torch.equal(second["action"], learner(second["observation"]))  # the sender sends the learner's

@@ -287,3 +287,25 @@ def test_one_actor_per_node_running_worker_processes() -> None:
         assert torch.equal(third["action"], flipped)  # the new weights chose every action
         pids = list(collector.actor_pids)
     assert_all_gone(pids)
+
+
+@pytest.mark.timeout(180)
+def test_torchrl_ray_collector_takes_torchrl_arguments() -> None:
+    """rlcollect.torchrl.RayCollector: TorchRL's defaults (sync=False) and its top-level arguments
+    for the actors' collectors (max_frames_per_traj, num_workers_per_collector, remote_configs)."""
+    from rlcollect.torchrl import RayCollector as TorchRLRayCollector
+
+    with pytest.raises(ValueError, match="remote_configs lists different resources per actor"):
+        TorchRLRayCollector(make_cartpole, num_collectors=2, frames_per_batch=8,
+                            remote_configs=[{"num_cpus": 1}, {"num_cpus": 2}])
+    with TorchRLRayCollector(make_cartpole, TiltPolicy(), num_collectors=1, frames_per_batch=16,
+                             total_frames=32, max_frames_per_traj=4, num_workers_per_collector=2, seed=0,
+                             remote_configs=[{"num_cpus": 1}], update_after_each_batch=True,
+                             use_env_creator=False) as collector:
+        assert not collector.sync and collector.num_envs == 2
+        batches = list(collector)
+    assert [b.numel() for b in batches] == [16, 16]
+    for batch in batches:
+        assert torch.equal(batch["action"], TiltPolicy()(batch["observation"]))
+        truncated = batch["next", "truncated"].reshape(2, 8)
+        assert truncated[:, 3::4].all() and truncated.sum() == 4  # every 4th step ends the episode

@@ -239,15 +239,11 @@ def test_not_callable_policy_is_rejected() -> None:
             spaces.Discrete(2),
             ["got shape (3,) dtype torch.float32", "expected shape (3,) with an integer or bool dtype"],
         ),
-        (  # dtype: integers for a float Box action
-            lambda obs: torch.zeros(obs.shape[0], 2, dtype=torch.int64),
-            spaces.Box(-1.0, 1.0, (2,), np.float32),
-            ["got shape (3, 2) dtype torch.int64", "expected shape (3, 2) with a floating dtype"],
-        ),
-        (  # both
+        (  # shape, with integers (which a float Box action takes)
             lambda obs: torch.zeros(obs.shape[0], 3, dtype=torch.int32),
             spaces.Box(-1.0, 1.0, (2,), np.float32),
-            ["got shape (3, 3) dtype torch.int32", "expected shape (3, 2) with a floating dtype"],
+            ["got shape (3, 3) dtype torch.int32",
+             "expected shape (3, 2) with a floating (or integer) dtype"],
         ),
         (  # MultiBinary takes integers or bools
             lambda obs: torch.zeros(obs.shape[0], 4, dtype=torch.bool),
@@ -463,3 +459,13 @@ def test_dry_step_samples_observations_from_the_space() -> None:
     assert dry["img"].shape == (N, 2, 2) and dry["img"].dtype == torch.uint8
     assert dry["n"].shape == (N,) and dry["n"].dtype == torch.int64
     assert set(dry["n"].tolist()) <= {0, 1, 2}
+
+
+def test_integer_actions_for_a_float_box_are_stored_as_floats() -> None:
+    """As in TorchRL: an int64 action fits a float Box exactly; the batch holds it as float32."""
+    from rlcollect import Collector
+
+    ones = lambda obs: torch.ones(obs.shape[0], 1, dtype=torch.int64)  # noqa: E731
+    with Collector("Pendulum-v1", ones, frames_per_batch=4, total_frames=4, seed=0) as collector:
+        batch = next(iter(collector))
+    assert batch["action"].dtype == torch.float32 and (batch["action"] == 1.0).all()
