@@ -134,6 +134,12 @@ def _obs_dtype(value: Any) -> torch.dtype | None:
 
 
 def _device(name: str, value: Any) -> torch.device | None:
+    if isinstance(value, (list, tuple)):  # TorchRL's one device per worker: one for all here
+        devices = [_device(f"{name}[{i}]", entry) for i, entry in enumerate(value)]
+        if not devices or any(device != devices[0] for device in devices):
+            raise ValueError(f"{name}={short_repr(value)} lists different devices per worker: rlcollect's "
+                             f"workers share one {name} (give one device)")
+        return devices[0]
     if value is None:
         return None
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (str, int, np.integer, torch.device)):
@@ -339,13 +345,15 @@ class CollectorOptions:
             raise ValueError(f"check={self.check!r} is not one of {CHECK_LEVELS} (see rlcollect.data.checks)")
         put("obs_dtype", _obs_dtype(self.obs_dtype))
         self._check_torchrl_arguments()  # layout itself: by the delivery, below
-        raw_env_device = self.env_device if self.env_device is not None else self.device
+        device = _device("device", self.device)
+        raw_env_device = self.env_device if self.env_device is not None else device
         env_device = _device("env_device", raw_env_device)
         if env_device is not None and env_device.type != "cpu":
             raise ValueError(f"env_device={raw_env_device!r}: Gymnasium envs run on the CPU only")
         put("env_device", env_device)
-        put("policy_device", _device("policy_device", self.policy_device or self.device))
-        put("storing_device", _device("storing_device", self.storing_device or self.device))
+        for name in ("policy_device", "storing_device"):
+            value = getattr(self, name)
+            put(name, device if value is None else _device(name, value))
         if self.models is not None and not isinstance(self.models, Mapping):
             raise TypeError(f"models must be a dict {{model_id: module}}, got {type(self.models).__name__} "
                             f"{short_repr(self.models)}")

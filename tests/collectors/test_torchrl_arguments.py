@@ -230,3 +230,15 @@ def test_trajs_per_write_and_the_threads() -> None:
         second = next(batches)
     assert torch.equal(first["action"], TiltPolicy()(first["observation"]))  # its own weights, until
     assert torch.equal(second["action"], learner(second["observation"]))  # the sender sends the learner's
+
+
+def test_devices_per_worker_as_torchrl_lists_them() -> None:
+    from rlcollect.torchrl import MultiSyncCollector
+
+    collector = MultiSyncCollector([make_cartpole] * 2, TiltPolicy(), frames_per_batch=8,
+                                   device=[torch.device("cpu")] * 2, storing_device=["cpu", "cpu"])
+    with collector:
+        assert collector.options.storing_device == torch.device("cpu")
+        assert collector.options.policy_device == torch.device("cpu")
+        batch = next(iter(collector))
+    assert batch.device == torch.device("cpu")

@@ -362,7 +362,10 @@ CASES += section(
     case("policy_device='cpux'", collector(policy_device="cpux"),
          V, r"policy_device='cpux' is not a torch device"),
     case("storing_device=[1]", collector(storing_device=[1]),
-         T, r"storing_device must be .*got \[1\] \(list\)"),
+         V, r"storing_device\[0\]=1 is not a torch device"),
+    case("storing_device=['cpu', 'meta']", collector(storing_device=["cpu", "meta"]),
+         V, r"storing_device=\['cpu', 'meta'\] lists different devices per worker"),
+    case("device=[]", collector(device=[]), V, r"device=\[\] lists different devices per worker"),
     case("storing_device='gpu'", collector(storing_device="gpu"),
          V, r"storing_device='gpu' is not a torch device"),
     # exploration, flags, hooks
