@@ -6,7 +6,7 @@ Usage: ``python -m tests.torchrl_suite.vendor PATH/TO/torchrl/test/test_collecto
 The rewrite is mechanical: each TorchRL collector name that :mod:`rlcollect.torchrl` exports is
 imported from there instead of ``torchrl.collectors`` (in the module's imports and in the script a
 test writes for a subprocess); every other import (TorchRL's envs, specs, modules, testing mocks,
-and the collectors rlcollect does not have yet, such as ``AsyncCollector``) stays TorchRL's.
+and the collectors rlcollect does not have yet, such as ``DistributedCollector``) stays TorchRL's.
 """
 
 from __future__ import annotations
