@@ -77,10 +77,16 @@ def checked_output(out: Any, shape: tuple[int, ...], dtype: torch.dtype, what: s
     if tuple(out.shape) != tuple(shape):
         raise BadDataError(what, None, step, f"has shape {list(out.shape)}; expected {list(shape)} "
                            "(one per env, never broadcast)")
-    if out.is_floating_point() and not dtype.is_floating_point:
-        raise BadDataError(what, None, step, f"has dtype {out.dtype}; the space's actions are {dtype} "
-                           "(a float such as 1.7 would be stored truncated): return integers")
+    if out.is_floating_point() and not dtype.is_floating_point and not _whole(out):
+        raise BadDataError(what, None, step, f"has dtype {out.dtype} with non-integer values; the space's "
+                           f"actions are {dtype} (a float such as 1.7 would be stored truncated): return "
+                           "integers (floats holding whole numbers are stored exactly)")
     return out
+
+
+def _whole(values: torch.Tensor) -> bool:
+    """Whether floating ``values`` are all finite whole numbers (stored exactly as integers)."""
+    return bool(torch.isfinite(values).all()) and torch.equal(values, torch.trunc(values))
 
 
 class PolicyAdapter(abc.ABC):
@@ -180,14 +186,16 @@ def _check_action(output: Any, space: gym.Space[Any], num_envs: int) -> None:
     field = action_fields(space)[0]
     expected_shape = (num_envs, *field.shape)
     wants_float = isinstance(space, gym.spaces.Box) and np.issubdtype(space.dtype, np.floating)
-    # integers fit a floating Box exactly (as in TorchRL); floats never fit integer actions
-    expected = "a floating (or integer) dtype" if wants_float else "an integer or bool dtype"
+    # integers fit a floating Box exactly, whole-number floats an integer space (as in TorchRL)
+    expected = ("a floating (or integer) dtype" if wants_float
+                else "an integer or bool dtype (or floats holding whole numbers)")
     if not isinstance(output, torch.Tensor):
         raise ValueError(
             f"the policy returned {type(output).__name__}; expected a tensor of shape "
             f"{expected_shape} with {expected} for action space {space}"
         )
-    if tuple(output.shape) != expected_shape or (output.is_floating_point() and not wants_float):
+    if tuple(output.shape) != expected_shape or (
+            output.is_floating_point() and not wants_float and not _whole(output)):
         raise ValueError(
             f"the policy's action does not fit action space {space}: got shape "
             f"{tuple(output.shape)} dtype {output.dtype}, expected shape {expected_shape} "
@@ -394,11 +402,29 @@ class TensorDictPolicy(PolicyAdapter):
 
 def _is_tensordict_policy(policy: Any) -> bool:
     """Whether ``policy`` is called on TensorDicts: a ``TensorDictModuleBase``, TorchRL's
-    ``RandomPolicy`` (which TorchRL's collectors call that way too), or a callable with
-    ``in_keys`` and ``out_keys``."""
+    ``RandomPolicy`` (which TorchRL's collectors call that way too), a callable with ``in_keys``
+    and ``out_keys``, or one whose one argument says it takes a TensorDict (TorchRL's rule: named
+    ``tensordict`` or ``td``, or annotated with a ``TensorDictBase`` type)."""
     return isinstance(policy, TensorDictModuleBase) or _is_torchrl_random_policy(policy) or (
         hasattr(policy, "in_keys") and hasattr(policy, "out_keys")
-    )
+    ) or _takes_a_tensordict(policy)
+
+
+def _takes_a_tensordict(policy: Any) -> bool:
+    try:
+        signature = inspect.signature(getattr(policy, "forward", policy))
+    except (TypeError, ValueError):
+        return False
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    positional = [p for p in signature.parameters.values() if p.kind in kinds]
+    if len(positional) != 1:
+        return False
+    (parameter,) = positional
+    annotation = parameter.annotation
+    if isinstance(annotation, str):  # postponed annotations
+        return "TensorDict" in annotation
+    return parameter.name in ("tensordict", "td") or (
+        isinstance(annotation, type) and issubclass(annotation, TensorDictBase))
 
 
 def _is_torchrl_random_policy(policy: Any) -> bool:

@@ -73,7 +73,7 @@ def test_vector_env_with_num_envs() -> None:
 @pytest.mark.parametrize("policy,message", [
     (lambda obs: torch.zeros(obs.shape[0], 1, dtype=torch.long),
      r"got shape \(1, 1\) dtype torch.int64, expected shape \(1,\) with an integer or bool dtype"),
-    (lambda obs: torch.zeros(obs.shape[0]),
+    (lambda obs: torch.full((obs.shape[0],), 0.5),
      r"got shape \(1,\) dtype torch.float32, expected shape \(1,\) with an integer or bool dtype"),
     (lambda obs: [0], r"the policy returned list; expected a tensor of shape \(1,\)"),
 ])

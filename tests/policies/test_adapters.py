@@ -234,8 +234,8 @@ def test_not_callable_policy_is_rejected() -> None:
             spaces.Discrete(2),
             ["got shape (3, 1) dtype torch.int64", "expected shape (3,) with an integer or bool dtype"],
         ),
-        (  # dtype: floats for a Discrete action
-            lambda obs: torch.zeros(obs.shape[0]),
+        (  # dtype: floats with fractions for a Discrete action (whole numbers are taken)
+            lambda obs: torch.full((obs.shape[0],), 0.5),
             spaces.Discrete(2),
             ["got shape (3,) dtype torch.float32", "expected shape (3,) with an integer or bool dtype"],
         ),
@@ -469,3 +469,50 @@ def test_integer_actions_for_a_float_box_are_stored_as_floats() -> None:
     with Collector("Pendulum-v1", ones, frames_per_batch=4, total_frames=4, seed=0) as collector:
         batch = next(iter(collector))
     assert batch["action"].dtype == torch.float32 and (batch["action"] == 1.0).all()
+
+
+def test_whole_number_float_actions_are_stored_as_integers() -> None:
+    """As in TorchRL: 1.0 for a Discrete action is the integer 1, stored exactly; 1.5 is refused,
+    at the dry step and at any later step."""
+    from rlcollect import Collector
+    from rlcollect.data.checks import BadDataError
+
+    ones = lambda obs: torch.ones(obs.shape[0])  # noqa: E731
+    with Collector("CartPole-v1", ones, frames_per_batch=4, total_frames=4, seed=0) as collector:
+        batch = next(iter(collector))
+    assert batch["action"].dtype == torch.int64 and (batch["action"] == 1).all()
+    with pytest.raises(ValueError, match="with an integer or bool dtype"):
+        make_policy(lambda obs: torch.full((obs.shape[0],), 1.5), BOX_OBS, spaces.Discrete(2), N)
+    calls = []
+
+    def late(obs: torch.Tensor) -> torch.Tensor:
+        calls.append(1)
+        return torch.full((obs.shape[0],), 1.0 if len(calls) < 4 else 1.5)
+
+    with pytest.raises(BadDataError, match="non-integer values"), \
+            Collector("CartPole-v1", late, frames_per_batch=8, total_frames=8, seed=0) as collector:
+        next(iter(collector))
+
+
+def test_a_callable_whose_one_argument_is_a_tensordict_is_called_on_tensordicts() -> None:
+    """TorchRL's rule: one argument named ``td`` / ``tensordict`` or annotated ``TensorDictBase``;
+    in place or out of place (returning a new TensorDict with the action)."""
+    from tensordict import TensorDictBase  # noqa: F401 (the annotation below names it)
+
+    def in_place(td):  # type: ignore[no-untyped-def]
+        return td.set("action", (td["observation"][:, 2] > 0).long())
+
+    def out_of_place(tensordict):  # type: ignore[no-untyped-def]
+        return tensordict.empty().set("action", (tensordict["observation"][:, 2] > 0).long())
+
+    def annotated(data: TensorDictBase) -> TensorDictBase:
+        return data.set("action", (data["observation"][:, 2] > 0).long())
+
+    obs = torch.tensor([[0.0, 0.0, 1.0, 0.0], [0.0, 0.0, -1.0, 0.0], [0.0, 0.0, 2.0, 0.0]])
+    for policy in (in_place, out_of_place, annotated):
+        adapter = make_policy(policy, BOX_OBS, spaces.Discrete(2), N)
+        assert isinstance(adapter, TensorDictPolicy), policy.__name__
+        (action,) = adapter.outputs({("observation",): obs})
+        assert action.tolist() == [1, 0, 1]
+    assert isinstance(make_policy(lambda obs: (obs[:, 2] > 0).long(), BOX_OBS, spaces.Discrete(2), N),
+                      ModulePolicy)

@@ -52,8 +52,8 @@ from torchrl._utils import (
     prod,
     seed_generator,
 )
-from torchrl.collectors import AsyncCollector
 from rlcollect.torchrl import (
+    AsyncCollector,
     BaseCollector,
     Collector,
     MultiAsyncCollector,
