@@ -24,6 +24,7 @@ USER_SCRIPT = textwrap.dedent("""\
 """)
 
 
+@pytest.mark.packaging
 @pytest.mark.timeout(300)
 def test_a_user_script_type_checks_against_the_installed_wheel(tmp_path: Path) -> None:
     source = tmp_path / "source"  # a copy: a build in the checkout would leave build/ there, and reuse it
