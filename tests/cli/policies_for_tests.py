@@ -77,8 +77,9 @@ def float64_input(observation_space: gym.Space[Any], action_space: gym.Space[Any
 
 
 def float_actions_in_third_batch(observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> Any:
-    """Float actions from step 5 of the third batch of 32 steps (after the collector's dry call)."""
-    return ZerosThen(calls=1 + 2 * 32 + 5, then=lambda observation: torch.ones(observation.shape[0]))
+    """Float actions with a fraction (0.5) from step 5 of the third batch of 32 steps (after the
+    collector's dry call)."""
+    return ZerosThen(calls=1 + 2 * 32 + 5, then=lambda observation: torch.full((observation.shape[0],), 0.5))
 
 
 def tilt(observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> nn.Module:
