@@ -152,12 +152,12 @@ class AsyncBatchedCollector(PooledCollector):
             trajs_per_batch, traj_format = 1, "cat"
         options = CollectorOptions.from_arguments(
             {**locals(), "create_env_fn": sources, "device": None, "policy_device": device,
-             "num_workers": num_workers},
+             "num_workers": num_workers, "sync": False},
             {"envs_per_worker": "num_envs_per_worker"},
         )
         self._server_settings = _server_settings(max_batch_size, min_batch_size, server_timeout,
                                                  envs_per_worker, num_workers * envs_per_worker)
-        self._build(options, worker_processes(options), sync=False)
+        self._build(options, worker_processes(options))
 
     # -- the server -------------------------------------------------------------------------------
     def _allocate(self, options: CollectorOptions, transport: Transport, probe: Rollout, steps: int) -> None:

@@ -77,7 +77,7 @@ class _MultiProcessCollector(PooledCollector):
             num_workers = len(create_env_fn)
         nested_workers = _nested_workers(collector_class, collector_kwargs)
         options = CollectorOptions.from_arguments({**locals(), "sync": self._sync, **self._extra_options})
-        self._build(options, worker_processes(options), sync=self._sync)
+        self._build(options, worker_processes(options))
 
     def _worker_spec(self, worker: int) -> RolloutSpec:
         """As the pool's, with a :class:`NestedRollout` engine when each worker runs processes."""

@@ -41,7 +41,7 @@ class NestedRollout:
             return_same_td=True, placement=(setup.worker_idx, setup.num_workers, setup.traj_start),
         )
         self.collector = collector = collector_class.__new__(collector_class)
-        collector._build(options, worker_processes(options), sync=True)
+        collector._build(options, worker_processes(options))
         collector.worker_idx = setup.worker_idx
         self.num_envs = collector.num_envs
         self.layout = collector._slots[0].layout

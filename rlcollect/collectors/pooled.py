@@ -75,11 +75,10 @@ class PooledCollector(BaseCollector):
     sync: bool  # a batch is all workers' rows of a slot (sync) or one worker's rows (async)
     _policy_in_workers = True  # False: the policy runs in this process (a policy server)
 
-    def _build(
-        self, options: CollectorOptions, make_transport: Callable[[], Transport], *, sync: bool
-    ) -> None:
-        """Everything is checked, and the probe built, before ``make_transport`` starts anything."""
-        self.options, self.sync = options, sync
+    def _build(self, options: CollectorOptions, make_transport: Callable[[], Transport]) -> None:
+        """Everything is checked, and the probe built, before ``make_transport`` starts anything
+        (``options.sync``: synchronous or asynchronous batches)."""
+        self.options, self.sync = options, sync = options, options.sync
         if not sync and options.preemptive_threshold is not None:
             raise ValueError("preemptive_threshold applies to synchronous collection only")
         if not sync and options.prefetch:

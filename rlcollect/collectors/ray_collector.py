@@ -152,8 +152,7 @@ class RayCollector(PooledCollector):
             raise ValueError(f"remote_config must not set {clash}: use max_actor_restarts")
         self.num_collectors = options.num_workers
         remote = {"num_cpus": options.nested_workers, **(remote_config or {})}
-        self._build(options, lambda: RayTransport(dict(ray_init_config or {}), remote, options.num_workers),
-                    sync=bool(sync))
+        self._build(options, lambda: RayTransport(dict(ray_init_config or {}), remote, options.num_workers))
 
     def _worker_spec(self, worker: int) -> RolloutSpec:
         """As the pool's, with a :class:`NestedRollout` engine when each actor runs processes."""

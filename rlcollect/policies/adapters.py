@@ -421,10 +421,11 @@ def _takes_a_tensordict(policy: Any) -> bool:
         return False
     (parameter,) = positional
     annotation = parameter.annotation
+    if parameter.name in ("tensordict", "td"):
+        return True
     if isinstance(annotation, str):  # postponed annotations
         return "TensorDict" in annotation
-    return parameter.name in ("tensordict", "td") or (
-        isinstance(annotation, type) and issubclass(annotation, TensorDictBase))
+    return isinstance(annotation, type) and issubclass(annotation, TensorDictBase)
 
 
 def _is_torchrl_random_policy(policy: Any) -> bool:

@@ -158,16 +158,7 @@ class AsyncCollector(MultiAsyncCollector):
     def __init__(self, create_env_fn: Any, policy: Any = None, **kwargs: Any) -> None:
         if "num_workers" in kwargs:
             raise TypeError("AsyncCollector runs one worker: use MultiAsyncCollector for num_workers")
-        kwargs = _listed_kwargs(kwargs)
-        super().__init__([create_env_fn], policy, num_workers=1, **kwargs)
-
-
-def _listed_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """TorchRL's one-worker lists (``create_env_kwargs=[{...}]``) as the one entry they hold."""
-    listed = kwargs.get("create_env_kwargs")
-    if isinstance(listed, (list, tuple)) and len(listed) == 1:
-        kwargs = {**kwargs, "create_env_kwargs": listed[0]}
-    return kwargs
+        super().__init__([create_env_fn], policy, num_workers=1, **kwargs)  # per-worker lists: of one
 
 
 #: TorchRL's ``RayCollector`` arguments that rlcollect's gives each actor's collector.
@@ -187,9 +178,9 @@ class RayCollector(collectors.RayCollector):
         kwargs.setdefault("sync", False)
         inner = dict(kwargs.pop("collector_kwargs", None) or {})
         for name in _RAY_COLLECTOR_ARGUMENTS:
-            if kwargs.get(name) is not None:
-                inner[name] = kwargs.pop(name)
-            kwargs.pop(name, None)
+            value = kwargs.pop(name, None)
+            if value is not None:
+                inner[name] = value
         if kwargs.pop("update_after_each_batch", False):
             inner["update_at_each_batch"] = True
         envs = kwargs.pop("num_workers_per_collector", 1)
