@@ -13,7 +13,7 @@ from rlcollect.data.checks import short_repr
 from rlcollect.envs.base import EnvBatch
 from rlcollect.envs.envpool_env import ENVPOOL_PREFIX, is_envpool, make_envpool_batch
 from rlcollect.envs.gym_envs import GymEnvs
-from rlcollect.envs.torchrl_env import TorchRLEnv, is_torchrl_env
+from rlcollect.envs.torchrl_env import is_torchrl_env, torchrl_env_batch
 from rlcollect.envs.vector import GymVectorEnv
 
 __all__ = ["EnvSource", "check_env_source", "make_env_batch", "source_modules"]
@@ -148,7 +148,7 @@ def make_env_batch(
                 f"num_envs={num_envs} with a TorchRL env: batch it with torchrl's SerialEnv or "
                 "ParallelEnv and leave num_envs=1"
             )
-        return TorchRLEnv(first, max_episode_steps)
+        return torchrl_env_batch(first, max_episode_steps)
     if isinstance(first, VectorEnv):
         if num_envs != 1:
             raise ValueError(

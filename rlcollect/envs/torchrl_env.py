@@ -4,6 +4,12 @@ Users keep their TorchRL envs and transforms and swap only the collector. TorchR
 lazily (``pip install rlcollect[torchrl]``). Specs are mapped to Gymnasium spaces once, at
 construction; each step is ``env.step`` then ``env.maybe_reset`` on the next root, so the true
 final observation comes from ``"next"`` and the reset observation from the new root.
+
+A plain ``GymEnv``, or a ``SerialEnv`` of them, only wraps Gymnasium envs that rlcollect steps
+itself ten times faster: :func:`torchrl_env_batch` steps the Gymnasium envs inside it directly
+(:class:`TorchRLGymEnvs`), with the TorchRL env's spaces, seeding and policy preparation, so the
+data is the same frame for frame. Anything else (transforms, pixels, frame skips, info readers,
+several keys, ``ParallelEnv``) is stepped through TorchRL (:class:`TorchRLEnv`).
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 from copy import deepcopy
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium import spaces
@@ -18,8 +25,9 @@ from gymnasium.vector.utils import batch_space
 
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.envs.base import EnvBatch
+from rlcollect.envs.gym_envs import GymEnvs
 
-__all__ = ["OneHotSpace", "TorchRLEnv", "is_torchrl_env"]
+__all__ = ["OneHotSpace", "TorchRLEnv", "TorchRLGymEnvs", "is_torchrl_env", "torchrl_env_batch"]
 
 
 def is_torchrl_env(obj: Any) -> bool:
@@ -188,3 +196,129 @@ class TorchRLEnv(EnvBatch):
 
     def _restore_picklable_state(self, state: Any) -> None:
         raise TypeError("TorchRL envs are not restored from a state_dict")
+
+
+def torchrl_env_batch(env: Any, max_episode_steps: int | None = None) -> EnvBatch:
+    """The env batch for a TorchRL env: the Gymnasium envs inside a plain ``GymEnv`` or a
+    ``SerialEnv`` of them, stepped directly (:class:`TorchRLGymEnvs`); any other env through
+    TorchRL (:class:`TorchRLEnv`).
+
+    Examples:
+        >>> from torchrl.envs import GymEnv, StepCounter, TransformedEnv
+        >>> type(torchrl_env_batch(GymEnv("CartPole-v1"))).__name__
+        'TorchRLGymEnvs'
+        >>> type(torchrl_env_batch(TransformedEnv(GymEnv("CartPole-v1"), StepCounter()))).__name__
+        'TorchRLEnv'
+    """
+    inner = _gym_envs_inside(env)
+    if inner is None:
+        return TorchRLEnv(env, max_episode_steps)
+    return TorchRLGymEnvs(env, inner, max_episode_steps)
+
+
+def _gym_envs_inside(env: Any) -> list[gym.Env[Any, Any]] | None:
+    """The Gymnasium envs a ``GymEnv`` (or a ``SerialEnv`` of them, which this starts) only
+    converts to and from TensorDicts; ``None`` where TorchRL does more than that."""
+    from torchrl.envs import GymEnv, SerialEnv
+
+    if type(env) is SerialEnv:
+        if env.device not in (None, torch.device("cpu")) or env.num_workers < 1:
+            return None
+        if env.is_closed:
+            env.start()
+        subs = list(env._envs)
+    elif type(env) is GymEnv:
+        subs = [env]
+    else:
+        return None
+    inner = []
+    for sub in subs:
+        gym_env = _plain_gym_env(sub) if type(sub) is GymEnv else None
+        if gym_env is None:
+            return None
+        inner.append(gym_env)
+    return inner
+
+
+def _plain_gym_env(env: Any) -> gym.Env[Any, Any] | None:
+    """``env._env`` when the ``GymEnv`` adds nothing to it but TensorDicts: one ``observation``,
+    ``action`` and ``reward``, the three done flags, no pixels, frame skip, info reader or state,
+    on the CPU, with spaces that map to its specs unchanged."""
+    inner = getattr(env, "_env", None)
+    if not isinstance(inner, gym.Env) or isinstance(inner, gym.vector.VectorEnv):
+        return None
+    if (env.from_pixels or env.info_dict_reader or getattr(env, "wrapper_frame_skip", 1) != 1
+            or getattr(env, "frame_skip", 1) != 1 or tuple(env.batch_size) != ()
+            or env.device not in (None, torch.device("cpu")) or env._seed_calls_reset is False):
+        return None
+    if (list(env.full_observation_spec.keys(True, True)) != ["observation"]
+            or list(env.full_action_spec.keys(True, True)) != ["action"]
+            or list(env.full_reward_spec.keys(True, True)) != ["reward"]
+            or tuple(env.reward_spec.shape) != (1,) or env.reward_spec.dtype != torch.float32
+            or sorted(env.full_done_spec.keys(True, True)) != ["done", "terminated", "truncated"]
+            or list(env.full_state_spec.keys(True, True))):
+        return None
+    obs_space, act_space = inner.observation_space, inner.action_space
+    obs_spec = _space(env.observation_spec["observation"], "observation_spec")
+    if not (isinstance(obs_space, spaces.Box) and type(obs_spec) is spaces.Box
+            and obs_space.shape == obs_spec.shape and obs_space.dtype == obs_spec.dtype):
+        return None
+    act_spec = _space(env.action_spec, "action_spec")
+    if isinstance(act_space, spaces.Discrete):
+        if act_space.start != 0 or not (
+                (isinstance(act_spec, spaces.Discrete) and act_spec.n == act_space.n and act_spec.start == 0)
+                or (isinstance(act_spec, OneHotSpace) and act_spec.shape == (int(act_space.n),))):
+            return None
+    elif not (isinstance(act_space, spaces.Box) and type(act_spec) is spaces.Box
+              and act_space.shape == act_spec.shape and act_space.dtype == act_spec.dtype):
+        return None
+    return inner
+
+
+class _OneHotToIndex(gym.ActionWrapper):
+    """Takes TorchRL's one-hot actions and steps the wrapped env with their index, as ``GymEnv`` does."""
+
+    def __init__(self, env: gym.Env[Any, Any], space: OneHotSpace) -> None:
+        super().__init__(env)
+        self.action_space = space
+
+    def action(self, action: Any) -> int:
+        return int(action.argmax())
+
+
+class TorchRLGymEnvs(GymEnvs):
+    """The Gymnasium envs inside a plain TorchRL ``GymEnv`` (or a ``SerialEnv`` of them), stepped
+    by rlcollect's own loop as :class:`GymEnvs` are; the spaces (one-hot actions included),
+    seeding, policy preparation and closing are the TorchRL env's, as in :class:`TorchRLEnv`, so
+    the batches are the same frame for frame, only made without a TensorDict per step.
+
+    Examples:
+        >>> from torchrl.envs import GymEnv, SerialEnv
+        >>> batch = torchrl_env_batch(SerialEnv(2, lambda: GymEnv("CartPole-v1")))
+        >>> batch.num_envs, batch.unbatched, batch.action_space
+        (2, False, OneHotSpace((2,), int64))
+    """
+
+    def __init__(
+        self, env: Any, inner: list[gym.Env[Any, Any]], max_episode_steps: int | None = None
+    ) -> None:
+        self.env = env
+        self.unbatched = not tuple(env.batch_size)
+        per_env = (lambda spec: spec) if self.unbatched else (lambda spec: spec[0])
+        action_space = _space(per_env(env.action_spec), "action_spec")
+        if isinstance(action_space, OneHotSpace):
+            inner = [_OneHotToIndex(e, OneHotSpace(action_space.shape, action_space.dtype)) for e in inner]
+        super().__init__(inner, max_episode_steps)
+        self.observation_space = _space(per_env(env.observation_spec)["observation"], "observation_spec")
+        self.action_space = action_space
+
+    def reset(self, slot: int, seeds: list[int] | None = None) -> None:
+        if seeds is not None:  # TorchRL's seeding: a reset with the seed (sub-env i gets the i-th of
+            self.env.set_seed(seeds[0])  # TorchRL's seed chain), then the first episode's reset
+        super().reset(slot)
+
+    prepare_policy = TorchRLEnv.prepare_policy
+    seed_action_spaces = TorchRLEnv.seed_action_spaces
+    close = TorchRLEnv.close
+    _picklable_state = TorchRLEnv._picklable_state
+    _restore_picklable_state = TorchRLEnv._restore_picklable_state

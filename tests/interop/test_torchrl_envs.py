@@ -18,6 +18,8 @@ from torchrl.envs import EnvBase, GymEnv, SerialEnv, StepCounter, TransformedEnv
 from torchrl.modules import RandomPolicy  # noqa: E402
 
 from rlcollect import Collector, MultiSyncCollector  # noqa: E402
+from rlcollect.envs.factory import make_env_batch  # noqa: E402
+from rlcollect.envs.torchrl_env import TorchRLEnv, TorchRLGymEnvs  # noqa: E402
 from rlcollect.torchrl import Collector as TorchRLLayoutCollector  # noqa: E402
 from rlcollect.torchrl import MultiSyncCollector as TorchRLLayoutMultiSync  # noqa: E402
 from tests.envs_for_tests import TiltPolicy  # noqa: E402
@@ -217,3 +219,53 @@ def test_cat_results_groups_the_workers_as_torchrl(batched: bool) -> None:
     finally:
         theirs.shutdown()
     assert reference.batch_size == shapes["stack"]
+
+
+def continuous_policy() -> TensorDictModule:
+    return TensorDictModule(lambda obs: obs[..., :1].clamp(-2.0, 2.0), in_keys=["observation"],
+                            out_keys=["action"])
+
+
+@pytest.mark.parametrize("batched", [False, True])
+@pytest.mark.parametrize("case", ["categorical", "one-hot", "box"])
+def test_plain_gym_env_is_stepped_directly_with_torchrl_collectors_frames(case: str, batched: bool) -> None:
+    """A plain GymEnv (or a SerialEnv of them) only converts Gymnasium's arrays to TensorDicts:
+    rlcollect steps the Gymnasium envs inside it itself, and the batches are still TorchRL's
+    collector's, key for key and value for value, episode ends included."""
+    name = "Pendulum-v1" if case == "box" else "CartPole-v1"
+
+    def one() -> EnvBase:
+        return GymEnv(name, categorical_action_encoding=case == "categorical")
+
+    def env() -> EnvBase:
+        return SerialEnv(3, one) if batched else one()
+
+    make_policy = {"categorical": policy, "one-hot": one_hot_policy, "box": continuous_policy}[case]
+    assert isinstance(make_env_batch(env()), TorchRLGymEnvs)
+    frames = 600  # every CartPole env ends episodes; Pendulum's end at 200 steps
+    seeded = env()
+    seeded.set_seed(3)
+    theirs = TorchRLCollector(seeded, make_policy(), frames_per_batch=frames, total_frames=2 * frames)
+    expected = [b.clone() for b in theirs]
+    theirs.shutdown()
+    with TorchRLLayoutCollector(env(), make_policy(), frames_per_batch=frames, total_frames=2 * frames,
+                                seed=3) as ours:
+        got = [b.clone() for b in ours]
+    for want, have in zip(expected, got, strict=True):
+        assert have.batch_size == want.batch_size
+        assert set(have.keys(True, True)) == set(want.keys(True, True))
+        for key in want.keys(True, True):
+            if key != ("collector", "traj_ids"):  # TorchRL's own numbering
+                assert have[key].dtype == want[key].dtype, key
+                assert torch.equal(have[key], want[key]), key
+    assert torch.stack(got)["next", "done"].sum() >= (3 if batched else 1) * (2 if case == "box" else 10)
+
+
+def test_a_gym_env_that_torchrl_changes_is_stepped_through_torchrl() -> None:
+    """Transforms, frame skips and non-CPU or non-Gymnasium specs keep TorchRL's own step."""
+    assert isinstance(make_env_batch(GymEnv("CartPole-v1")), TorchRLGymEnvs)
+    for env in (make_env(), GymEnv("CartPole-v1", frame_skip=2),
+                SerialEnv(2, make_env), SerialEnv(2, lambda: GymEnv("CartPole-v1", frame_skip=2))):
+        batch = make_env_batch(env)
+        assert isinstance(batch, TorchRLEnv) and not isinstance(batch, TorchRLGymEnvs), env
+        batch.close()
