@@ -5,16 +5,19 @@ lazily (``pip install rlcollect[torchrl]``). Specs are mapped to Gymnasium space
 construction; each step is ``env.step`` then ``env.maybe_reset`` on the next root, so the true
 final observation comes from ``"next"`` and the reset observation from the new root.
 
-A plain ``GymEnv``, or a ``SerialEnv`` of them, only wraps Gymnasium envs that rlcollect steps
-itself ten times faster: :func:`torchrl_env_batch` steps the Gymnasium envs inside it directly
-(:class:`TorchRLGymEnvs`), with the TorchRL env's spaces, seeding and policy preparation, so the
-data is the same frame for frame. Anything else (transforms, pixels, frame skips, info readers,
-several keys, ``ParallelEnv``) is stepped through TorchRL (:class:`TorchRLEnv`).
+A plain ``GymEnv``, or a ``SerialEnv`` or ``ParallelEnv`` of them, only wraps Gymnasium envs that
+rlcollect steps itself several times faster: :func:`torchrl_env_batch` steps the Gymnasium envs
+inside it directly (:class:`TorchRLGymEnvs` in this process; :class:`TorchRLGymVector`, a
+Gymnasium ``AsyncVectorEnv`` of as many processes, for a ``ParallelEnv``), with the TorchRL env's
+spaces, seeding and policy preparation, so the data is the same frame for frame. Anything else
+(transforms, pixels, frame skips, info readers, several keys) is stepped through TorchRL
+(:class:`TorchRLEnv`).
 """
 
 from __future__ import annotations
 
 from copy import deepcopy
+from functools import partial
 from typing import Any
 
 import gymnasium as gym
@@ -26,8 +29,11 @@ from gymnasium.vector.utils import batch_space
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.envs.base import EnvBatch
 from rlcollect.envs.gym_envs import GymEnvs
+from rlcollect.envs.vector import GymVectorEnv
 
-__all__ = ["OneHotSpace", "TorchRLEnv", "TorchRLGymEnvs", "is_torchrl_env", "torchrl_env_batch"]
+__all__ = [
+    "OneHotSpace", "TorchRLEnv", "TorchRLGymEnvs", "TorchRLGymVector", "is_torchrl_env", "torchrl_env_batch",
+]
 
 
 def is_torchrl_env(obj: Any) -> bool:
@@ -94,6 +100,17 @@ def _space(spec: Any, key: str) -> spaces.Space[Any]:
     if isinstance(spec, Unbounded):
         return spaces.Box(-limit - (1 if integer else 0), limit, shape, dtype)
     raise TypeError(f"{key}: TorchRL spec {type(spec).__name__} is not supported")
+
+
+def _prepare_policy(env: Any, policy: Any) -> None:
+    """As TorchRL's collectors do: a ``RandomPolicy()`` takes the env's action spec, exploration
+    modules built without a spec take it too."""
+    from torchrl.modules import set_exploration_modules_spec_from_env
+
+    if callable(getattr(policy, "set_action_spec_from_env", None)):
+        policy.set_action_spec_from_env(env)
+    if isinstance(policy, torch.nn.Module):
+        set_exploration_modules_spec_from_env(policy, env)
 
 
 class TorchRLEnv(EnvBatch):
@@ -175,14 +192,7 @@ class TorchRLEnv(EnvBatch):
         self._write_root(t + 1)
 
     def prepare_policy(self, policy: Any) -> None:
-        """As TorchRL's collectors do: a ``RandomPolicy()`` takes the env's action spec, exploration
-        modules built without a spec take it too."""
-        from torchrl.modules import set_exploration_modules_spec_from_env
-
-        if callable(getattr(policy, "set_action_spec_from_env", None)):
-            policy.set_action_spec_from_env(self.env)
-        if isinstance(policy, torch.nn.Module):
-            set_exploration_modules_spec_from_env(policy, self.env)
+        _prepare_policy(self.env, policy)
 
     def seed_action_spaces(self, seeds: list[int]) -> None:
         self.action_space.seed(seeds[0])
@@ -210,10 +220,37 @@ def torchrl_env_batch(env: Any, max_episode_steps: int | None = None) -> EnvBatc
         >>> type(torchrl_env_batch(TransformedEnv(GymEnv("CartPole-v1"), StepCounter()))).__name__
         'TorchRLEnv'
     """
+    from torchrl.envs import ParallelEnv
+
+    if type(env) is ParallelEnv:
+        if _plain_in_processes(env):
+            return TorchRLGymVector(env, max_episode_steps)
+        return TorchRLEnv(env, max_episode_steps)
     inner = _gym_envs_inside(env)
     if inner is None:
         return TorchRLEnv(env, max_episode_steps)
     return TorchRLGymEnvs(env, inner, max_episode_steps)
+
+
+def _plain_in_processes(env: Any) -> bool:
+    """Whether each of a ``ParallelEnv``'s constructors builds a plain ``GymEnv`` (each distinct
+    constructor and arguments built once here, and closed)."""
+    from torchrl.envs import GymEnv
+
+    if env.device not in (None, torch.device("cpu")) or not env.is_closed:
+        return False
+    probed: list[tuple[Any, Any]] = []
+    for create, kwargs in zip(env.create_env_fn, env.create_env_kwargs, strict=True):
+        if any(create is c and kwargs == k for c, k in probed):
+            continue
+        probed.append((create, kwargs))
+        built = create(**kwargs)
+        try:
+            if type(built) is not GymEnv or _plain_gym_env(built) is None:
+                return False
+        finally:
+            built.close()
+    return True
 
 
 def _gym_envs_inside(env: Any) -> list[gym.Env[Any, Any]] | None:
@@ -276,14 +313,32 @@ def _plain_gym_env(env: Any) -> gym.Env[Any, Any] | None:
 
 
 class _OneHotToIndex(gym.ActionWrapper):
-    """Takes TorchRL's one-hot actions and steps the wrapped env with their index, as ``GymEnv`` does."""
+    """Takes TorchRL's one-hot actions and steps the wrapped env with their index, as ``GymEnv``
+    does; ``holds`` keeps the TorchRL env it came from alive (and so unclosed)."""
 
-    def __init__(self, env: gym.Env[Any, Any], space: OneHotSpace) -> None:
+    def __init__(
+        self, env: gym.Env[Any, Any], space: spaces.Space[Any] | None = None, holds: Any = None
+    ) -> None:
         super().__init__(env)
-        self.action_space = space
+        self._one_hot = isinstance(space, OneHotSpace)
+        if space is not None:
+            self.action_space = space
+        self.holds = holds
 
-    def action(self, action: Any) -> int:
-        return int(action.argmax())
+    def action(self, action: Any) -> Any:
+        return int(action.argmax()) if self._one_hot else action
+
+
+def _gym_env_in_process(create_env_fn: Any, kwargs: dict[str, Any], action_space: spaces.Space[Any]) -> Any:
+    """Run in a vector env's process: build the TorchRL env, hand out the Gymnasium env inside."""
+    from torchrl.envs import GymEnv
+
+    env = create_env_fn(**kwargs)
+    inner = _plain_gym_env(env) if type(env) is GymEnv else None
+    if inner is None:
+        raise TypeError(f"ParallelEnv's create_env_fn {create_env_fn!r} built {type(env).__name__} "
+                        f"{env!r:.80}, not the plain GymEnv it built in the main process")
+    return _OneHotToIndex(inner, action_space, holds=env)
 
 
 class TorchRLGymEnvs(GymEnvs):
@@ -320,5 +375,51 @@ class TorchRLGymEnvs(GymEnvs):
     prepare_policy = TorchRLEnv.prepare_policy
     seed_action_spaces = TorchRLEnv.seed_action_spaces
     close = TorchRLEnv.close
+    _picklable_state = TorchRLEnv._picklable_state
+    _restore_picklable_state = TorchRLEnv._restore_picklable_state
+
+
+class TorchRLGymVector(GymVectorEnv):
+    """A TorchRL ``ParallelEnv`` of plain ``GymEnv`` s as a Gymnasium ``AsyncVectorEnv`` of as many
+    processes (started by a forkserver, resetting finished envs in the same step), each stepping
+    the Gymnasium env inside the ``GymEnv`` its constructor builds; the spaces, seeding (TorchRL's
+    seed chain) and policy preparation are the ``ParallelEnv``'s, so the batches are the ones
+    TorchRL's collector makes, without TorchRL's per-step TensorDicts and pipes.
+    """
+
+    def __init__(self, env: Any, max_episode_steps: int | None = None) -> None:
+        self.torchrl_env = env
+        action_space = _space(env.action_spec[0], "action_spec")
+        factories = [partial(_gym_env_in_process, create, kwargs, action_space)
+                     for create, kwargs in zip(env.create_env_fn, env.create_env_kwargs, strict=True)]
+        vector = gym.vector.AsyncVectorEnv(factories, context="forkserver",
+                                           autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+        super().__init__(vector, max_episode_steps)
+        observation_space = _space(env.observation_spec[0], "observation_spec")
+        assert isinstance(observation_space, spaces.Dict)
+        self.observation_space = observation_space["observation"]
+        self.action_space = action_space
+
+    def _reset_all(self, seeds: list[int] | None) -> Any:
+        if seeds is not None:  # as ParallelEnv.set_seed: sub-env i is reset with the i-th seed of
+            from torchrl._utils import seed_generator  # TorchRL's chain, then reset for its first episode
+
+            chain = [seeds[0]]
+            while len(chain) < self.num_envs:
+                chain.append(seed_generator(chain[-1]))
+            self.env.reset(seed=chain)  # type: ignore[arg-type]  # a list: one seed per sub-env
+        obs, _ = self.env.reset()
+        return obs
+
+    def prepare_policy(self, policy: Any) -> None:
+        _prepare_policy(self.torchrl_env, policy)
+
+    seed_action_spaces = TorchRLEnv.seed_action_spaces
+
+    def close(self) -> None:
+        self.env.close()
+        if not self.torchrl_env.is_closed:
+            self.torchrl_env.close()
+
     _picklable_state = TorchRLEnv._picklable_state
     _restore_picklable_state = TorchRLEnv._restore_picklable_state

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import pytest
@@ -14,12 +15,12 @@ from tensordict import NestedKey, TensorDictBase  # noqa: E402
 from tensordict.nn import TensorDictModule, TensorDictModuleBase  # noqa: E402
 from torchrl.collectors import Collector as TorchRLCollector  # noqa: E402
 from torchrl.collectors import MultiSyncCollector as TorchRLMultiSync  # noqa: E402
-from torchrl.envs import EnvBase, GymEnv, SerialEnv, StepCounter, TransformedEnv  # noqa: E402
+from torchrl.envs import EnvBase, GymEnv, ParallelEnv, SerialEnv, StepCounter, TransformedEnv  # noqa: E402
 from torchrl.modules import RandomPolicy  # noqa: E402
 
 from rlcollect import Collector, MultiSyncCollector  # noqa: E402
 from rlcollect.envs.factory import make_env_batch  # noqa: E402
-from rlcollect.envs.torchrl_env import TorchRLEnv, TorchRLGymEnvs  # noqa: E402
+from rlcollect.envs.torchrl_env import TorchRLEnv, TorchRLGymEnvs, TorchRLGymVector  # noqa: E402
 from rlcollect.torchrl import Collector as TorchRLLayoutCollector  # noqa: E402
 from rlcollect.torchrl import MultiSyncCollector as TorchRLLayoutMultiSync  # noqa: E402
 from tests.envs_for_tests import TiltPolicy  # noqa: E402
@@ -226,22 +227,27 @@ def continuous_policy() -> TensorDictModule:
                             out_keys=["action"])
 
 
-@pytest.mark.parametrize("batched", [False, True])
-@pytest.mark.parametrize("case", ["categorical", "one-hot", "box"])
-def test_plain_gym_env_is_stepped_directly_with_torchrl_collectors_frames(case: str, batched: bool) -> None:
-    """A plain GymEnv (or a SerialEnv of them) only converts Gymnasium's arrays to TensorDicts:
-    rlcollect steps the Gymnasium envs inside it itself, and the batches are still TorchRL's
-    collector's, key for key and value for value, episode ends included."""
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("case", "batched"), [  # processes: the one-hot actions of GymEnv's default
+    *[(case, batched) for case in ("categorical", "one-hot", "box") for batched in ("one", "serial")],
+    ("one-hot", "parallel"),
+])
+def test_plain_gym_env_is_stepped_directly_with_torchrl_collectors_frames(case: str, batched: str) -> None:
+    """A plain GymEnv (or a SerialEnv or ParallelEnv of them) only converts Gymnasium's arrays to
+    TensorDicts: rlcollect steps the Gymnasium envs inside it itself (a ParallelEnv's in a
+    Gymnasium AsyncVectorEnv), and the batches are still TorchRL's collector's, key for key and
+    value for value, episode ends included."""
     name = "Pendulum-v1" if case == "box" else "CartPole-v1"
-
-    def one() -> EnvBase:
-        return GymEnv(name, categorical_action_encoding=case == "categorical")
+    one = partial(GymEnv, name, categorical_action_encoding=case == "categorical")
 
     def env() -> EnvBase:
-        return SerialEnv(3, one) if batched else one()
+        batches = {"one": one, "serial": partial(SerialEnv, 3, one), "parallel": partial(ParallelEnv, 3, one)}
+        return batches[batched]()
 
     make_policy = {"categorical": policy, "one-hot": one_hot_policy, "box": continuous_policy}[case]
-    assert isinstance(make_env_batch(env()), TorchRLGymEnvs)
+    probe = make_env_batch(env())
+    assert isinstance(probe, TorchRLGymVector if batched == "parallel" else TorchRLGymEnvs)
+    probe.close()
     frames = 600  # every CartPole env ends episodes; Pendulum's end at 200 steps
     seeded = env()
     seeded.set_seed(3)
@@ -258,14 +264,15 @@ def test_plain_gym_env_is_stepped_directly_with_torchrl_collectors_frames(case: 
             if key != ("collector", "traj_ids"):  # TorchRL's own numbering
                 assert have[key].dtype == want[key].dtype, key
                 assert torch.equal(have[key], want[key]), key
-    assert torch.stack(got)["next", "done"].sum() >= (3 if batched else 1) * (2 if case == "box" else 10)
+    ends = torch.stack(got)["next", "done"].sum()
+    assert ends >= (1 if batched == "one" else 3) * (2 if case == "box" else 10)
 
 
 def test_a_gym_env_that_torchrl_changes_is_stepped_through_torchrl() -> None:
     """Transforms, frame skips and non-CPU or non-Gymnasium specs keep TorchRL's own step."""
     assert isinstance(make_env_batch(GymEnv("CartPole-v1")), TorchRLGymEnvs)
-    for env in (make_env(), GymEnv("CartPole-v1", frame_skip=2),
-                SerialEnv(2, make_env), SerialEnv(2, lambda: GymEnv("CartPole-v1", frame_skip=2))):
+    for env in (make_env(), GymEnv("CartPole-v1", frame_skip=2), SerialEnv(2, make_env),
+                SerialEnv(2, lambda: GymEnv("CartPole-v1", frame_skip=2)), ParallelEnv(2, make_env)):
         batch = make_env_batch(env)
-        assert isinstance(batch, TorchRLEnv) and not isinstance(batch, TorchRLGymEnvs), env
+        assert type(batch) is TorchRLEnv, env
         batch.close()
