@@ -34,7 +34,7 @@ import abc
 from typing import Any
 
 from rlcollect import collectors
-from rlcollect.collectors import BaseCollector, ProfileConfig
+from rlcollect.collectors import BaseCollector, CollectorStats, ProfileConfig
 from rlcollect.collectors.options import check_flag, check_int
 from rlcollect.weights import WeightUpdaterBase
 
@@ -55,6 +55,58 @@ def _torchrl_init(collector: Any, cls: Any, args: tuple[Any, ...], kwargs: dict[
         collector.worker_idx = options.worker_idx
     if options.weight_recv_schemes is not None:
         collector.register_scheme_receiver(options.weight_recv_schemes)
+
+
+class TorchRLStats(dict[str, Any]):
+    """What ``stats()`` returns in this module: TorchRL's snapshot, a JSON-serializable dict
+    (``frames``, ``batches``, ``total_frames``, ``completed``, ``requested_frames_per_batch``,
+    ``policy_version`` when tracked; ``workers``, ``workers_alive``, ``worker_frames`` and
+    ``worker_<i>/<counter>`` for the collectors with workers), whose attributes are rlcollect's
+    :class:`~rlcollect.collectors.CollectorStats` (``stats().fps``, ``stats().mean_return``).
+
+    Examples:
+        >>> stats = TorchRLStats({"frames": 16}, CollectorStats(frames=16, fps=100.0))
+        >>> stats["frames"], stats.fps
+        (16, 100.0)
+    """
+
+    def __init__(self, entries: dict[str, Any], native: CollectorStats) -> None:
+        super().__init__(entries)
+        self.native = native
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "native":  # not set yet (unpickling)
+            raise AttributeError(name)
+        return getattr(self.native, name)
+
+
+_WORKER_VIEWS = ("aggregate", "per_worker", "both")
+
+
+def _torchrl_stats(collector: Any, native: CollectorStats, workers: str | None) -> TorchRLStats:
+    """TorchRL's ``stats()`` entries from rlcollect's counters; ``workers`` is ``None`` for a
+    collector without workers, else TorchRL's view: ``"aggregate"``, ``"per_worker"``, ``"both"``."""
+    if workers is not None and workers not in _WORKER_VIEWS:
+        raise ValueError(f"workers must be one of 'aggregate', 'per_worker' or 'both', got {workers!r}")
+    entries: dict[str, Any] = {}
+    if workers in (None, "aggregate", "both"):
+        entries.update(frames=native.frames, batches=native.batches)
+        if collector.total_frames >= 0:
+            entries["total_frames"] = collector.total_frames
+            entries["completed"] = native.frames >= collector.total_frames
+        entries["requested_frames_per_batch"] = collector.requested_frames_per_batch
+        if collector.options.track_policy_version:
+            entries["policy_version"] = native.policy_version
+    if workers is not None:
+        # a worker that dies is restarted or fails the collector at once: all are alive while it runs
+        entries.update(workers=len(native.workers),
+                       workers_alive=0 if collector._pool.closed else len(native.workers),
+                       worker_frames=sum(worker.frames for worker in native.workers))
+        if workers in ("per_worker", "both"):
+            for i, worker in enumerate(native.workers):
+                for name in ("frames", "fps", "episodes", "restarts", "policy_version"):
+                    entries[f"worker_{i}/{name}"] = getattr(worker, name)
+    return TorchRLStats(entries, native)
 
 
 #: What ``Collector(backend=...)`` builds on: this process, worker processes, Ray actors.
@@ -114,6 +166,10 @@ class Collector(collectors.Collector):
             kwargs.pop(name, None)
         _torchrl_init(self, collectors.Collector, args, kwargs)
 
+    def stats(self) -> TorchRLStats:  # type: ignore[override]
+        """TorchRL's snapshot (:class:`TorchRLStats`)."""
+        return _torchrl_stats(self, super().stats(), None)
+
 
 class _MultiCollectorType(abc.ABCMeta):
     """``MultiCollector(..., sync=...)`` builds the synchronous or the asynchronous collector."""
@@ -143,12 +199,22 @@ class MultiSyncCollector(collectors.MultiSyncCollector, MultiCollector):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         _torchrl_init(self, collectors.MultiSyncCollector, args, kwargs)
 
+    def stats(self, workers: str = "aggregate", *, timeout: float | None = None) -> TorchRLStats:  # type: ignore[override]
+        """TorchRL's snapshot (:class:`TorchRLStats`); ``timeout`` is accepted (nothing is waited
+        for: the counters are this process's)."""
+        return _torchrl_stats(self, super().stats(), workers)
+
 
 class MultiAsyncCollector(collectors.MultiAsyncCollector, MultiCollector):
     """:class:`rlcollect.MultiAsyncCollector` with TorchRL's batch layout and arguments."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         _torchrl_init(self, collectors.MultiAsyncCollector, args, kwargs)
+
+    def stats(self, workers: str = "aggregate", *, timeout: float | None = None) -> TorchRLStats:  # type: ignore[override]
+        """TorchRL's snapshot (:class:`TorchRLStats`); ``timeout`` is accepted (nothing is waited
+        for: the counters are this process's)."""
+        return _torchrl_stats(self, super().stats(), workers)
 
 
 class AsyncCollector(MultiAsyncCollector):
@@ -206,6 +272,11 @@ class RayCollector(collectors.RayCollector):
             kwargs["collector_kwargs"] = inner
         _torchrl_init(self, collectors.RayCollector, (create_env_fn, policy), kwargs)
 
+    def stats(self, workers: str = "aggregate", *, timeout: float | None = None) -> TorchRLStats:  # type: ignore[override]
+        """TorchRL's snapshot (:class:`TorchRLStats`); ``timeout`` is accepted (nothing is waited
+        for: the counters are this process's)."""
+        return _torchrl_stats(self, super().stats(), workers)
+
 
 #: TorchRL's names from before 0.11, which it still accepts.
 SyncDataCollector = Collector
@@ -227,6 +298,7 @@ __all__ = [
     "ProfileConfig",
     "RayCollector",
     "SyncDataCollector",
+    "TorchRLStats",
     "WeightUpdaterBase",
     "aSyncDataCollector",
 ]

@@ -242,3 +242,29 @@ def test_devices_per_worker_as_torchrl_lists_them() -> None:
         assert collector.options.policy_device == torch.device("cpu")
         batch = next(iter(collector))
     assert batch.device == torch.device("cpu")
+
+
+@pytest.mark.timeout(120)
+def test_stats_is_torchrls_snapshot_with_rlcollects_counters_as_attributes() -> None:
+    import json
+
+    from rlcollect.torchrl import MultiSyncCollector
+
+    with TorchRLLayoutCollector(make_cartpole, TiltPolicy(), frames_per_batch=16, total_frames=32,
+                                track_policy_version=True) as collector:
+        assert collector.stats() == {"frames": 0, "batches": 0, "total_frames": 32, "completed": False,
+                                     "requested_frames_per_batch": 16, "policy_version": 0}
+        frames = [collector.stats()["frames"] for _ in collector]
+        stats = collector.stats()
+    assert frames == [16, 32] and stats["batches"] == 2 and stats["completed"] is True
+    assert json.loads(json.dumps(stats)) == stats  # serializable, as TorchRL's
+    assert stats.frames == 32 and stats.fps > 0  # rlcollect's CollectorStats, as attributes
+    with MultiSyncCollector([make_cartpole] * 2, TiltPolicy(), frames_per_batch=16, total_frames=32) as multi:
+        with pytest.raises(ValueError, match="workers must be one of"):
+            multi.stats(workers="bogus")
+        next(iter(multi))
+        aggregate, both, per_worker = (multi.stats(view) for view in ("aggregate", "both", "per_worker"))
+    assert aggregate["workers"] == aggregate["workers_alive"] == 2 and aggregate["frames"] == 16
+    assert aggregate["worker_frames"] == 16 and "policy_version" not in aggregate
+    assert {"frames", "worker_0/frames", "worker_1/frames"} <= set(both)
+    assert "frames" not in per_worker and per_worker["worker_0/frames"] + per_worker["worker_1/frames"] == 16

@@ -20,6 +20,8 @@ import pytest
 
 EXAMPLES = str(Path(__file__).resolve().parents[2] / "examples")
 
+pytestmark = pytest.mark.learning  # a minute in all: run apart, with -m learning
+
 
 @pytest.fixture(scope="module")
 def examples_on_path() -> Iterator[None]:
