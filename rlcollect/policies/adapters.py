@@ -434,11 +434,13 @@ def _is_torchrl_random_policy(policy: Any) -> bool:
 
 
 def _keyword_policy(policy: Any, observation_space: gym.Space[Any]) -> TensorDictModuleBase | None:
-    """A plain callable whose required arguments are all named after entries of a Dict
-    observation space (``forward(self, observation, mask)``), as a ``TensorDictModule`` reading
-    those entries and writing ``action`` (and ``output1``, ... for a tuple); else ``None``."""
-    if not isinstance(observation_space, gym.spaces.Dict):
-        return None
+    """A plain callable whose required arguments are all named after observation entries
+    (``forward(self, observation, mask)``; the one entry of a non-Dict space is ``observation``),
+    as a ``TensorDictModule`` reading those entries and writing ``action`` (and ``output1``, ...
+    for a tuple), as TorchRL's collectors wrap it; else ``None``. On a non-Dict space only a
+    tuple-returning callable is wrapped: one returning the action is called as it is. A callable
+    that requires several arguments, not all named after entries, is refused (``TypeError``)."""
+    dict_space = isinstance(observation_space, gym.spaces.Dict)
     try:
         signature = inspect.signature(getattr(policy, "forward", policy))
     except (TypeError, ValueError):
@@ -446,14 +448,25 @@ def _keyword_policy(policy: Any, observation_space: gym.Space[Any]) -> TensorDic
     kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     names = [name for name, p in signature.parameters.items() if p.kind in kinds]
     required = [name for name in names if signature.parameters[name].default is inspect.Parameter.empty]
-    leaves = {name for name, space in observation_space.spaces.items()
-              if not isinstance(space, gym.spaces.Dict)}  # entries a tensor argument can take
+    if isinstance(observation_space, gym.spaces.Dict):
+        leaves = {name for name, space in observation_space.spaces.items()
+                  if not isinstance(space, gym.spaces.Dict)}  # entries a tensor argument can take
+    else:
+        leaves = {"observation"}
+    if len(required) > 1 and not set(required) <= leaves:  # no way to call it with one observation
+        raise TypeError(f"Arguments to policy.forward are incompatible with entries in the observation: "
+                        f"it requires {required}, the observation has {sorted(leaves)}. Name its arguments "
+                        "after observation entries, or pass a TensorDictModule")
     if not required or not set(required) <= leaves:
         return None
     in_keys = [name for name in names if name in leaves]
     sample = _sample_observations(observation_space, 1)
+    if not dict_space:
+        sample = {("observation",): next(iter(sample.values()))}
     with torch.inference_mode():
         out = policy(**{key: sample[(key,)] for key in in_keys})
+    if not dict_space and not isinstance(out, tuple):
+        return None
     out_keys = ["action"] + [f"output{i}" for i in range(1, len(out) if isinstance(out, tuple) else 1)]
     return TensorDictModule(policy, in_keys=in_keys, out_keys=out_keys)
 

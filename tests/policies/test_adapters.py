@@ -516,3 +516,37 @@ def test_a_callable_whose_one_argument_is_a_tensordict_is_called_on_tensordicts(
         assert action.tolist() == [1, 0, 1]
     assert isinstance(make_policy(lambda obs: (obs[:, 2] > 0).long(), BOX_OBS, spaces.Discrete(2), N),
                       ModulePolicy)
+
+
+def test_a_module_returning_a_tuple_writes_output1_and_on() -> None:
+    """As TorchRL's collectors wrap it: ``forward(self, observation)`` returning a tuple writes
+    the action and ``output1``, ``output2``, ...; one returning the action is called as it is."""
+    def observation_actor(observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return actor_fn(observation)
+
+    policy = make_policy(observation_actor, BOX_OBS, spaces.Discrete(2), N)
+    assert isinstance(policy, TensorDictPolicy)
+    assert [field.key for field in policy.extras] == [("output1",), ("output2",)]
+    buffers = buffers_for(BOX_OBS, spaces.Discrete(2), policy.extras)
+    fill_obs(buffers, seed=5)
+    policy.bind(buffers)
+    for t in range(T):
+        policy.act(t)
+    action, log_prob, hidden = actor_fn(buffers.obs_ext[("observation",)][:, :T])
+    assert torch.equal(buffers.batch["action"], action)
+    torch.testing.assert_close(buffers.batch["output1"], log_prob)
+    torch.testing.assert_close(buffers.batch["output2"], hidden)
+
+    def greedy(observation: torch.Tensor) -> torch.Tensor:
+        return (observation.sum(-1) > 0).long()
+
+    assert isinstance(make_policy(greedy, BOX_OBS, spaces.Discrete(2), N), ModulePolicy)
+
+
+def test_a_callable_needing_arguments_the_observation_lacks_is_refused() -> None:
+    def needs_more(observation: torch.Tensor, other_stuff: torch.Tensor) -> torch.Tensor:
+        return observation.sum(-1).long()
+
+    with pytest.raises(TypeError, match=r"Arguments to policy.forward .* requires \['observation', "
+                                        r"'other_stuff'\], the observation has \['observation'\]"):
+        make_policy(needs_more, BOX_OBS, spaces.Discrete(2), N)
