@@ -43,26 +43,20 @@ def _frames_per_batch(workload_name: str, quick: bool) -> int:
     return workload("cartpole-1" if workload_name == "gymenv-1" else "cartpole-8", quick).frames_per_batch
 
 
-def rlcollect_torchrl(workload_name: str, quick: bool) -> Batches:
-    from rlcollect.torchrl import Collector
+def collector(workload_name: str, quick: bool, library: str) -> Batches:
+    """``Collector`` from ``rlcollect.torchrl`` (``library="rlcollect"``) or ``torchrl.collectors``,
+    the one line a TorchRL user changes; the rest is the same code."""
+    if library == "rlcollect":
+        from rlcollect.torchrl import Collector
+    else:
+        from torchrl.collectors import Collector
 
     policy = torchrl_policy(workload("cartpole-1", quick))
     frames_per_batch = _frames_per_batch(workload_name, quick)
-    collector = Collector(make_env(workload_name), policy, frames_per_batch=frames_per_batch, total_frames=-1,
-                          return_same_td=True)
-    collector.set_seed(0)
-    return iterate(collector)
-
-
-def torchrl_collector(workload_name: str, quick: bool) -> Batches:
-    from torchrl.collectors import Collector
-
-    policy = torchrl_policy(workload("cartpole-1", quick))
-    frames_per_batch = _frames_per_batch(workload_name, quick)
-    collector = Collector(make_env(workload_name), policy, frames_per_batch=frames_per_batch, total_frames=-1,
-                          return_same_td=True)
-    collector.set_seed(0)
-    return iterate(collector)
+    built = Collector(make_env(workload_name), policy, frames_per_batch=frames_per_batch, total_frames=-1,
+                      return_same_td=True)
+    built.set_seed(0)
+    return iterate(built)
 
 
 def plan(name: str, quick: bool) -> Plan:
@@ -71,8 +65,9 @@ def plan(name: str, quick: bool) -> Plan:
            "parallelenv-8": "ParallelEnv(8, GymEnv('CartPole-v1'))"}[name]
     heading = f"{env}, TensorDictModule(MLP 4-64-64-2, argmax), {_frames_per_batch(name, quick)} frames/batch"
     return Plan(heading, [
-        Contender("rlcollect", "**rlcollect.torchrl Collector**", rlcollect_torchrl, kwargs),
-        Contender("torchrl", "TorchRL Collector", torchrl_collector, kwargs),
+        Contender("rlcollect", "**rlcollect.torchrl Collector**", collector,
+                  {**kwargs, "library": "rlcollect"}),
+        Contender("torchrl", "TorchRL Collector", collector, {**kwargs, "library": "torchrl"}),
     ], [Ratio("rlcollect", "torchrl", "rlcollect.torchrl / TorchRL Collector", 2.0)])
 
 

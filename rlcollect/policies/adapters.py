@@ -257,7 +257,11 @@ class ModulePolicy(PolicyAdapter):
         sample = next(iter(_sample_observations(observation_space, num_envs).values()))
         self._action_field = action_fields(action_space)[0]
         with torch.inference_mode():
-            _check_action(self._forward(sample), action_space, num_envs)
+            out = self._forward(sample)
+            arguments = _required_arguments(module)
+            if isinstance(out, tuple) and arguments is not None and arguments[1] == ["observation"]:
+                raise _TupleOutput(len(out))  # make_policy wraps it as TorchRL does
+            _check_action(out, action_space, num_envs)
 
     def _forward(self, obs: torch.Tensor) -> torch.Tensor:
         if self._moves_obs:
@@ -433,21 +437,28 @@ def _is_torchrl_random_policy(policy: Any) -> bool:
     return module is not None and isinstance(policy, module.RandomPolicy)
 
 
-def _keyword_policy(policy: Any, observation_space: gym.Space[Any]) -> TensorDictModuleBase | None:
-    """A plain callable whose required arguments are all named after observation entries
-    (``forward(self, observation, mask)``; the one entry of a non-Dict space is ``observation``),
-    as a ``TensorDictModule`` reading those entries and writing ``action`` (and ``output1``, ...
-    for a tuple), as TorchRL's collectors wrap it; else ``None``. On a non-Dict space only a
-    tuple-returning callable is wrapped: one returning the action is called as it is. A callable
-    that requires several arguments, not all named after entries, is refused (``TypeError``)."""
-    dict_space = isinstance(observation_space, gym.spaces.Dict)
+def _required_arguments(policy: Any) -> tuple[list[str], list[str]] | None:
+    """The names of ``policy``'s (or its ``forward``'s) keyword-capable arguments, and of those
+    without a default; ``None`` where the signature cannot be read."""
     try:
         signature = inspect.signature(getattr(policy, "forward", policy))
     except (TypeError, ValueError):
         return None
     kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     names = [name for name, p in signature.parameters.items() if p.kind in kinds]
-    required = [name for name in names if signature.parameters[name].default is inspect.Parameter.empty]
+    return names, [name for name in names if signature.parameters[name].default is inspect.Parameter.empty]
+
+
+def _keyword_policy(policy: Any, observation_space: gym.Space[Any]) -> TensorDictModuleBase | None:
+    """A plain callable whose required arguments are all named after entries of a Dict
+    observation space (``forward(self, observation, mask)``), as a ``TensorDictModule`` reading
+    those entries and writing ``action`` (and ``output1``, ... for a tuple), as TorchRL's
+    collectors wrap it; else ``None``. A callable that requires several arguments, not all named
+    after entries (the one entry of a non-Dict space is ``observation``), is refused."""
+    arguments = _required_arguments(policy)
+    if arguments is None:
+        return None
+    names, required = arguments
     if isinstance(observation_space, gym.spaces.Dict):
         leaves = {name for name, space in observation_space.spaces.items()
                   if not isinstance(space, gym.spaces.Dict)}  # entries a tensor argument can take
@@ -457,18 +468,27 @@ def _keyword_policy(policy: Any, observation_space: gym.Space[Any]) -> TensorDic
         raise TypeError(f"Arguments to policy.forward are incompatible with entries in the observation: "
                         f"it requires {required}, the observation has {sorted(leaves)}. Name its arguments "
                         "after observation entries, or pass a TensorDictModule")
-    if not required or not set(required) <= leaves:
+    if not isinstance(observation_space, gym.spaces.Dict) or not required or not set(required) <= leaves:
         return None
     in_keys = [name for name in names if name in leaves]
     sample = _sample_observations(observation_space, 1)
-    if not dict_space:
-        sample = {("observation",): next(iter(sample.values()))}
     with torch.inference_mode():
         out = policy(**{key: sample[(key,)] for key in in_keys})
-    if not dict_space and not isinstance(out, tuple):
-        return None
-    out_keys = ["action"] + [f"output{i}" for i in range(1, len(out) if isinstance(out, tuple) else 1)]
+    return _outputs_module(policy, in_keys, len(out) if isinstance(out, tuple) else 1)
+
+
+def _outputs_module(policy: Any, in_keys: list[str], outputs: int) -> TensorDictModuleBase:
+    """``policy`` as TorchRL wraps a plain callable: it writes ``action``, then ``output1``, ..."""
+    out_keys = ["action"] + [f"output{i}" for i in range(1, outputs)]
     return TensorDictModule(policy, in_keys=in_keys, out_keys=out_keys)
+
+
+class _TupleOutput(Exception):
+    """The dry step of a callable taking ``observation`` returned a tuple of ``size`` values."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.size = size
 
 
 def make_policy(
@@ -484,8 +504,9 @@ def make_policy(
     """The adapter for ``policy`` (see the module docstring), checked by a dry step.
 
     A plain callable on Dict observations whose required arguments are all named after
-    observation entries is called with those entries, as TorchRL's collectors do. ``unbatched``:
-    a TensorDict policy is called on one env's TensorDict (batch size ``[]``; see
+    observation entries is called with those entries, as TorchRL's collectors do; one taking
+    ``observation`` and returning a tuple writes ``action``, ``output1``, ``output2``, ...
+    ``unbatched``: a TensorDict policy is called on one env's TensorDict (batch size ``[]``; see
     :class:`TensorDictPolicy`).
 
     Raises:
@@ -507,7 +528,14 @@ def make_policy(
                     inner = adapter.callable.module
                     adapter.module = inner if isinstance(inner, torch.nn.Module) else None
                 return adapter
-            return ModulePolicy(policy, observation_space, action_space, num_envs, device)
+            try:
+                return ModulePolicy(policy, observation_space, action_space, num_envs, device)
+            except _TupleOutput as returned:  # forward(observation) -> (action, ...): TorchRL's rule
+                wrapped = _outputs_module(policy, ["observation"], returned.size)
+                adapter = TensorDictPolicy(wrapped, observation_space, action_space, num_envs, device,
+                                           unbatched)
+                adapter.module = policy if isinstance(policy, torch.nn.Module) else None
+                return adapter
     except Exception as error:
         if _has_float64(observation_space):  # the usual cause: a float32 network, float64 observations
             error.add_note(f"The policy was called on float64 observations ({observation_space}); "
