@@ -42,7 +42,6 @@ from rlcollect.collectors.options import CollectorOptions
 from rlcollect.collectors.stats import CollectorStats
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.envs.factory import source_modules
-from rlcollect.envs.gym_envs import GymEnvs
 from rlcollect.rollout.engine import Rollout, RolloutSpec
 from rlcollect.rollout.episodes import EpisodeRecords
 from rlcollect.weights.forms import check_model_ids
@@ -99,7 +98,7 @@ class PooledCollector(BaseCollector):
         probe = Rollout(dataclasses.replace(options.rollout_spec(0), num_envs=1, policy_factory=(
             None if options.policy is not None else options.policy_factory)))
         probe.close()
-        copies = isinstance(probe.envs, GymEnvs) or probe.envs.follows_num_envs
+        copies = probe.envs.follows_num_envs
         if not copies and options.num_envs_per_worker != 1:
             raise ValueError(f"num_envs_per_worker={options.num_envs_per_worker}, but create_env_fn builds "
                              f"{probe.num_envs} env(s) itself ({type(probe.envs).__name__}: a vector env or "

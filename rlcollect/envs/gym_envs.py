@@ -50,6 +50,8 @@ class GymEnvs(EnvBatch):
         (2, (4,))
     """
 
+    follows_num_envs = True  # num_envs copies of one env
+
     def __init__(self, envs: list[gym.Env[Any, Any]], max_episode_steps: int | None = None) -> None:
         if not envs:
             raise ValueError("envs must hold at least one env, got an empty list")

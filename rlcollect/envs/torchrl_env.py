@@ -354,6 +354,8 @@ class TorchRLGymEnvs(GymEnvs):
         (2, False, OneHotSpace((2,), int64))
     """
 
+    follows_num_envs = False  # the TorchRL env brings its own envs
+
     def __init__(
         self, env: Any, inner: list[gym.Env[Any, Any]], max_episode_steps: int | None = None
     ) -> None:

@@ -276,3 +276,16 @@ def test_a_gym_env_that_torchrl_changes_is_stepped_through_torchrl() -> None:
         batch = make_env_batch(env)
         assert type(batch) is TorchRLEnv, env
         batch.close()
+
+
+def plain_serial_env() -> EnvBase:
+    return SerialEnv(3, partial(GymEnv, "CartPole-v1"))
+
+
+@pytest.mark.timeout(90)
+def test_plain_serial_env_in_each_worker_brings_its_own_envs() -> None:
+    """A SerialEnv of plain GymEnvs, stepped directly, still counts as the 3 envs it brings."""
+    with MultiSyncCollector([plain_serial_env] * 2, None, frames_per_batch=60, total_frames=60,
+                            seed=0) as collector:
+        batch = next(iter(collector))
+    assert batch is not None and batch.batch_size == (6, 10)
