@@ -235,8 +235,6 @@ def torchrl_env_batch(env: Any, max_episode_steps: int | None = None) -> EnvBatc
 def _plain_in_processes(env: Any) -> bool:
     """Whether each of a ``ParallelEnv``'s constructors builds a plain ``GymEnv`` (each distinct
     constructor and arguments built once here, and closed)."""
-    from torchrl.envs import GymEnv
-
     if env.device not in (None, torch.device("cpu")) or not env.is_closed:
         return False
     probed: list[tuple[Any, Any]] = []
@@ -246,7 +244,7 @@ def _plain_in_processes(env: Any) -> bool:
         probed.append((create, kwargs))
         built = create(**kwargs)
         try:
-            if type(built) is not GymEnv or _plain_gym_env(built) is None:
+            if _plain_gym_env(built) is None:
                 return False
         finally:
             built.close()
@@ -256,7 +254,7 @@ def _plain_in_processes(env: Any) -> bool:
 def _gym_envs_inside(env: Any) -> list[gym.Env[Any, Any]] | None:
     """The Gymnasium envs a ``GymEnv`` (or a ``SerialEnv`` of them, which this starts) only
     converts to and from TensorDicts; ``None`` where TorchRL does more than that."""
-    from torchrl.envs import GymEnv, SerialEnv
+    from torchrl.envs import SerialEnv
 
     if type(env) is SerialEnv:
         if env.device not in (None, torch.device("cpu")) or env.num_workers < 1:
@@ -264,13 +262,11 @@ def _gym_envs_inside(env: Any) -> list[gym.Env[Any, Any]] | None:
         if env.is_closed:
             env.start()
         subs = list(env._envs)
-    elif type(env) is GymEnv:
-        subs = [env]
     else:
-        return None
+        subs = [env]
     inner = []
     for sub in subs:
-        gym_env = _plain_gym_env(sub) if type(sub) is GymEnv else None
+        gym_env = _plain_gym_env(sub)
         if gym_env is None:
             return None
         inner.append(gym_env)
@@ -278,9 +274,13 @@ def _gym_envs_inside(env: Any) -> list[gym.Env[Any, Any]] | None:
 
 
 def _plain_gym_env(env: Any) -> gym.Env[Any, Any] | None:
-    """``env._env`` when the ``GymEnv`` adds nothing to it but TensorDicts: one ``observation``,
-    ``action`` and ``reward``, the three done flags, no pixels, frame skip, info reader or state,
-    on the CPU, with spaces that map to its specs unchanged."""
+    """``env._env`` when ``env`` is a ``GymEnv`` (not a subclass) that adds nothing to it but
+    TensorDicts: one ``observation``, ``action`` and ``reward``, the three done flags, no pixels,
+    frame skip, info reader or state, on the CPU, with spaces that map to its specs unchanged."""
+    from torchrl.envs import GymEnv
+
+    if type(env) is not GymEnv:
+        return None
     inner = getattr(env, "_env", None)
     if not isinstance(inner, gym.Env) or isinstance(inner, gym.vector.VectorEnv):
         return None
@@ -312,9 +312,10 @@ def _plain_gym_env(env: Any) -> gym.Env[Any, Any] | None:
     return inner
 
 
-class _OneHotToIndex(gym.ActionWrapper):
-    """Takes TorchRL's one-hot actions and steps the wrapped env with their index, as ``GymEnv``
-    does; ``holds`` keeps the TorchRL env it came from alive (and so unclosed)."""
+class _InnerGymEnv(gym.ActionWrapper):
+    """The Gymnasium env inside a ``GymEnv``: with a one-hot action ``space`` it takes TorchRL's
+    one-hot actions and steps the env with their index, as ``GymEnv`` does; ``holds`` keeps the
+    TorchRL env it came from alive (and so unclosed)."""
 
     def __init__(
         self, env: gym.Env[Any, Any], space: spaces.Space[Any] | None = None, holds: Any = None
@@ -331,14 +332,12 @@ class _OneHotToIndex(gym.ActionWrapper):
 
 def _gym_env_in_process(create_env_fn: Any, kwargs: dict[str, Any], action_space: spaces.Space[Any]) -> Any:
     """Run in a vector env's process: build the TorchRL env, hand out the Gymnasium env inside."""
-    from torchrl.envs import GymEnv
-
     env = create_env_fn(**kwargs)
-    inner = _plain_gym_env(env) if type(env) is GymEnv else None
+    inner = _plain_gym_env(env)
     if inner is None:
         raise TypeError(f"ParallelEnv's create_env_fn {create_env_fn!r} built {type(env).__name__} "
                         f"{env!r:.80}, not the plain GymEnv it built in the main process")
-    return _OneHotToIndex(inner, action_space, holds=env)
+    return _InnerGymEnv(inner, action_space, holds=env)
 
 
 class TorchRLGymEnvs(GymEnvs):
@@ -364,7 +363,7 @@ class TorchRLGymEnvs(GymEnvs):
         per_env = (lambda spec: spec) if self.unbatched else (lambda spec: spec[0])
         action_space = _space(per_env(env.action_spec), "action_spec")
         if isinstance(action_space, OneHotSpace):
-            inner = [_OneHotToIndex(e, OneHotSpace(action_space.shape, action_space.dtype)) for e in inner]
+            inner = [_InnerGymEnv(e, OneHotSpace(action_space.shape, action_space.dtype)) for e in inner]
         super().__init__(inner, max_episode_steps)
         self.observation_space = _space(per_env(env.observation_spec)["observation"], "observation_spec")
         self.action_space = action_space

@@ -36,6 +36,7 @@ from typing import Any
 from rlcollect import collectors
 from rlcollect.collectors import BaseCollector, CollectorStats, ProfileConfig
 from rlcollect.collectors.options import check_flag, check_int
+from rlcollect.collectors.pooled import PooledCollector
 from rlcollect.weights import WeightUpdaterBase
 
 #: TorchRL's own arguments the collectors here take (validated by ``CollectorOptions``).
@@ -107,6 +108,12 @@ def _torchrl_stats(collector: Any, native: CollectorStats, workers: str | None) 
                 for name in ("frames", "fps", "episodes", "restarts", "policy_version"):
                     entries[f"worker_{i}/{name}"] = getattr(worker, name)
     return TorchRLStats(entries, native)
+
+
+def _worker_stats(self: Any, workers: str = "aggregate", *, timeout: float | None = None) -> TorchRLStats:
+    """TorchRL's snapshot (:class:`TorchRLStats`) of a collector with workers; ``timeout`` is
+    accepted (nothing is waited for: the counters are this process's)."""
+    return _torchrl_stats(self, PooledCollector.stats(self), workers)
 
 
 #: What ``Collector(backend=...)`` builds on: this process, worker processes, Ray actors.
@@ -199,10 +206,7 @@ class MultiSyncCollector(collectors.MultiSyncCollector, MultiCollector):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         _torchrl_init(self, collectors.MultiSyncCollector, args, kwargs)
 
-    def stats(self, workers: str = "aggregate", *, timeout: float | None = None) -> TorchRLStats:  # type: ignore[override]
-        """TorchRL's snapshot (:class:`TorchRLStats`); ``timeout`` is accepted (nothing is waited
-        for: the counters are this process's)."""
-        return _torchrl_stats(self, super().stats(), workers)
+    stats = _worker_stats  # type: ignore[assignment]  # TorchRL's signature and dict
 
 
 class MultiAsyncCollector(collectors.MultiAsyncCollector, MultiCollector):
@@ -211,10 +215,7 @@ class MultiAsyncCollector(collectors.MultiAsyncCollector, MultiCollector):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         _torchrl_init(self, collectors.MultiAsyncCollector, args, kwargs)
 
-    def stats(self, workers: str = "aggregate", *, timeout: float | None = None) -> TorchRLStats:  # type: ignore[override]
-        """TorchRL's snapshot (:class:`TorchRLStats`); ``timeout`` is accepted (nothing is waited
-        for: the counters are this process's)."""
-        return _torchrl_stats(self, super().stats(), workers)
+    stats = _worker_stats  # type: ignore[assignment]  # TorchRL's signature and dict
 
 
 class AsyncCollector(MultiAsyncCollector):
@@ -272,10 +273,7 @@ class RayCollector(collectors.RayCollector):
             kwargs["collector_kwargs"] = inner
         _torchrl_init(self, collectors.RayCollector, (create_env_fn, policy), kwargs)
 
-    def stats(self, workers: str = "aggregate", *, timeout: float | None = None) -> TorchRLStats:  # type: ignore[override]
-        """TorchRL's snapshot (:class:`TorchRLStats`); ``timeout`` is accepted (nothing is waited
-        for: the counters are this process's)."""
-        return _torchrl_stats(self, super().stats(), workers)
+    stats = _worker_stats  # type: ignore[assignment]  # TorchRL's signature and dict
 
 
 #: TorchRL's names from before 0.11, which it still accepts.
