@@ -13,6 +13,9 @@ process. Contenders, each in its own process (bench/README.md):
 - EnvPool async loop: the same on an asynchronous pool (``num_envs=16, batch_size=8``:
   ``send`` / ``recv``, each step the 8 envs that answered first), a reference for what
   asynchronous stepping gains on this machine;
+- rlcollect async: ``Collector("envpool:<task>", policy, num_envs=16,
+  create_env_kwargs={"batch_size": 8}, ...)``: the same asynchronous pool, frames in the order
+  they complete (``("collector", "env_ids")`` per frame), against the EnvPool async loop;
 - pong-8 only: rlcollect's Collector on Gymnasium's ALE Pong with the same preprocessing
   (``bench.single_process``'s pong-8 env): what EnvPool gains over Gymnasium envs.
 
@@ -24,6 +27,8 @@ Run: ``python -m bench.envpool`` (``--quick`` for a smoke run).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import torch
@@ -59,13 +64,18 @@ def frames_per_batch(workload_name: str, quick: bool) -> int:
     return FRAMES[workload_name] // (4 if quick else 1)
 
 
-def rlcollect_collector(workload_name: str, quick: bool, gymnasium: bool = False) -> Batches:
+def rlcollect_collector(workload_name: str, quick: bool, gymnasium: bool = False,
+                        asynchronous: bool = False) -> Batches:
     from rlcollect import Collector
 
     env = make_pong_preprocessed if gymnasium else f"envpool:{TASKS[workload_name]}"
     obs_dtype = "float32" if workload_name == "halfcheetah-8" else None
-    return iterate(Collector(env, make_policy(workload_name), num_envs=NUM_ENVS, seed=0, return_same_td=True,
-                             frames_per_batch=frames_per_batch(workload_name, quick), obs_dtype=obs_dtype))
+    pool: dict[str, Any] = {"num_envs": NUM_ENVS}
+    if asynchronous:  # twice the envs, the first half of them to answer each step
+        pool = {"num_envs": 2 * NUM_ENVS, "create_env_kwargs": {"batch_size": NUM_ENVS}}
+    fpb = frames_per_batch(workload_name, quick)
+    return iterate(Collector(env, make_policy(workload_name), seed=0, return_same_td=True,
+                             obs_dtype=obs_dtype, frames_per_batch=fpb, **pool))
 
 
 def envpool_loop(workload_name: str, quick: bool, asynchronous: bool = False) -> Batches:
@@ -116,10 +126,13 @@ def plan(name: str, quick: bool) -> Plan:
                   envpool_loop, kwargs),
         Contender("envpool_async", f"EnvPool async loop (pool of {2 * NUM_ENVS}, batch_size={NUM_ENVS})",
                   envpool_loop, {**kwargs, "asynchronous": True}),
+        Contender("rlcollect_async", f"**rlcollect Collector, `envpool:{task}`, num_envs={2 * NUM_ENVS}, "
+                  f"batch_size={NUM_ENVS}**", rlcollect_collector, {**kwargs, "asynchronous": True}),
     ]
     ratios = [
         Ratio("rlcollect", "envpool", "rlcollect / EnvPool loop (synchronous)", 0.9),
-        Ratio("rlcollect", "envpool_async", "rlcollect / EnvPool async loop"),
+        Ratio("rlcollect_async", "envpool_async", "rlcollect async / EnvPool async loop", 0.9),
+        Ratio("rlcollect_async", "rlcollect", "rlcollect async / rlcollect synchronous"),
     ]
     if name == "pong-8":
         label = "rlcollect Collector on Gymnasium's ALE Pong (same preprocessing)"

@@ -86,6 +86,7 @@ class BatchBuffers:
         self.traj_ids = data.get(("collector", "traj_ids"))
         self.policy_version = data.get("policy_version")
         self.mask: torch.Tensor | None = data.get(("collector", "mask"), None)
+        self.env_ids: torch.Tensor | None = data.get(("collector", "env_ids"), None)
         batch = data.clone(recurse=False)  # same tensors, own key set
         for key, tensor in self.obs_ext.items():
             batch.set(_key(key), tensor[:, :num_steps])
@@ -139,6 +140,8 @@ class BatchBuffers:
         data.set("policy_version", torch.zeros(n, t, dtype=torch.int64))
         if masked:
             data.set(("collector", "mask"), torch.ones(n, t, dtype=torch.bool))
+        if layout.env_ids:
+            data.set(("collector", "env_ids"), torch.zeros(n, t, dtype=torch.int64))
         storage = TensorDict({"batch": data, "obs_ext": obs_ext}, batch_size=[n])
         if shared:
             storage.share_memory_()

@@ -57,12 +57,15 @@ class BatchLayout:
 
     ``observations`` appear twice in a batch (``key`` and ``("next", key)``); ``action`` once;
     ``extras`` are what a TensorDict policy writes beside the action (``action_log_prob``, ...).
+    ``env_ids`` adds ``("collector", "env_ids")``: the env of each frame, for batches whose rows
+    are not envs (an asynchronous EnvPool's frames, in the order they complete).
     """
 
     observations: tuple[Field, ...]
     action: Field
     extras: tuple[Field, ...] = ()
     dict_observations: bool = False  # observations arrive as (nested) dicts, one field per leaf
+    env_ids: bool = False
 
 
 def torch_dtype(dtype: Any) -> torch.dtype:

@@ -73,6 +73,42 @@ class TrajectoryIds:
         np.multiply(local, self.stride, out=out)
         out += self.offset
 
+    def assign_stream(self, envs: np.ndarray, done: np.ndarray, out: np.ndarray) -> None:
+        """Write the ids of frames in the order they completed, whatever their env (flat ``envs``,
+        ``done``, ``out``: an asynchronous pool's batch); new ids in that order.
+
+        Examples:
+            >>> ids = TrajectoryIds(num_envs=2)
+            >>> out = np.zeros(5, dtype=np.int64)
+            >>> ids.assign_stream(np.array([0, 1, 0, 1, 0]), np.array([0, 0, 1, 0, 0], bool), out)
+            >>> out.tolist()
+            [0, 1, 0, 1, 2]
+        """
+        count = len(envs)
+        if not count:
+            return
+        order = np.argsort(envs, kind="stable")  # by env, each env's frames in time order
+        e, d = envs[order], done[order]
+        first = np.ones(count, dtype=bool)
+        first[1:] = e[1:] != e[:-1]
+        previous_done = np.append(False, d[:-1])
+        starts = np.where(first, self._starting[e], previous_done)
+        new = np.zeros(count, dtype=bool)
+        new[order] = starts
+        local_by_time = np.full(count, -1, dtype=np.int64)
+        at = np.flatnonzero(new)  # handed out in time order
+        local_by_time[at] = self._next + np.arange(len(at))
+        self._next += len(at)
+        local = local_by_time[order]
+        local = np.where(first & ~starts, self._current[e], local)
+        # carry each frame's id forward within its env (every env's first frame holds one)
+        filled = np.maximum.accumulate(np.where(local >= 0, np.arange(count), 0))
+        local = local[filled]
+        last = np.append(e[1:] != e[:-1], True)
+        self._current[e[last]] = local[last]
+        self._starting[e[last]] = d[last]
+        out[order] = local * self.stride + self.offset
+
     @property
     def next_local_id(self) -> int:
         """The next local id this allocator would hand out."""

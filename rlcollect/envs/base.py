@@ -34,9 +34,14 @@ class EnvBatch(abc.ABC):
     #: One env without a batch dimension of its own (a TorchRL env with ``batch_size=[]``): a
     #: TensorDict policy is then called on one env's TensorDict, as TorchRL does.
     unbatched: bool = False
+    #: The rows are not envs: frames of ``pool_size`` envs come in the order they complete (an
+    #: asynchronous pool's ``recv`` / ``send``, run by ``rollout.stream`` instead of ``step``).
+    streams: bool = False
+    #: The envs behind the rows (``num_envs`` unless :attr:`streams`).
+    pool_size: int
 
     def __init__(self, num_envs: int, max_episode_steps: int | None) -> None:
-        self.num_envs = num_envs
+        self.num_envs = self.pool_size = num_envs
         self._limit: int = max_episode_steps if max_episode_steps is not None else sys.maxsize
         self._steps: Any = np.zeros(num_envs, dtype=np.int64)  # steps into the current episode
         self._buffers: BatchBuffers | None = None

@@ -8,6 +8,11 @@ returns their observations only), as for any vector env without same-step autore
 observation is the true final one, ``terminated`` and ``truncated`` are EnvPool's, and the next
 frame starts from the reset observation, no action dropped.
 
+An asynchronous pool (``batch_size`` < ``num_envs``: ``create_env_kwargs={"batch_size": B}``, or
+a pool built so) is an :class:`EnvPoolStream`: each ``recv`` answers with whichever ``B`` envs
+finished first, so no env waits for a slower one. Its batches hold frames in the order they
+complete (see :mod:`rlcollect.rollout.stream`), ``B`` rows of them.
+
 Seeds: EnvPool seeds its envs when the pool is built (env ``i`` with ``seed + i``, Gymnasium's
 convention), not at ``reset``. A pool built here from a name is rebuilt with the collector's seed
 when it is seeded; a pool you built keeps its own seed (a warning says so if another is asked for).
@@ -23,14 +28,16 @@ from __future__ import annotations
 import sys
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from rlcollect.data.checks import check_vector_step
 from rlcollect.envs.base import EnvBatch
 from rlcollect.envs.vector import GymVectorEnv
 
-__all__ = ["ENVPOOL_PREFIX", "EnvPoolEnv", "is_envpool", "make_envpool_batch"]
+__all__ = ["ENVPOOL_PREFIX", "EnvPoolEnv", "EnvPoolStream", "Received", "is_envpool", "make_envpool_batch"]
 
 #: An env id with this prefix is built by EnvPool.
 ENVPOOL_PREFIX = "envpool:"
@@ -74,12 +81,17 @@ def make_envpool_batch(source: Any, num_envs: int = 1, kwargs: dict[str, Any] | 
     if isinstance(source, str):
         task_id, options = source[len(ENVPOOL_PREFIX):], dict(kwargs or {})
         pool = _build(task_id, num_envs, options, seed=0)
-        return EnvPoolEnv(pool, max_episode_steps,
-                          rebuild=lambda seed: _build(task_id, num_envs, options, seed))
+        return _adapter(pool)(pool, max_episode_steps,
+                              rebuild=lambda seed: _build(task_id, num_envs, options, seed))
     if num_envs != 1:
         raise ValueError(f"num_envs={num_envs} with an EnvPool pool of {source.config['num_envs']} envs: the "
                          "pool brings its own envs, leave num_envs=1")
-    return EnvPoolEnv(source, max_episode_steps)
+    return _adapter(source)(source, max_episode_steps)
+
+
+def _adapter(pool: Any) -> type[EnvPoolEnv]:
+    config = pool.config
+    return EnvPoolStream if config["batch_size"] not in (0, config["num_envs"]) else EnvPoolEnv
 
 
 class EnvPoolEnv(GymVectorEnv):
@@ -97,15 +109,16 @@ class EnvPoolEnv(GymVectorEnv):
         if "Gymnasium" not in type(pool).__name__:
             raise ValueError(f"rlcollect takes EnvPool pools with Gymnasium's API (envpool.make(..., "
                              f"env_type='gymnasium')), got a {type(pool).__name__}")
-        if config["batch_size"] != config["num_envs"]:
-            raise ValueError(f"an asynchronous EnvPool (batch_size={config['batch_size']} < num_envs="
-                             f"{config['num_envs']}) is not supported yet: build it with batch_size=num_envs")
-        EnvBatch.__init__(self, config["num_envs"], max_episode_steps)
+        EnvBatch.__init__(self, self._rows(config, max_episode_steps), max_episode_steps)
         self.env = pool
         self.observation_space, self.action_space = pool.observation_space, pool.action_space
         self._same_step = False
         self._seed, self._rebuild, self._warned = config["seed"], rebuild, False
         self.follows_num_envs = rebuild is not None  # built from a name, with num_envs envs
+
+    def _rows(self, config: dict[str, Any], max_episode_steps: int | None) -> int:
+        """The envs of a batch's column (all of them: the pool steps them together)."""
+        return int(config["num_envs"])
 
     def _reset_all(self, seeds: list[int] | None) -> Any:
         if seeds is not None and seeds[0] != self._seed:  # EnvPool seeds at creation only
@@ -140,3 +153,91 @@ class EnvPoolEnv(GymVectorEnv):
 
     def seed_action_spaces(self, seeds: list[int]) -> None:
         self.action_space.seed(seeds[0])
+
+
+@dataclass
+class Received:
+    """One answer of an asynchronous pool: ``B`` envs (``env_ids``, local to the pool), their
+    observations, rewards and flags; ``completes`` marks the rows that end a step the collector
+    sent (the others are the reset observations of envs that had finished)."""
+
+    env_ids: np.ndarray
+    obs: Any
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    completes: np.ndarray
+
+
+class EnvPoolStream(EnvPoolEnv):
+    """An asynchronous EnvPool pool (``batch_size`` ``B`` < ``num_envs`` ``N``) as an env batch of
+    ``B`` rows whose envs change at every step: :mod:`rlcollect.rollout.stream` runs it, through
+    :meth:`recv` and :meth:`send` (``step`` is not used).
+
+    EnvPool resets a finished env at the next action sent to it (which it ignores) and answers
+    with the reset observation; :meth:`recv` marks such rows as not completing a step. ``N`` must
+    be a multiple of ``B`` so that the envs in flight can be received to the last before a reset.
+    """
+
+    streams = True
+
+    def __init__(self, pool: Any, max_episode_steps: int | None = None,
+                 rebuild: Callable[[int], Any] | None = None) -> None:
+        super().__init__(pool, max_episode_steps, rebuild)
+        self.pool_size = int(pool.config["num_envs"])
+        self._finishing = np.ones(self.pool_size, dtype=bool)  # the next answer is a reset observation
+        self._in_flight = 0  # envs sent an action (or a reset) and not received yet
+
+    def _rows(self, config: dict[str, Any], max_episode_steps: int | None) -> int:
+        rows, size = int(config["batch_size"]), int(config["num_envs"])
+        if size % rows:
+            raise ValueError(f"an asynchronous EnvPool of num_envs={size} with batch_size={rows}: num_envs "
+                             "must be a multiple of batch_size (so that every env in flight can be received)")
+        if max_episode_steps is not None:
+            raise ValueError(f"max_frames_per_traj={max_episode_steps} with an asynchronous EnvPool: EnvPool "
+                             "resets its envs itself there; set its own limit instead, "
+                             f"create_env_kwargs={{'max_episode_steps': {max_episode_steps}}}")
+        return rows
+
+    def reset(self, slot: int, seeds: list[int] | None = None) -> None:
+        """Reset every env (the pool rebuilt with ``seeds[0]`` where it can be); the first answers
+        come from :meth:`recv`. Nothing is written at ``slot``."""
+        if seeds is not None and seeds[0] != self._seed:
+            self._reseed(seeds[0])
+        pool: Any = self.env
+        while self._in_flight > 0:  # receive (and drop) what is still in flight
+            pool.recv()
+            self._in_flight -= self.num_envs
+        pool.async_reset()
+        self._in_flight = self.pool_size
+        self._finishing[:] = True
+        self._steps[:] = 0
+
+    def _reseed(self, seed: int) -> None:
+        if self._rebuild is not None:
+            self._in_flight = 0  # the pool is rebuilt: nothing of the old one is waited for
+        super()._reseed(seed)
+
+    def recv(self, step: int) -> Received:
+        """The next ``B`` envs to answer (``step``: the batch step, for error messages)."""
+        pool: Any = self.env
+        obs, reward, terminated, truncated, info = pool.recv()
+        self._in_flight -= self.num_envs
+        if self.check_writes:
+            buffers = self._buffers
+            assert buffers is not None
+            check_vector_step(obs, reward, terminated, truncated, buffers.obs_ext_np, buffers.dict_obs,
+                              step=step)
+        ids = np.asarray(info["env_id"], dtype=np.int64)
+        completes = ~self._finishing[ids]
+        self._finishing[ids] = (terminated | truncated) & completes
+        return Received(ids, obs, reward, terminated, truncated, completes)
+
+    def send(self, action: np.ndarray, env_ids: np.ndarray) -> None:
+        """Send ``action`` (``[B, ...]``) to the envs ``env_ids``."""
+        pool: Any = self.env
+        pool.send(action, env_ids.astype(np.int32))
+        self._in_flight += len(env_ids)
+
+    def step(self, t: int) -> None:
+        raise RuntimeError("an asynchronous EnvPool is stepped by rlcollect.rollout.stream (recv / send)")

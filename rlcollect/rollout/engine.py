@@ -37,6 +37,7 @@ from rlcollect.policies.adapters import PolicyAdapter, RandomPolicy, make_policy
 from rlcollect.rollout.config import RolloutConfig
 from rlcollect.rollout.episodes import EpisodeTracker
 from rlcollect.rollout.loop import collect_batch
+from rlcollect.rollout.stream import StreamLoop
 
 __all__ = ["Rollout", "RolloutSpec"]
 
@@ -131,7 +132,7 @@ class Rollout:
             self.policy.callable = torch.compile(self.policy.callable, **kwargs)
         self.layout = BatchLayout(
             tuple(observation_fields(obs_space)), action_fields(action_space)[0], self.policy.extras,
-            dict_observations=isinstance(obs_space, gym.spaces.Dict),
+            dict_observations=isinstance(obs_space, gym.spaces.Dict), env_ids=self.envs.streams,
         )
         self._value_check = BatchValueCheck(obs_space, action_space, self.layout.observations,
                                             self.layout.action)
@@ -140,10 +141,12 @@ class Rollout:
             truncate_last=spec.set_truncated or spec.reset_at_each_iter,
             exploration_type=spec.exploration_type,
         )
-        self.traj_ids = TrajectoryIds(
-            self.num_envs, stride=traj_stride, offset=traj_offset, start=traj_start
-        )
-        self.episodes = EpisodeTracker(self.num_envs, env_offset=env_offset)
+        # a streaming pool (rows are not envs) counts its own envs: ids, episodes, seeds are per env
+        pool = self.envs.pool_size
+        self.first_env = env_offset * pool // self.num_envs  # this process's first env in the collector
+        self.traj_ids = TrajectoryIds(pool, stride=traj_stride, offset=traj_offset, start=traj_start)
+        self.episodes = EpisodeTracker(pool, env_offset=self.first_env)
+        self.stream = StreamLoop(self.envs, self.layout, self.first_env) if self.envs.streams else None
         self.pending_obs = {
             f.key: torch.zeros((self.num_envs, *f.shape), dtype=f.dtype) for f in self.layout.observations
         }
@@ -182,11 +185,13 @@ class Rollout:
         policy.bind(buffers)
         start = time.perf_counter()
         try:
-            steps = collect_batch(
-                self.envs, policy, buffers, self.config, self.traj_ids, self.episodes,
-                None if self.served and not random else policy_version,
-                self.pending_obs, stop,
-            )
+            version = None if self.served and not random else policy_version
+            if self.stream is not None:  # frames in the order the envs answer (no preemption: none waits)
+                steps = self.stream.collect(policy, buffers, self.config, self.traj_ids, self.episodes,
+                                            version)
+            else:
+                steps = collect_batch(self.envs, policy, buffers, self.config, self.traj_ids, self.episodes,
+                                      version, self.pending_obs, stop)
             if self.check_values is not None:
                 self.check_values(buffers, steps)
         except BadDataError as error:
@@ -200,6 +205,8 @@ class Rollout:
         """Reset the envs; their observations become the next batch's first."""
         self.envs.bind(self._scratch)
         self.envs.reset(slot=0, seeds=seeds)
+        if self.stream is not None:
+            self.stream.restart()
         for key, obs in self._scratch.obs_ext.items():
             self.pending_obs[key].copy_(obs[:, 0])
 
@@ -209,11 +216,11 @@ class Rollout:
         self.traj_ids.restart()
 
     def set_seed(self, seed: int | None, *, new_trajectories: bool = False) -> None:
-        """Reset env ``i`` with ``seed + env_offset + i`` and seed the generators from it."""
+        """Reset env ``i`` with ``seed + first_env + i`` and seed the generators from it."""
         if seed is None:
             self._reset(None)
         else:
-            seeds = [seed + self.env_offset + i for i in range(self.num_envs)]
+            seeds = [seed + self.first_env + i for i in range(self.envs.pool_size)]
             self._reset(seeds)
             self.envs.seed_action_spaces(seeds)
             self.random_policy.seed(seed + self.env_offset)

@@ -83,10 +83,7 @@ class EpisodeTracker:
             previous_t = np.where(first, -1, np.roll(steps, 1))
             returns = np.where(first, self._return[envs], 0.0) + at_end - before
             lengths = np.where(first, self._length[envs], 0) + steps - previous_t
-            self.returns.extend(returns.tolist())
-            self.lengths.extend(lengths.tolist())
-            self.count += len(envs)
-            self._ended = (envs, steps, returns, lengths)
+            self._record(envs, steps, returns, lengths, envs)
         ended = done.any(axis=1)
         last_t = np.where(ended, num_steps - 1 - np.argmax(done[:, ::-1], axis=1), -1)
         rows = np.arange(len(last_t))
@@ -100,16 +97,62 @@ class EpisodeTracker:
         multi-process collector stamps its own."""
         if self._ended is None:
             return
-        envs, steps, returns, lengths = self._ended
+        rows, steps, returns, lengths, envs = self._ended
         self._ended = None
-        order = np.lexsort((envs, steps))  # by the step they ended at, then by env
-        envs, steps, returns, lengths = envs[order], steps[order], returns[order], lengths[order]
         self.records.add({
             "return": returns, "length": lengths.astype(np.int64), "env": envs + self.env_offset,
-            "traj_id": traj_ids[envs, steps].astype(np.int64),
-            "policy_version": versions[envs, steps].astype(np.int64),
+            "traj_id": traj_ids[rows, steps].astype(np.int64),
+            "policy_version": versions[rows, steps].astype(np.int64),
             "worker": np.zeros(len(envs), dtype=np.int64),
         })
+
+    def _record(self, rows: np.ndarray, steps: np.ndarray, returns: np.ndarray, lengths: np.ndarray,
+                envs: np.ndarray) -> None:
+        """Count the episodes that ended at frames ``[rows, steps]`` of the batch; :meth:`label`
+        records them in the order they ended (by step, then row)."""
+        self.returns.extend(returns.tolist())
+        self.lengths.extend(lengths.tolist())
+        self.count += len(envs)
+        order = np.lexsort((rows, steps))
+        rows, steps, envs = rows[order], steps[order], envs[order]
+        returns, lengths = returns[order], lengths[order]
+        self._ended = (rows, steps, returns, lengths, envs)
+
+    def update_stream(self, envs: np.ndarray, reward: np.ndarray, done: np.ndarray, num_steps: int) -> None:
+        """Account for a batch of frames in the order they completed, whatever their env: flat
+        ``envs``, ``reward``, ``done`` (frame ``k`` is at row ``k // num_steps``, step
+        ``k % num_steps`` of the batch; an asynchronous pool's batch).
+
+        Examples:
+            >>> tracker = EpisodeTracker(num_envs=2)
+            >>> envs, done = np.array([0, 1, 0, 1, 0]), np.array([False, False, True, False, True])
+            >>> tracker.update_stream(envs, np.ones(5), done, num_steps=5)
+            >>> list(tracker.returns), list(tracker.lengths)
+            ([2.0, 1.0], [2, 1])
+        """
+        count = len(envs)
+        if not count:
+            return
+        order = np.argsort(envs, kind="stable")  # by env, each env's frames in time order
+        e, r, d = envs[order], reward[order], done[order]
+        cumulative = np.cumsum(r, dtype=np.float64)
+        first = np.ones(count, dtype=bool)  # an env's first frame in this batch
+        first[1:] = e[1:] != e[:-1]
+        begins = first.copy()  # a segment: an env's frames up to an episode end
+        begins[1:] |= d[:-1]
+        starts = np.flatnonzero(begins)
+        segment = np.cumsum(begins) - 1
+        carried = first[starts][segment]  # the segment continues what its env carried in
+        returns = cumulative - (cumulative[starts] - r[starts])[segment]
+        returns += np.where(carried, self._return[e], 0.0)
+        lengths = np.arange(count) - starts[segment] + 1 + np.where(carried, self._length[e], 0)
+        ended = np.flatnonzero(d)
+        if len(ended):
+            rows, steps = np.divmod(order[ended], num_steps)
+            self._record(rows, steps, returns[ended], lengths[ended], e[ended])
+        last = np.append(e[1:] != e[:-1], True)
+        self._return[e[last]] = np.where(d[last], 0.0, returns[last])
+        self._length[e[last]] = np.where(d[last], 0, lengths[last])
 
     def state_dict(self) -> dict[str, Any]:
         """Running sums and the window."""

@@ -480,3 +480,31 @@ def test_assembler_pop_counts() -> None:
     assert assembler.pop(1) is None
     padded = pad_trajectories(popped)
     assert padded["x"].tolist() == [[0.0, 0.0, 0.0], [10.0, 10.0, 10.0], [20.0, 20.0, 0.0]]
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data())
+def test_stream_ids_equal_a_step_by_step_count(data: st.DataObject) -> None:
+    """Frames of any env in any order (an asynchronous pool's batches): each env keeps its id until
+    its done, new ids come in frame order from the producer's stride, and restart() starts new ones."""
+    num_envs = data.draw(st.integers(1, 4), label="num_envs")
+    stride = data.draw(st.integers(1, 3), label="stride")
+    offset = data.draw(st.integers(0, stride - 1), label="offset")
+    batches = data.draw(st.lists(st.tuples(
+        st.lists(st.tuples(st.integers(0, num_envs - 1), st.booleans()), max_size=8), st.booleans()),
+        min_size=1, max_size=4), label="batches")
+    ids = TrajectoryIds(num_envs, stride=stride, offset=offset)
+    current, starting, counter = list(range(num_envs)), [False] * num_envs, num_envs
+    for frames, restart in batches:
+        envs = np.array([env for env, _ in frames], dtype=np.int64)
+        done = np.array([d for _, d in frames], dtype=bool)
+        out = np.full(len(frames), -7, dtype=np.int64)
+        ids.assign_stream(envs, done, out)
+        for k, (env, end) in enumerate(frames):
+            if starting[env]:
+                current[env], counter, starting[env] = counter, counter + 1, False
+            assert out[k] == current[env] * stride + offset
+            starting[env] = end
+        if restart:
+            ids.restart()
+            starting = [True] * num_envs

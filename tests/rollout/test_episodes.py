@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -39,3 +40,43 @@ def test_tracker_equals_a_step_by_step_count(
     assert tracker.count == len(expected)
     np.testing.assert_allclose(list(tracker.returns), [e[3] for e in expected])
     assert list(tracker.lengths) == [e[4] for e in expected]
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    num_envs=st.integers(1, 4),
+    frames=st.integers(1, 12),
+    batches=st.integers(1, 4),
+    end_rate=st.floats(0.0, 1.0),
+    seed=st.integers(0, 10_000),
+)
+def test_stream_tracker_equals_a_step_by_step_count(
+    num_envs: int, frames: int, batches: int, end_rate: float, seed: int
+) -> None:
+    """Frames of any env in any order (an asynchronous pool's batches): each env's episodes are
+    summed over its own frames, across batches."""
+    rng = np.random.default_rng(seed)
+    envs = rng.integers(0, num_envs, size=frames * batches)
+    reward = rng.normal(size=frames * batches)
+    done = rng.random(frames * batches) < end_rate
+    expected = {}  # flat index of the last frame -> (return, length)
+    total, length = np.zeros(num_envs), np.zeros(num_envs, dtype=int)
+    for k, env in enumerate(envs.tolist()):
+        total[env], length[env] = total[env] + reward[k], length[env] + 1
+        if done[k]:
+            expected[k] = (total[env], int(length[env]))
+            total[env], length[env] = 0.0, 0
+    tracker = EpisodeTracker(num_envs, window=10_000)
+    traj_ids, versions = np.arange(frames).reshape(1, frames), np.zeros((1, frames), dtype=np.int64)
+    got = {}
+    for b in range(batches):
+        window = slice(b * frames, (b + 1) * frames)
+        tracker.update_stream(envs[window], reward[window], done[window], num_steps=frames)
+        tracker.label(traj_ids, versions)
+        records = tracker.records.drain()
+        assert records["env"].tolist() == envs[window][records["traj_id"]].tolist()
+        for k, value, n in zip(records["traj_id"], records["return"], records["length"], strict=True):
+            got[b * frames + int(k)] = (value, int(n))
+    assert tracker.count == len(expected) and sorted(got) == sorted(expected)
+    for k, (value, n) in expected.items():
+        assert got[k][0] == pytest.approx(value) and got[k][1] == n
