@@ -41,6 +41,7 @@ from rlcollect.collectors.base import BaseCollector
 from rlcollect.collectors.options import CollectorOptions
 from rlcollect.collectors.stats import CollectorStats
 from rlcollect.data.buffers import BatchBuffers
+from rlcollect.envs.envpool_env import ENVPOOL_PREFIX
 from rlcollect.envs.factory import source_modules
 from rlcollect.rollout.engine import Rollout, RolloutSpec
 from rlcollect.rollout.episodes import EpisodeRecords
@@ -95,11 +96,21 @@ class PooledCollector(BaseCollector):
         # the probe: the layout, the envs per worker and a dry step of the policy, on one env (each
         # copy of a Gymnasium env costs its start-up; a vector env brings its own count)
         # (with policy and policy_factory, policy is where the weights come from: the probe holds it)
-        probe = Rollout(dataclasses.replace(options.rollout_spec(0), num_envs=1, policy_factory=(
-            None if options.policy is not None else options.policy_factory)))
+        # (an EnvPool name: the probe builds a worker's whole pool, C++ envs that start at once, whose
+        # rows are what a worker's batch has: an asynchronous pool's batch_size)
+        spec = options.rollout_spec(0)
+        whole = isinstance(spec.create_env_fn, str) and spec.create_env_fn.startswith(ENVPOOL_PREFIX)
+        probe = Rollout(dataclasses.replace(
+            spec, num_envs=options.num_envs_per_worker if whole else 1,
+            policy_factory=None if options.policy is not None else options.policy_factory))
         probe.close()
-        copies = probe.envs.follows_num_envs
-        if not copies and options.num_envs_per_worker != 1:
+        if probe.envs.streams and not self._policy_in_workers:
+            raise ValueError("AsyncBatchedCollector with an asynchronous EnvPool (batch_size < num_envs): "
+                             "its policy server reads every env's step from shared memory, which the "
+                             "pool's envs in flight are not in; use MultiAsyncCollector (the pool already "
+                             "overlaps the forward pass with the envs' steps) or a synchronous pool")
+        copies = probe.envs.follows_num_envs and not whole
+        if not copies and not whole and options.num_envs_per_worker != 1:
             raise ValueError(f"num_envs_per_worker={options.num_envs_per_worker}, but create_env_fn builds "
                              f"{probe.num_envs} env(s) itself ({type(probe.envs).__name__}: a vector env or "
                              "a TorchRL env); leave num_envs_per_worker=1")

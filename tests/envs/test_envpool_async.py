@@ -227,21 +227,42 @@ def test_workers_each_step_an_async_pool() -> None:
     frames are the plain loop's for that env."""
     from rlcollect import MultiAsyncCollector, MultiSyncCollector
 
-    pool = {"batch_size": 2, "max_episode_steps": 12}
-    want = reference("CartPole-v1", PushRight(), 8, 2, 2000, seed=3, num_threads=1, max_episode_steps=12)
     for kind, frames_per_batch in ((MultiSyncCollector, 40), (MultiAsyncCollector, 20)):
         with kind("envpool:CartPole-v1", PushRight(), num_workers=2, num_envs_per_worker=4, seed=3,
-                  create_env_kwargs=pool, frames_per_batch=frames_per_batch, total_frames=160) as collector:
+                  create_env_kwargs=WORKER_POOL, frames_per_batch=frames_per_batch,
+                  total_frames=160) as collector:
             got = [batch.clone() for batch in collector]
         assert got[0].batch_size == (4 if kind is MultiSyncCollector else 2, 10)
-        have = frames(got)
-        for env in range(8):
-            mine, theirs = have["env"] == env, want["env"] == env
-            assert 0 < int(mine.sum()) <= int(theirs.sum()), kind.__name__
-            for name in NAMES[1:]:
-                expected = want[name][theirs][: int(mine.sum())].astype(have[name].dtype)
-                assert np.array_equal(have[name][mine], expected), (kind.__name__, env, name)
-        assert_whole_trajectories(got)
+        assert_each_env_follows_the_reference(got, kind.__name__)
+
+
+@pytest.mark.timeout(240)
+def test_ray_actors_each_step_an_async_pool(ray_session: None) -> None:
+    from rlcollect import RayCollector
+
+    for sync in (True, False):
+        with RayCollector("envpool:CartPole-v1", PushRight(), num_collectors=2, sync=sync, seed=3,
+                          collector_kwargs={"num_envs": 4, "create_env_kwargs": WORKER_POOL},
+                          frames_per_batch=40 if sync else 20, total_frames=160) as collector:
+            got = [batch.clone() for batch in collector]
+        assert got[0].batch_size == (4 if sync else 2, 10)
+        assert_each_env_follows_the_reference(got, f"RayCollector(sync={sync})")
+
+
+WORKER_POOL = {"batch_size": 2, "max_episode_steps": 12}
+
+
+def assert_each_env_follows_the_reference(got: list[TensorDictBase], name: str) -> None:
+    """Two workers' pools of 4 (:data:`WORKER_POOL`, seed 3): env by env, a pool of all 8's frames."""
+    want = reference("CartPole-v1", PushRight(), 8, 2, 2000, seed=3, num_threads=1, max_episode_steps=12)
+    have = frames(got)
+    for env in range(8):
+        mine, theirs = have["env"] == env, want["env"] == env
+        assert 0 < int(mine.sum()) <= int(theirs.sum()), name
+        for key in NAMES[1:]:
+            expected = want[key][theirs][: int(mine.sum())].astype(have[key].dtype)
+            assert np.array_equal(have[key][mine], expected), (name, env, key)
+    assert_whole_trajectories(got)
 
 
 def test_async_pool_errors_name_what_is_wrong() -> None:
