@@ -228,7 +228,7 @@ class EnvPoolStream(EnvPoolEnv):
             assert buffers is not None
             check_vector_step(obs, reward, terminated, truncated, buffers.obs_ext_np, buffers.dict_obs,
                               step=step)
-        ids = np.asarray(info["env_id"], dtype=np.int64)
+        ids = np.asarray(info["env_id"], dtype=np.int32)  # as send() takes them
         completes = ~self._finishing[ids]
         self._finishing[ids] = (terminated | truncated) & completes
         return Received(ids, obs, reward, terminated, truncated, completes)
@@ -236,7 +236,7 @@ class EnvPoolStream(EnvPoolEnv):
     def send(self, action: np.ndarray, env_ids: np.ndarray) -> None:
         """Send ``action`` (``[B, ...]``) to the envs ``env_ids``."""
         pool: Any = self.env
-        pool.send(action, env_ids.astype(np.int32))
+        pool.send(action, env_ids)
         self._in_flight += len(env_ids)
 
     def step(self, t: int) -> None:

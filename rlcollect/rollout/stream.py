@@ -58,11 +58,12 @@ class StreamLoop:
     def __init__(self, envs: Any, layout: BatchLayout, env_offset: int = 0) -> None:
         self.envs = envs
         self.env_offset = env_offset
-        self.acting = BatchBuffers.allocate(layout, envs.num_envs, 1)  # the answering envs' step
-        self.staged = BatchBuffers.allocate(layout, envs.pool_size, 1)  # per env: what it was sent
+        self.acting = _Row(BatchBuffers.allocate(layout, envs.num_envs, 1))  # the answering envs' step
+        self.staged = _Row(BatchBuffers.allocate(layout, envs.pool_size, 1))  # per env: what it was sent
         self.pending: Received | None = None  # an answer whose frames did not all fit the last batch
         self._written = 0  # of its completed frames
-        self._positions: tuple[np.ndarray, np.ndarray] | None = None
+        self._version = -1  # the version acting.version holds
+        self._targets: dict[int, _Frames] = {}  # per batch buffers (a worker alternates slots)
 
     def restart(self) -> None:
         """Forget the held answer (the envs were just reset)."""
@@ -74,10 +75,10 @@ class StreamLoop:
 
         ``policy_version`` ``None``: the policy stamps each step's version itself (a policy server).
         """
-        rows, steps = buffers.num_envs, buffers.num_steps
-        if self._positions is None or self._positions[0].size != rows * steps:
-            self._positions = np.divmod(np.arange(rows * steps), steps)
-        total, filled, answers = rows * steps, 0, 0
+        if id(buffers) not in self._targets:
+            self._targets[id(buffers)] = _Frames(buffers)
+        frames = self._targets[id(buffers)]
+        total, filled, answers = frames.total, 0, 0
         buffers.terminated.zero_()
         buffers.truncated.zero_()
         with torch.inference_mode(), set_interaction_type(config.exploration_type):
@@ -86,61 +87,61 @@ class StreamLoop:
                     self.pending, self._written = self.envs.recv(answers), 0
                     answers += 1
                 answer = self.pending
-                todo = np.flatnonzero(answer.completes)[self._written:]
-                count = min(len(todo), total - filled)
+                completes = answer.completes
+                todo = None if completes.all() else np.flatnonzero(completes)  # None: every row
+                left = (len(completes) if todo is None else len(todo)) - self._written
+                count = min(left, total - filled)
                 if count:
-                    self._write(buffers, answer, todo[:count], filled)
+                    if self._written or count < left:
+                        todo = np.arange(len(completes)) if todo is None else todo
+                        todo = todo[self._written:self._written + count]
+                    self._write(frames, answer, todo, filled, count)
                     filled += count
                     self._written += count
-                if count < len(todo):
+                if count < left:
                     break  # the batch is full: the rest of this answer opens the next one
                 self._act(policy, answer, policy_version)
                 self.pending = None
                 if filled == total:
                     break
         self._finish(buffers, config, traj_ids, episodes)
-        return steps
+        return frames.steps
 
-    def _write(self, buffers: BatchBuffers, answer: Received, rows: np.ndarray, start: int) -> None:
-        """Write the frames the answer's ``rows`` complete at batch positions ``start, ...``."""
-        assert self._positions is not None
-        at = (self._positions[0][start:start + len(rows)], self._positions[1][start:start + len(rows)])
-        envs = answer.env_ids[rows]
-        staged = self.staged
-        for key, obs in buffers.obs_ext_np.items():
-            obs[at] = staged.obs_ext_np[key][envs, 0]
-            answered = get_nested(answer.obs, key) if buffers.dict_obs else answer.obs
-            buffers.next_obs_np[key][at] = answered[rows]
-        buffers.action_np[at] = staged.action_np[envs, 0]
-        if buffers.extras:
-            at_t, envs_t = tuple(torch.from_numpy(i) for i in at), torch.from_numpy(envs)
-            for key, extra in buffers.extras.items():
-                extra[at_t] = staged.extras[key][envs_t, 0]
-        buffers.policy_version.numpy()[at] = staged.policy_version.numpy()[envs, 0]
-        buffers.reward_np[at + (0,)] = answer.reward[rows]
-        buffers.terminated_np[at + (0,)] = answer.terminated[rows]
-        buffers.truncated_np[at + (0,)] = answer.truncated[rows]
-        assert buffers.env_ids is not None
-        buffers.env_ids.numpy()[at] = envs
+    def _write(self, frames: _Frames, answer: Received, rows: np.ndarray | None, start: int,
+               count: int) -> None:
+        """Write the ``count`` frames the answer's ``rows`` (``None``: all) complete at batch
+        positions ``start, ...``."""
+        stop, staged = start + count, self.staged
+        envs = answer.env_ids if rows is None else answer.env_ids[rows]
+        for key, obs in frames.obs.items():
+            frames.write_obs(obs, start, staged.obs[key][envs])
+            answered = get_nested(answer.obs, key) if frames.dict_obs else answer.obs
+            frames.next_obs[key][start:stop] = answered if rows is None else answered[rows]
+        frames.action[start:stop] = staged.action[envs]
+        for key, extra in frames.extras.items():
+            extra[start:stop] = staged.extras[key][torch.from_numpy(envs)]
+        frames.version[start:stop] = staged.version[envs]
+        frames.reward[start:stop] = answer.reward if rows is None else answer.reward[rows]
+        frames.terminated[start:stop] = answer.terminated if rows is None else answer.terminated[rows]
+        frames.truncated[start:stop] = answer.truncated if rows is None else answer.truncated[rows]
+        frames.env_ids[start:stop] = envs
 
     def _act(self, policy: PolicyAdapter, answer: Received, policy_version: int | None) -> None:
         """The policy's actions for the answering envs, staged per env and sent."""
         acting, staged, envs = self.acting, self.staged, answer.env_ids
-        acting.write_obs_all(0, answer.obs)
-        if policy_version is not None:
-            acting.policy_version.fill_(policy_version)
-        policy.bind(acting)
+        acting.buffers.write_obs_all(0, answer.obs)
+        if policy_version is not None and policy_version != self._version:
+            acting.version[:] = self._version = policy_version
+        policy.bind(acting.buffers)
         policy.act(0)
         policy.finish(1)
-        for key, obs in acting.obs_ext_np.items():
-            staged.obs_ext_np[key][envs, 0] = obs[:, 0]
-        staged.action_np[envs, 0] = acting.action_np[:, 0]
-        if acting.extras:
-            envs_t = torch.from_numpy(envs)
-            for key, extra in acting.extras.items():
-                staged.extras[key][envs_t, 0] = extra[:, 0]
-        staged.policy_version.numpy()[envs, 0] = acting.policy_version.numpy()[:, 0]
-        self.envs.send(acting.action_np[:, 0], envs)
+        for key, obs in acting.obs.items():
+            staged.obs[key][envs] = obs
+        staged.action[envs] = acting.action
+        for key, extra in acting.extras.items():
+            staged.extras[key][torch.from_numpy(envs)] = extra
+        staged.version[envs] = acting.version
+        self.envs.send(acting.action, envs)
 
     def _finish(self, buffers: BatchBuffers, config: RolloutConfig, traj_ids: TrajectoryIds,
                 episodes: EpisodeTracker) -> None:
@@ -158,8 +159,48 @@ class StreamLoop:
         envs += self.env_offset
 
 
-def _flat(array: np.ndarray) -> np.ndarray:
-    """``array`` as one dimension, a view (writes go through; an error where it cannot be one)."""
+def _flat(array: np.ndarray, dims: int = 0) -> np.ndarray:
+    """``array``'s first ``dims`` dimensions (all: 0) as one, a view (writes go through; an error
+    where it cannot be one)."""
     flat = array.view()
-    flat.shape = (array.size,)
+    flat.shape = (-1,) if dims == 0 else (-1, *array.shape[dims:])
     return flat
+
+
+class _Row:
+    """Views of one-step buffers without their time dimension: ``[rows, ...]`` per key."""
+
+    def __init__(self, buffers: BatchBuffers) -> None:
+        self.buffers = buffers
+        self.obs = {key: array[:, 0] for key, array in buffers.obs_ext_np.items()}
+        self.action = buffers.action_np[:, 0]
+        self.extras = {key: extra[:, 0] for key, extra in buffers.extras.items()}
+        self.version = buffers.policy_version.numpy()[:, 0]
+
+
+class _Frames:
+    """A batch's tensors as frames in order: flat ``[B * T, ...]`` views (observations, which live
+    in ``[B, T + 1]`` slots, are written row by row)."""
+
+    def __init__(self, buffers: BatchBuffers) -> None:
+        assert buffers.env_ids is not None
+        self.steps = buffers.num_steps
+        self.total = buffers.num_envs * buffers.num_steps
+        self.dict_obs = buffers.dict_obs
+        self.obs = buffers.obs_ext_np
+        self.next_obs = {key: _flat(array, 2) for key, array in buffers.next_obs_np.items()}
+        self.action = _flat(buffers.action_np, 2)
+        self.extras = {key: extra.view(self.total, *extra.shape[2:]) for key, extra in buffers.extras.items()}
+        self.version = _flat(buffers.policy_version.numpy(), 2)
+        self.reward, self.terminated, self.truncated = (
+            _flat(array, 3) for array in (buffers.reward_np, buffers.terminated_np, buffers.truncated_np))
+        self.env_ids = _flat(buffers.env_ids.numpy(), 2)
+
+    def write_obs(self, obs: np.ndarray, start: int, values: np.ndarray) -> None:
+        """Write ``values`` as the observations of frames ``start, ...``."""
+        steps, done = self.steps, 0
+        while done < len(values):
+            row, col = divmod(start + done, steps)
+            count = min(len(values) - done, steps - col)
+            obs[row, col:col + count] = values[done:done + count]
+            done += count

@@ -122,6 +122,19 @@ def test_async_cartpole_equals_a_plain_async_loop() -> None:
     assert all((a == b).all() for a, b in zip(got, again, strict=True))  # one thread: run after run
 
 
+@pytest.mark.parametrize("steps", [1, 3])
+def test_batches_shorter_than_an_answer(steps: int) -> None:
+    """``T`` < ``B``: one answer's frames span several rows, and batches end inside answers."""
+    pool = {"batch_size": 4, "num_threads": 1, "max_episode_steps": 10}
+    got = collect("envpool:CartPole-v1", PushRight(), rows=4, steps=steps, batches=30 // steps, num_envs=8,
+                  seed=2, create_env_kwargs=pool)
+    assert got[0].batch_size == (4, steps)
+    want = reference("CartPole-v1", PushRight(), 8, 4, 4 * steps * (30 // steps), seed=2, num_threads=1,
+                     max_episode_steps=10)
+    assert_equal(frames(got), want)
+    assert_whole_trajectories(got)
+
+
 def test_async_pong_equals_a_plain_async_loop() -> None:
     pool = {"batch_size": 2, "num_threads": 1, "max_episode_steps": 15}
     got = collect("envpool:Pong-v5", PongPolicy(), rows=2, steps=10, batches=3, num_envs=4, seed=3,
