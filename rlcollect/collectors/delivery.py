@@ -47,6 +47,8 @@ class Delivery:
         workers: the workers whose rows a batch holds (set by synchronous multi-worker collectors).
         track_traj_ids: ``False``: batches leave out ``("collector", "traj_ids")`` (TorchRL's
             option; the ids are still kept inside, for episode statistics).
+        exclude_private: in TorchRL's layout, leave out the keys with a part that starts with
+            ``_`` (a policy's private state, such as an exploration module's noise), as TorchRL does.
     """
 
     return_same_td: bool = False
@@ -66,6 +68,7 @@ class Delivery:
     track_traj_ids: bool = True
     unbatched: bool = False
     workers: int = 1
+    exclude_private: bool = True
     _assembler: TrajectoryAssembler = field(default_factory=TrajectoryAssembler, repr=False)
 
     def outputs(self, batch: TensorDictBase) -> Iterator[TensorDictBase | None]:
@@ -93,6 +96,8 @@ class Delivery:
             out = torchrl_layout(out, unbatched=self.unbatched and not regrouped,
                                  track_policy_version=self.track_policy_version,
                                  workers=1 if regrouped else self.workers, cat_results=self.cat_results)
+            if self.exclude_private:
+                out = out.exclude(*[key for key in out.keys(True) if _private(key)])
         if not self.track_traj_ids:
             out = out.exclude(("collector", "traj_ids"))
         if self.compact_obs:
@@ -111,6 +116,10 @@ class Delivery:
                 out = out.transpose(0, 1)  # step by step: every env's frame of a step, then the next
             self.replay_buffer.extend(flatten_batch(out))
             yield None
+
+
+def _private(key: str | tuple[str, ...]) -> bool:
+    return any(part.startswith("_") for part in ((key,) if isinstance(key, str) else key))
 
 
 def make_delivery(

@@ -117,11 +117,26 @@ def _worker_stats(self: Any, workers: str = "aggregate", *, timeout: float | Non
 
 
 #: What ``Collector(backend=...)`` builds on: this process, worker processes, Ray actors.
+class _PrivateKeys:
+    """TorchRL's ``_exclude_private_keys`` switch: batches leave out the keys with a part that
+    starts with ``_`` (a policy's private state) unless it is set to False."""
+
+    _delivery: Any
+
+    @property
+    def _exclude_private_keys(self) -> bool:
+        return bool(self._delivery.exclude_private)
+
+    @_exclude_private_keys.setter
+    def _exclude_private_keys(self, value: bool) -> None:
+        self._delivery.exclude_private = bool(value)
+
+
 BACKENDS = ("direct", "process", "ray")
 _SELECTORS = ("backend", "backend_options", "num_collectors", "sync")
 
 
-class Collector(collectors.Collector):
+class Collector(_PrivateKeys, collectors.Collector):
     """:class:`rlcollect.Collector` with TorchRL's batch layout by default (``layout="torchrl"``)
     and TorchRL's arguments (:data:`TORCHRL_ARGUMENTS`).
 
@@ -198,7 +213,7 @@ class MultiCollector(BaseCollector, metaclass=_MultiCollectorType):
     instances of this class."""
 
 
-class MultiSyncCollector(collectors.MultiSyncCollector, MultiCollector):
+class MultiSyncCollector(_PrivateKeys, collectors.MultiSyncCollector, MultiCollector):
     """:class:`rlcollect.MultiSyncCollector` with TorchRL's batch layout and arguments; a batch is
     grouped by worker as ``cat_results`` says (``"stack"`` by default, as in TorchRL).
     ``frames_per_batch`` may be a list, one (equal) count per worker."""
@@ -209,7 +224,7 @@ class MultiSyncCollector(collectors.MultiSyncCollector, MultiCollector):
     stats = _worker_stats  # type: ignore[assignment]  # TorchRL's signature and dict
 
 
-class MultiAsyncCollector(collectors.MultiAsyncCollector, MultiCollector):
+class MultiAsyncCollector(_PrivateKeys, collectors.MultiAsyncCollector, MultiCollector):
     """:class:`rlcollect.MultiAsyncCollector` with TorchRL's batch layout and arguments."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -233,7 +248,7 @@ _RAY_COLLECTOR_ARGUMENTS = ("device", "env_device", "policy_device", "exploratio
                             "max_frames_per_traj", "policy_factory", "pre_collect_hook", "reset_at_each_iter")
 
 
-class RayCollector(collectors.RayCollector):
+class RayCollector(_PrivateKeys, collectors.RayCollector):
     """:class:`rlcollect.RayCollector` with TorchRL's batch layout, arguments and defaults:
     ``sync=False``; the actors' collector arguments (``device``, ``exploration_type``,
     ``max_frames_per_traj``, ...) at the top level as well as in ``collector_kwargs``;

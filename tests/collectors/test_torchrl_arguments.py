@@ -268,3 +268,26 @@ def test_stats_is_torchrls_snapshot_with_rlcollects_counters_as_attributes() -> 
     assert aggregate["worker_frames"] == 16 and "policy_version" not in aggregate
     assert {"frames", "worker_0/frames", "worker_1/frames"} <= set(both)
     assert "frames" not in per_worker and per_worker["worker_0/frames"] + per_worker["worker_1/frames"] == 16
+
+
+def test_private_keys_are_left_out_in_torchrls_layout() -> None:
+    """A policy's keys with a part starting with ``_`` (an exploration module's state) leave the
+    batch in TorchRL's layout unless ``_exclude_private_keys`` is False; the native layout keeps
+    everything it collected."""
+    from tensordict.nn import TensorDictModule, TensorDictSequential
+
+    policy = TensorDictSequential(
+        TensorDictModule(lambda obs: (obs[..., 2] > 0).long(), in_keys=["observation"], out_keys=["action"]),
+        TensorDictModule(lambda obs: (obs.sum(-1), obs[..., 0], obs[..., 1]), in_keys=["observation"],
+                         out_keys=["_noise", ("out", "_state"), "kept"]),
+    )
+    with TorchRLLayoutCollector(make_cartpole, policy, frames_per_batch=8, total_frames=16) as collector:
+        batch = next(iter(collector))
+        assert {"kept", "observation"} <= set(batch.keys()) and "_noise" not in set(batch.keys())
+        assert ("out", "_state") not in batch.keys(True, True)
+        collector._exclude_private_keys = False
+        batch = next(iter(collector))
+        assert torch.equal(batch["_noise"], batch["observation"].sum(-1))
+        assert torch.equal(batch["out", "_state"], batch["observation"][..., 0])
+    with Collector(make_cartpole, policy, frames_per_batch=8, total_frames=8) as collector:
+        assert {"_noise", "kept"} <= set(next(iter(collector)).keys())
