@@ -262,14 +262,31 @@ def test_ray_actors_each_step_an_async_pool(ray_session: None) -> None:
         assert_each_env_follows_the_reference(got, f"RayCollector(sync={sync})")
 
 
+@pytest.mark.timeout(240)
+def test_workers_each_step_an_async_pong_pool() -> None:
+    from rlcollect import MultiSyncCollector
+
+    with MultiSyncCollector("envpool:Pong-v5", PongPolicy(), num_workers=2, num_envs_per_worker=2, seed=4,
+                            create_env_kwargs={"batch_size": 1, "max_episode_steps": 15},
+                            frames_per_batch=20, total_frames=60) as collector:
+        got = [batch.clone() for batch in collector]
+    assert got[0].batch_size == (2, 10) and got[0]["observation"].dtype == torch.uint8
+    want = reference("Pong-v5", PongPolicy(), 4, 2, 120, seed=4, num_threads=1, max_episode_steps=15)
+    assert want["trunc"].sum() > 0
+    assert_each_env_follows_the_reference(got, "MultiSyncCollector, Pong", want, envs=4)
+
+
 WORKER_POOL = {"batch_size": 2, "max_episode_steps": 12}
 
 
-def assert_each_env_follows_the_reference(got: list[TensorDictBase], name: str) -> None:
-    """Two workers' pools of 4 (:data:`WORKER_POOL`, seed 3): env by env, a pool of all 8's frames."""
-    want = reference("CartPole-v1", PushRight(), 8, 2, 2000, seed=3, num_threads=1, max_episode_steps=12)
+def assert_each_env_follows_the_reference(got: list[TensorDictBase], name: str,
+                                          want: dict[str, np.ndarray] | None = None, envs: int = 8) -> None:
+    """Workers' pools (by default two of 4, :data:`WORKER_POOL`, seed 3): env by env, the frames of
+    one pool of all the envs (``want``)."""
+    if want is None:
+        want = reference("CartPole-v1", PushRight(), 8, 2, 2000, seed=3, num_threads=1, max_episode_steps=12)
     have = frames(got)
-    for env in range(8):
+    for env in range(envs):
         mine, theirs = have["env"] == env, want["env"] == env
         assert 0 < int(mine.sum()) <= int(theirs.sum()), name
         for key in NAMES[1:]:
