@@ -19,26 +19,13 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule
 
 from rlcollect import Collector, split_trajectories
+from tests.envs.test_envpool import PongPolicy, PushRight
 
 envpool = pytest.importorskip("envpool", reason="EnvPool tests need envpool: pip install rlcollect[envpool]")
 
 pytestmark = pytest.mark.timeout(120)
 
 NAMES = ("env", "obs", "action", "reward", "next", "term", "trunc")
-
-
-class PushRight(torch.nn.Module):
-    """CartPole: push right unless the pole leans far left (episodes end every dozen steps or so)."""
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return (obs[:, 2] > -0.15).long()
-
-
-class PongPolicy(torch.nn.Module):
-    """Pong (``[N, 4, 84, 84]`` uint8): an action from the frames' brightness, deterministic."""
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return obs[:, -1, 30:60, 40:80].float().mean((1, 2)).long() % 6
 
 
 def reference(task: str, policy: torch.nn.Module, num_envs: int, batch_size: int, frames: int, seed: int,
