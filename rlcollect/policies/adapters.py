@@ -96,6 +96,10 @@ class PolicyAdapter(abc.ABC):
     extras: tuple[Field, ...] = ()
     #: The module that runs (the device copy where there is one), for weight updates.
     module: torch.nn.Module | None = None
+    #: Extras the policy reads back at the next step (its carried state), and their values for
+    #: the step before a batch's first, per env (TensorDict policies only).
+    carried: tuple[tuple[str, ...], ...] = ()
+    carry: dict[tuple[str, ...], torch.Tensor] = {}  # noqa: RUF012 (never written: subclasses set their own)
     #: Check every output before writing it (``check="full"``; see ``rlcollect.data.checks``).
     check_writes: bool = True
 
@@ -322,6 +326,12 @@ class TensorDictPolicy(PolicyAdapter):
     observation keys gets its own buffer and lands in the batch. The TensorDicts the policy is
     called on are views of the batch buffers, built once per buffers and step, never per step.
 
+    State the policy carries from step to step (an extra it lists in its ``in_keys``, or a private
+    one, ``_``-prefixed, such as TorchRL's Ornstein-Uhlenbeck noise ``_ou_prev_noise``): step ``t``
+    reads what step ``t - 1`` wrote, as TorchRL's collectors carry the root keys from one step to
+    the next (zeros before the first step; kept across episode ends, which such modules see
+    through ``is_init``).
+
     Args:
         module: the policy: a ``TensorDictModuleBase``, TorchRL's ``RandomPolicy``, or any callable
             taking and returning a TensorDict.
@@ -330,9 +340,12 @@ class TensorDictPolicy(PolicyAdapter):
             an env without a batch size; ``num_envs`` must then be 1.
     """
 
-    # set by bind(): per-step input TensorDicts and (key, output view) pairs
+    # set by bind(): per-step input TensorDicts, (key, output view) pairs, (key, carried state
+    # view) pairs, and (carry, extra) pairs copied at a batch's end
     _inputs: list[TensorDictBase]
     _outputs: list[list[tuple[tuple[str, ...], torch.Tensor]]]
+    _carried: list[list[tuple[tuple[str, ...], torch.Tensor]]]
+    _last: list[tuple[torch.Tensor, torch.Tensor]]
 
     def __init__(
         self,
@@ -366,6 +379,13 @@ class TensorDictPolicy(PolicyAdapter):
             for key in _leaf_keys(out)
             if key != ("action",) and key not in self._obs_keys
         )
+        reads = {(k,) if isinstance(k, str) else tuple(k) for k in getattr(self.callable, "in_keys", ())}
+        #: the extras the policy reads back (its in_keys, or private keys, "_"-prefixed, which
+        #: modules read without listing them): state carried from each step to the next
+        self.carried = tuple(field.key for field in self.extras if field.key[0] != "next" and (
+            field.key in reads or any(part.startswith("_") for part in field.key)))
+        self.carry = {key: torch.zeros((num_envs, *out.get(key).shape[1:]), dtype=out.get(key).dtype)
+                      for key in self.carried}  # what the step before a batch's first wrote
 
     def _forward(self, td: TensorDictBase) -> TensorDictBase:
         if self.device is not None:
@@ -383,16 +403,27 @@ class TensorDictPolicy(PolicyAdapter):
             + [(key, buffers.extras[key][env, t]) for key in buffers.extras]
             for t in range(steps)
         ]
-        return {"_inputs": inputs, "_outputs": outputs}
+        carried = [[(key, self.carry[key][env] if t == 0 else buffers.extras[key][env, t - 1])
+                    for key in self.carried] for t in range(steps)]
+        last = [(self.carry[key], buffers.extras[key]) for key in self.carried]
+        return {"_inputs": inputs, "_outputs": outputs, "_carried": carried, "_last": last}
 
     def act(self, t: int) -> None:
-        out = self._forward(self._inputs[t])
+        inputs = self._inputs[t]
+        for key, previous in self._carried[t]:  # (re)set: the policy may have replaced the entry
+            inputs.set(key, previous)
+        out = self._forward(inputs)
         for key, view in self._outputs[t]:
             value = out.get(key)
             if self.check_writes and (value.__class__ is not torch.Tensor or value.shape != view.shape
                                       or value.dtype is not view.dtype):
                 checked_output(value, view.shape, view.dtype, ".".join(key), t)
             view.copy_(value)
+
+    def finish(self, steps: int) -> None:
+        if steps:  # the last step's state opens the next batch
+            for carry, source in self._last:
+                carry.copy_(source[:, steps - 1])
 
     def outputs(self, obs: Mapping[NestedKey, torch.Tensor]) -> list[torch.Tensor]:
         first = next(iter(obs.values()))

@@ -132,6 +132,8 @@ class StreamLoop:
         acting.buffers.write_obs_all(0, answer.obs)
         if policy_version is not None and policy_version != self._version:
             acting.version[:] = self._version = policy_version
+        for key in policy.carried:  # each answering env's own state, from its last step
+            policy.carry[key].copy_(staged.extras[key][torch.from_numpy(envs)])
         policy.bind(acting.buffers)
         policy.act(0)
         policy.finish(1)
