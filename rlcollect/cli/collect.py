@@ -140,8 +140,11 @@ def default_frames_per_batch(frames: int, num_envs: int) -> int:
 def _env_spaces(env_id: str, kwargs: dict[str, Any]) -> tuple[gym.Space[Any], gym.Space[Any]]:
     """The observation and action spaces of one ``env_id`` env (made and closed again), built as the
     collectors build it: ``ALE/...`` ids register ale-py's envs, ``envpool:...`` ids make a pool."""
+    from rlcollect.envs.envpool_env import ENVPOOL_PREFIX
     from rlcollect.envs.factory import make_env_batch
 
+    if env_id.startswith(ENVPOOL_PREFIX):  # one env's pool: its spaces do not depend on batch_size
+        kwargs = {key: value for key, value in kwargs.items() if key != "batch_size"}
     try:
         envs = make_env_batch(env_id, 1, kwargs)
     except gym.error.Error as error:
@@ -366,13 +369,15 @@ def _setup_info(options: CollectOptions, collector: Collector | MultiSyncCollect
         "env_kwargs": {key: repr(value) for key, value in options.env_kwargs.items()},
         "device": options.device,
         "obs_dtype": options.obs_dtype,
-        "num_envs": collector.num_envs,
+        "num_envs": options.num_envs,
         "workers": options.workers,
         "frames_per_batch": collector.frames_per_batch,
         "frames_requested": options.frames,
         "policy": options.policy,
         "seed": options.seed,
-        "layout": "[batches, envs, time]",
+        "layout": "[batches, envs, time]" if collector.num_envs == options.num_envs else
+                  "[batches, rows, time]: frames in the order they complete (an asynchronous EnvPool); "
+                  "collector.env_ids names each frame's env",
     }
 
 

@@ -45,6 +45,7 @@ from tensordict import TensorDictBase
 from rlcollect.cli.errors import CliError, one_line
 from rlcollect.cli.output import load_run
 from rlcollect.data.layout import observation_fields, stored_observation_space
+from rlcollect.data.trajectories import pad_trajectories
 
 __all__ = ["ExportSummary", "check_dataset_id", "export_minari", "format_export", "run_episodes"]
 
@@ -72,9 +73,9 @@ def run_episodes(run: TensorDictBase, observation_keys: list[tuple[str, ...]]) -
     """The episodes that ended in ``run`` (``[batches, envs, T]``), in trajectory-id order, each a
     dict of numpy arrays: ``observations`` (an array, or a dict of them by key, ``T + 1`` steps),
     ``actions``, ``rewards``, ``terminations``, ``truncations`` and ``trajectory_id``."""
-    batches, num_envs, steps = run.batch_size
-    # [envs, batches * T]: each env's steps in the order it took them
-    steps_of = run.permute(1, 0, 2).reshape(num_envs, batches * steps)
+    # [envs, steps]: each env's steps in the order it took them
+    steps_of = _steps_of_each_env(run)
+    num_envs = steps_of.batch_size[0]
     done = steps_of.get(("next", "done")).reshape(num_envs, -1)
     envs, ends = done.nonzero(as_tuple=True)  # by env, then time
     starts = torch.zeros_like(ends)
@@ -104,6 +105,20 @@ def run_episodes(run: TensorDictBase, observation_keys: list[tuple[str, ...]]) -
             "trajectory_id": int(traj_ids[i]),
         })
     return episodes
+
+
+def _steps_of_each_env(run: TensorDictBase) -> TensorDictBase:
+    """``run`` (``[batches, rows, T]``) as ``[envs, steps]``: rows are envs, except in the run of an
+    asynchronous EnvPool, whose frames (in the order they completed, ``("collector", "env_ids")``
+    naming each one's env) are regrouped by env, zero-padded where an env has fewer."""
+    batches, rows, steps = run.batch_size
+    if ("collector", "env_ids") not in run.keys(True):
+        return run.permute(1, 0, 2).reshape(rows, batches * steps)
+    frames = run.reshape(-1)  # batch after batch, row after row: the order they completed
+    env_ids = frames.get(("collector", "env_ids"))
+    order = torch.argsort(env_ids, stable=True)
+    counts = torch.unique_consecutive(env_ids[order], return_counts=True)[1].tolist()
+    return pad_trajectories(list(frames[order].split(counts))).exclude(("collector", "mask"))
 
 
 def _nested(obs: dict[tuple[str, ...], np.ndarray]) -> dict[str, Any]:

@@ -71,6 +71,8 @@ def episode_summary(stored: TensorDictBase) -> str | None:
 
 def _made_by(info: dict[str, Any]) -> str:
     command = f"rlcollect collect --env {info.get('env')} --num-envs {info.get('num_envs')}"
+    if info.get("env_kwargs"):
+        command += " --env-kwargs " + " ".join(f"{key}={value}" for key, value in info["env_kwargs"].items())
     command += f" --frames-per-batch {info.get('frames_per_batch')}"
     if info.get("seed") is not None:
         command += f" --seed {info['seed']}"

@@ -70,6 +70,11 @@ def _build(task_id: str, num_envs: int, kwargs: dict[str, Any], seed: int) -> An
         if name in kwargs:
             raise ValueError(f"create_env_kwargs={kwargs!r}: {name!r} is set by the collector "
                              "(num_envs=, seed=); leave it out")
+    rows = kwargs.get("batch_size", num_envs)
+    if not isinstance(rows, int) or not 0 <= rows <= num_envs:
+        raise ValueError(f"create_env_kwargs={{'batch_size': {rows!r}}} with num_envs={num_envs}: an "
+                         "asynchronous EnvPool answers with batch_size of its num_envs envs at a time, "
+                         f"so batch_size must be an int from 1 to num_envs={num_envs}")
     if POOL_THREADS is not None and "num_threads" not in kwargs:
         kwargs = {**kwargs, "num_threads": POOL_THREADS}
     return envpool.make(task_id, env_type="gymnasium", num_envs=num_envs, seed=seed, **kwargs)

@@ -133,3 +133,36 @@ def test_minari_errors_are_one_line(tmp_path: Path, capsys: Capsys) -> None:
     assert main(["export", str(out), "--format", "minari", "--dataset-id", "test/x-v0", "--force"]) == 0
     assert main(["export", str(tmp_path), "--format", "minari", "--dataset-id", "test/y-v0"]) == 2
     assert_one_line_error(capsys, "not a saved TensorDict folder")
+
+
+@pytest.mark.timeout(120)
+def test_export_of_an_asynchronous_envpool_run(tmp_path: Path, capsys: Capsys) -> None:
+    """Rows of an asynchronous EnvPool's batches are not envs: the episodes are regrouped by
+    ``("collector", "env_ids")``, each env's frames in the order they completed."""
+    pytest.importorskip("envpool", reason="needs envpool: pip install rlcollect[envpool]")
+    out = tmp_path / "run"
+    assert main(["collect", "--env", "envpool:CartPole-v1", "--env-kwargs", "batch_size=2", "--num-envs", "4",
+                 "--frames", "480", "--frames-per-batch", "40", "--out", str(out), "--seed", "0",
+                 "--no-progress"]) == 0
+    assert main(["export", str(out), "--format", "minari", "--dataset-id", "test/async-v0"]) == 0
+    capsys.readouterr()
+    run = load_run(out)
+    frames = run.reshape(-1)  # in the order they completed
+    episodes: dict[int, dict[str, Any]] = {}
+    ended = []
+    for k in range(frames.numel()):
+        frame = frames[k]
+        env = int(frame["collector", "env_ids"])
+        episode = episodes.setdefault(env, {"observations": [], "actions": [], "rewards": [],
+                                            "terminations": [], "truncations": []})
+        episode["observations"].append({"observation": frame["observation"].numpy()})
+        episode["actions"].append(frame["action"].numpy())
+        episode["rewards"].append(float(frame["next", "reward"]))
+        episode["terminations"].append(bool(frame["next", "terminated"]))
+        episode["truncations"].append(bool(frame["next", "truncated"]))
+        if frame["next", "done"]:
+            episode["observations"].append({"observation": frame["next", "observation"].numpy()})
+            ended.append((int(frame["collector", "traj_ids"]), episodes.pop(env)))
+    expected = [episode for _, episode in sorted(ended, key=lambda pair: pair[0])]
+    assert len(expected) > 10
+    assert_dataset_equals(minari.load_dataset("test/async-v0"), expected, ["observation"])

@@ -294,3 +294,9 @@ def test_async_pool_errors_name_what_is_wrong() -> None:
     with pytest.raises(ValueError, match="AsyncBatchedCollector with an asynchronous EnvPool"):
         AsyncBatchedCollector("envpool:CartPole-v1", PushRight(), num_envs=4, envs_per_worker=4,
                               frames_per_batch=8, create_env_kwargs={"batch_size": 2})
+
+
+def test_batch_size_outside_the_pool_is_named() -> None:
+    with pytest.raises(ValueError, match=r"'batch_size': 8\} with num_envs=4: .*from 1 to num_envs=4"):
+        Collector("envpool:CartPole-v1", None, num_envs=4, frames_per_batch=8,
+                  create_env_kwargs={"batch_size": 8})
