@@ -300,3 +300,16 @@ def test_batch_size_outside_the_pool_is_named() -> None:
     with pytest.raises(ValueError, match=r"'batch_size': 8\} with num_envs=4: .*from 1 to num_envs=4"):
         Collector("envpool:CartPole-v1", None, num_envs=4, frames_per_batch=8,
                   create_env_kwargs={"batch_size": 8})
+
+
+def test_whole_episodes_per_batch() -> None:
+    """``trajs_per_batch`` assembles an asynchronous pool's interleaved frames into whole episodes."""
+    with Collector("envpool:CartPole-v1", PushRight(), num_envs=4, frames_per_batch=20, total_frames=400,
+                   seed=0, create_env_kwargs={"batch_size": 2}, trajs_per_batch=1,
+                   traj_format="cat") as collector:
+        episodes = [episode.clone() for _, episode in zip(range(8), collector, strict=False)]
+    for episode in episodes:
+        assert episode["collector", "env_ids"].unique().numel() == 1
+        assert torch.equal(episode["next", "observation"][:-1], episode["observation"][1:])
+        assert episode["next", "done"][-1].all() and not episode["next", "done"][:-1].any()
+        assert np.abs(episode["observation"][0].numpy()).max() <= 0.05  # from a reset
