@@ -84,6 +84,8 @@ def _space(spec: Any, key: str) -> spaces.Space[Any]:
     shape = tuple(spec.shape)
     if isinstance(spec, OneHot):
         return OneHotSpace(shape, dtype)
+    if dtype == np.bool_ and isinstance(spec, (Categorical, Binary)):  # flags (InitTracker's is_init)
+        return spaces.Box(0, 1, shape, np.bool_)
     if isinstance(spec, Categorical):
         if shape:
             return spaces.MultiDiscrete(np.full(shape, spec.space.n))
@@ -136,6 +138,7 @@ class TorchRLEnv(EnvBatch):
         per_env = (lambda spec: spec[0]) if self._batched else (lambda spec: spec)
         obs_spec = per_env(env.observation_spec)
         self._obs_keys = list(obs_spec.keys())
+        self._obs_keys_nested = {(key,) if isinstance(key, str) else tuple(key) for key in self._obs_keys}
         obs_space = _space(obs_spec, "observation_spec")
         assert isinstance(obs_space, spaces.Dict)
         single = self._obs_keys == ["observation"]
@@ -149,6 +152,10 @@ class TorchRLEnv(EnvBatch):
         self._terminated = buffers.terminated[..., 0]
         self._truncated = buffers.truncated[..., 0]
         self._actions = buffers.action
+        # what the policy wrote for the next step (a recurrent module's next state): handed to the
+        # env's step as TorchRL's collectors do, so that it becomes the next root (its primer's key)
+        self._policy_next = [(key, extra) for key, extra in buffers.extras.items()
+                             if key[0] == "next" and key[1:] in self._obs_keys_nested]
 
     def _write_root(self, slot: int) -> None:
         assert self._buffers is not None
@@ -168,6 +175,8 @@ class TorchRLEnv(EnvBatch):
         assert buffers is not None and self._root is not None
         action = self._actions[:, t]
         self._root.set("action", action if self._batched else action[0])
+        for next_key, extra in self._policy_next:
+            self._root.set(next_key, extra[:, t] if self._batched else extra[0, t])
         out = self.env.step(self._root)
         nxt = out.get("next")
         reward = nxt.get("reward").reshape(self.num_envs)

@@ -92,3 +92,38 @@ def test_torchrl_ornstein_uhlenbeck_noise_equals_torchrls_collector() -> None:
     assert torch.equal(actions[0], actions[1])
     noise = actions[1][:, 0]
     assert float(torch.corrcoef(torch.stack([noise[:-1], noise[1:]]))[0, 1]) > 0.8
+
+
+def test_torchrl_recurrent_policy_equals_torchrls_collector() -> None:
+    """TorchRL's ``LSTMModule`` with its primer and ``InitTracker``: the policy's next state goes
+    to the env's step as in TorchRL's collectors, so the batches hold the same states, logits and
+    actions, across episode ends (``is_init`` is stored as the bool TorchRL gives)."""
+    pytest.importorskip("torchrl", reason="needs torchrl: pip install rlcollect[torchrl]")
+    from tensordict.nn import TensorDictModule, TensorDictSequential
+    from torchrl.collectors import Collector as TorchRLCollector
+    from torchrl.envs import Compose, GymEnv, InitTracker, TransformedEnv
+    from torchrl.modules import LSTMModule
+
+    from rlcollect.torchrl import Collector as DropIn
+
+    keys = ["action", "logits", "is_init", "recurrent_state_h", "recurrent_state_c",
+            ("next", "recurrent_state_h"), ("next", "done")]
+    batches = []
+    for kind in (TorchRLCollector, DropIn):
+        torch.manual_seed(0)
+        lstm = LSTMModule(input_size=4, hidden_size=8, in_key="observation", out_key="embed")
+        policy = TensorDictSequential(
+            lstm, TensorDictModule(torch.nn.Linear(8, 2), in_keys=["embed"], out_keys=["logits"]),
+            TensorDictModule(lambda logits: logits.argmax(-1), in_keys=["logits"], out_keys=["action"]))
+        env = TransformedEnv(GymEnv("CartPole-v1", categorical_action_encoding=True),
+                             Compose(InitTracker(), lstm.make_tensordict_primer()))
+        env.set_seed(0)
+        collector = kind(env, policy, frames_per_batch=60, total_frames=120)
+        batches.append(torch.cat([b.select(*keys) for b in collector]))
+        collector.shutdown()
+    theirs, ours = batches
+    assert ours["next", "done"].sum() >= 2  # episodes end inside the batches
+    assert ours["is_init"].dtype == torch.bool
+    for key in keys:
+        assert torch.allclose(ours[key].float(), theirs[key].float(), atol=1e-6), key
+    assert ours["recurrent_state_h"][1:].abs().sum() > 0  # the state is carried, not zeros
