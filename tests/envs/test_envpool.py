@@ -173,6 +173,21 @@ def test_workers_build_their_own_pools_and_match_one_process() -> None:
                 assert torch.equal(have["observation"], want["observation"][2 * worker : 2 * worker + 2])
 
 
+@pytest.mark.timeout(240)
+def test_pong_in_workers_equals_a_plain_envpool_loop() -> None:
+    """Two MultiSync workers, each a pool of 2 Pong envs seeded with its block of seeds: the batches
+    equal a plain loop on one pool of all 4 envs."""
+    from rlcollect import MultiSyncCollector
+
+    with MultiSyncCollector("envpool:Pong-v5", PongPolicy(), num_workers=2, num_envs_per_worker=2, seed=3,
+                            create_env_kwargs={"max_episode_steps": 25}, frames_per_batch=80,
+                            total_frames=240) as collector:
+        got = [batch.clone() for batch in collector]
+    want = reference("Pong-v5", PongPolicy(), 4, 60, seed=3, max_episode_steps=25)
+    assert want["trunc"].sum() > 0
+    assert_equal_to_reference(got, want)
+
+
 def test_a_worker_builds_its_pool_with_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     """One process: EnvPool's own choice of threads; a worker (built here, in this process): one,
     unless ``create_env_kwargs`` says otherwise."""
