@@ -15,6 +15,7 @@ from typing import Any, Literal
 import torch
 from tensordict import TensorDictBase
 
+from rlcollect.data.layout import is_private_key
 from rlcollect.data.torchrl_layout import LAYOUTS, torchrl_layout
 from rlcollect.data.trajectories import TrajectoryAssembler, pad_trajectories, split_trajectories
 from rlcollect.replay import flatten_batch
@@ -97,7 +98,7 @@ class Delivery:
                                  track_policy_version=self.track_policy_version,
                                  workers=1 if regrouped else self.workers, cat_results=self.cat_results)
             if self.exclude_private:
-                out = out.exclude(*[key for key in out.keys(True) if _private(key)])
+                out = out.exclude(*[key for key in out.keys(True) if is_private_key(key)])
         if not self.track_traj_ids:
             out = out.exclude(("collector", "traj_ids"))
         if self.compact_obs:
@@ -116,10 +117,6 @@ class Delivery:
                 out = out.transpose(0, 1)  # step by step: every env's frame of a step, then the next
             self.replay_buffer.extend(flatten_batch(out))
             yield None
-
-
-def _private(key: str | tuple[str, ...]) -> bool:
-    return any(part.startswith("_") for part in ((key,) if isinstance(key, str) else key))
 
 
 def make_delivery(

@@ -26,6 +26,7 @@ __all__ = [
     "BatchLayout",
     "Field",
     "RESERVED_KEYS",
+    "is_private_key",
     "action_fields",
     "get_nested",
     "observation_fields",
@@ -146,6 +147,17 @@ def action_fields(space: spaces.Space[Any]) -> list[Field]:
             "MultiDiscrete or MultiBinary (flatten the Dict with gymnasium.wrappers.FlattenAction)"
         )
     return [_leaf_field(("action",), space)]
+
+
+def is_private_key(key: str | tuple[str, ...]) -> bool:
+    """Whether a (nested) key has a part starting with ``_``: a policy's private state, which
+    TorchRL carries from step to step and leaves out of its batches.
+
+    Examples:
+        >>> is_private_key(("out", "_noise")), is_private_key("action")
+        (True, False)
+    """
+    return any(part.startswith("_") for part in ((key,) if isinstance(key, str) else key))
 
 
 def get_nested(value: Any, key: tuple[str, ...]) -> Any:

@@ -38,7 +38,7 @@ from tensordict.nn import InteractionType, TensorDictModule, TensorDictModuleBas
 
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.data.checks import BadDataError
-from rlcollect.data.layout import Field, action_fields, observation_fields
+from rlcollect.data.layout import Field, action_fields, is_private_key, observation_fields
 
 __all__ = [
     "ModulePolicy",
@@ -383,7 +383,7 @@ class TensorDictPolicy(PolicyAdapter):
         #: the extras the policy reads back (its in_keys, or private keys, "_"-prefixed, which
         #: modules read without listing them): state carried from each step to the next
         self.carried = tuple(field.key for field in self.extras if field.key[0] != "next" and (
-            field.key in reads or any(part.startswith("_") for part in field.key)))
+            field.key in reads or is_private_key(field.key)))
         self.carry = {key: torch.zeros((num_envs, *out.get(key).shape[1:]), dtype=out.get(key).dtype)
                       for key in self.carried}  # what the step before a batch's first wrote
 

@@ -118,8 +118,10 @@ class StreamLoop:
             answered = get_nested(answer.obs, key) if frames.dict_obs else answer.obs
             frames.next_obs[key][start:stop] = answered if rows is None else answered[rows]
         frames.action[start:stop] = staged.action[envs]
-        for key, extra in frames.extras.items():
-            extra[start:stop] = staged.extras[key][torch.from_numpy(envs)]
+        if frames.extras:
+            envs_t = torch.from_numpy(envs)
+            for key, extra in frames.extras.items():
+                extra[start:stop] = staged.extras[key][envs_t]
         frames.version[start:stop] = staged.version[envs]
         frames.reward[start:stop] = answer.reward if rows is None else answer.reward[rows]
         frames.terminated[start:stop] = answer.terminated if rows is None else answer.terminated[rows]
@@ -129,11 +131,12 @@ class StreamLoop:
     def _act(self, policy: PolicyAdapter, answer: Received, policy_version: int | None) -> None:
         """The policy's actions for the answering envs, staged per env and sent."""
         acting, staged, envs = self.acting, self.staged, answer.env_ids
+        envs_t = torch.from_numpy(envs)
         acting.buffers.write_obs_all(0, answer.obs)
         if policy_version is not None and policy_version != self._version:
             acting.version[:] = self._version = policy_version
         for key in policy.carried:  # each answering env's own state, from its last step
-            policy.carry[key].copy_(staged.extras[key][torch.from_numpy(envs)])
+            policy.carry[key].copy_(staged.extras[key][envs_t])
         policy.bind(acting.buffers)
         policy.act(0)
         policy.finish(1)
@@ -141,7 +144,7 @@ class StreamLoop:
             staged.obs[key][envs] = obs
         staged.action[envs] = acting.action
         for key, extra in acting.extras.items():
-            staged.extras[key][torch.from_numpy(envs)] = extra
+            staged.extras[key][envs_t] = extra
         staged.version[envs] = acting.version
         self.envs.send(acting.action, envs)
 

@@ -116,7 +116,6 @@ def _worker_stats(self: Any, workers: str = "aggregate", *, timeout: float | Non
     return _torchrl_stats(self, PooledCollector.stats(self), workers)
 
 
-#: What ``Collector(backend=...)`` builds on: this process, worker processes, Ray actors.
 class _PrivateKeys:
     """TorchRL's ``_exclude_private_keys`` switch: batches leave out the keys with a part that
     starts with ``_`` (a policy's private state) unless it is set to False."""
@@ -132,6 +131,7 @@ class _PrivateKeys:
         self._delivery.exclude_private = bool(value)
 
 
+#: What ``Collector(backend=...)`` builds on: this process, worker processes, Ray actors.
 BACKENDS = ("direct", "process", "ray")
 _SELECTORS = ("backend", "backend_options", "num_collectors", "sync")
 
