@@ -592,13 +592,12 @@ class _Background:
             for _ in self._batches:
                 if self._stop.is_set():
                     break
-                if self._hold.is_set():
+                while self._hold.is_set() and not self._stop.is_set():  # paused again at once: still held
                     self._quiesce()
                     self._held.set()
                     while not (self._released.wait(0.05) or self._stop.is_set()):
                         pass
                     self._released.clear()
-                    self._held.clear()
         except BaseException as error:  # kept for the caller: raised after the shutdown
             if not self._stop.is_set():  # errors caused by the shutdown itself are not news
                 self.error = error
@@ -616,6 +615,9 @@ class _Background:
         return self.error is None
 
     def release(self) -> None:
+        """End a :meth:`hold`. ``held`` is cleared here, not by the thread: a ``hold`` right after
+        this one must wait for the thread to stop again, not find the previous pause's flag."""
+        self._held.clear()
         self._hold.clear()
         self._released.set()
 

@@ -70,11 +70,13 @@ def test_stats_count_the_frames_the_workers_wrote_while_paused_and_after_shutdow
         cls = MultiSyncCollector if kind == "sync" else MultiAsyncCollector
         collector = cls(make_cartpole, TiltPolicy(), num_workers=2, frames_per_batch=20, replay_buffer=buffer)
     collector.start()
-    for target in (200, 400):
-        deadline = time.monotonic() + 60
-        while len(buffer) < target and time.monotonic() < deadline:
-            time.sleep(0.02)
-        with collector.pause():
-            assert collector.stats().frames == len(buffer) == buffer.write_count >= target
-    collector.async_shutdown()
+    try:
+        for target in (200, 400):
+            deadline = time.monotonic() + 60
+            while len(buffer) < target and time.monotonic() < deadline:
+                time.sleep(0.02)
+            with collector.pause():
+                assert collector.stats().frames == len(buffer) == buffer.write_count >= target
+    finally:  # a failure here must not leave the workers running into the next tests
+        collector.async_shutdown()
     assert collector.stats().frames == len(buffer) == buffer.write_count

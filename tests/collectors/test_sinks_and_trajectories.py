@@ -132,6 +132,25 @@ def test_background_collection_and_pause() -> None:
     assert sink.write_count == stopped
 
 
+@pytest.mark.timeout(60)
+def test_a_pause_right_after_a_pause_waits_for_the_collection_to_stop_again() -> None:
+    """``pause()`` entered at once after the previous one ended still holds the writes (it once
+    found the previous pause's flag and returned while a batch was being collected)."""
+    sink = ListSink()
+    collector = Collector(make_cartpole, TiltPolicy(), frames_per_batch=20, seed=0, replay_buffer=sink)
+    collector.start()
+    try:
+        counts = []
+        for _ in range(20):
+            with collector.pause():
+                held = sink.write_count
+                time.sleep(0.02)
+                counts.append((held, sink.write_count, collector.stats().frames))
+        assert all(held == after == frames for held, after, frames in counts), counts
+    finally:
+        collector.async_shutdown(timeout=10)
+
+
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("collector_class", [MultiSyncCollector, MultiAsyncCollector])
 def test_multi_process_background_collection_into_a_parent_sink(collector_class: Any) -> None:

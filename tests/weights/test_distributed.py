@@ -302,7 +302,7 @@ def test_shutdown_of_the_learner_ends_the_receiving_thread() -> None:
         assert scheme.version == 3 and values(module) == constant(3.0)
         assert scheme.receive(timeout=0.2) is None
         finish(proc)
-        assert CTX.active_children() == []
+        assert proc not in CTX.active_children()  # reaped (workers other tests leaked are not ours)
     finally:
         scheme.shutdown()
         if proc.is_alive():
