@@ -140,6 +140,7 @@ def default_frames_per_batch(frames: int, num_envs: int) -> int:
 def _env_spaces(env_id: str, kwargs: dict[str, Any]) -> tuple[gym.Space[Any], gym.Space[Any]]:
     """The observation and action spaces of one ``env_id`` env (made and closed again), built as the
     collectors build it: ``ALE/...`` ids register ale-py's envs, ``envpool:...`` ids make a pool."""
+    from rlcollect.envs.base import EnvBatch
     from rlcollect.envs.envpool_env import ENVPOOL_PREFIX
     from rlcollect.envs.factory import make_env_batch
 
@@ -161,6 +162,8 @@ def _env_spaces(env_id: str, kwargs: dict[str, Any]) -> tuple[gym.Space[Any], gy
             f"--env {env_id!r} cannot be made{with_kwargs} ({type(error).__name__}: {one_line(str(error))})"
         ) from None
     try:
+        if not isinstance(envs, EnvBatch):  # an env id never makes a TorchRL env
+            raise CliError(f"--env {env_id!r} made a TorchRL env; the CLI collects Gymnasium envs")
         return envs.observation_space, envs.action_space
     finally:
         envs.close()

@@ -17,8 +17,9 @@ from rlcollect.collectors.options import CollectorOptions, check_seed
 from rlcollect.collectors.stats import CollectorStats
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.envs.factory import EnvSource
-from rlcollect.rollout.engine import Rollout
+from rlcollect.rollout.build import make_rollout
 from rlcollect.rollout.profiling import RolloutProfiler
+from rlcollect.rollout.tensordict_loop import TensorDictRollout
 from rlcollect.weights.forms import UnknownKeyError
 from rlcollect.weights.schemes import WeightSyncScheme, init_senders
 
@@ -143,12 +144,22 @@ class Collector(BaseCollector):
         self.total_frames, self.init_random_frames = options.total_frames, options.init_random_frames
         self.replay_buffer = options.replay_buffer
         self._delivery = options.delivery(workers_write=False)
-        self._rollout = Rollout(options.rollout_spec())
+        self._rollout = make_rollout(options.rollout_spec())
         self._delivery.unbatched = self._rollout.envs.unbatched
         self.num_envs = self._rollout.num_envs
-        num_steps = options.steps_per_batch(self.num_envs, stacklevel=3)
+        self._num_steps = num_steps = options.steps_per_batch(self.num_envs, stacklevel=3)
         self.frames_per_batch = num_steps * self.num_envs
-        self._buffers = BatchBuffers.allocate(self._rollout.layout, self.num_envs, num_steps)
+        self._buffers: BatchBuffers | None = None
+        if isinstance(self._rollout, TensorDictRollout):
+            regrouped = {"split_trajs": options.split_trajs, "trajs_per_batch": options.trajs_per_batch}
+            for name, value in regrouped.items():
+                if value:
+                    self._rollout.close()
+                    raise ValueError(f"{name}={value!r} is not available for this TorchRL env "
+                                     f"({self._rollout.envs.reason}): its batches are [*batch_size, T] "
+                                     "as the env gives them")
+        else:
+            self._buffers = BatchBuffers.allocate(self._rollout.layout, self.num_envs, num_steps)
         self._policy_version = 0
         self._profiler: RolloutProfiler | None = None
         self._closed = False
@@ -176,15 +187,16 @@ class Collector(BaseCollector):
             self._profiler = RolloutProfiler(self._profile_config, worker_idx=0)
         if self._profiler is not None:
             self._profiler.before_rollout()
-        rollout = self._rollout
-        rollout.collect(
-            self._buffers,
-            random=self._in_warmup(rollout.frames),
-            policy_version=self._policy_version,
-        )
+        rollout, random = self._rollout, self._in_warmup(self._rollout.frames)
+        if isinstance(rollout, TensorDictRollout):
+            batch = rollout.collect(self._num_steps, random=random, policy_version=self._policy_version)
+        else:
+            assert self._buffers is not None
+            rollout.collect(self._buffers, random=random, policy_version=self._policy_version)
+            batch = self._buffers.batch
         if self._profiler is not None:
             self._profiler.after_rollout()
-        return self._buffers.batch
+        return batch
 
     def iterator(self) -> Iterator[TensorDictBase | None]:
         while self.total_frames < 0 or self._rollout.frames < self.total_frames:

@@ -59,10 +59,10 @@ def torchrl_layout(
             multi-worker batch), grouped as ``cat_results`` says; 1: one env batch.
     """
     out = batch.copy() if track_policy_version else batch.exclude("policy_version")
-    done = batch.get(("next", "done"))
-    for key in ROOT_FLAGS:
-        if key not in out:
-            out.set(key, torch.zeros_like(done))
+    for key in ROOT_FLAGS:  # (a flag the env does not have, as a TorchRL env's own keys, is not added)
+        flag = batch.get(("next", key), None)
+        if key not in out and flag is not None:
+            out.set(key, torch.zeros_like(flag))
     if track_policy_version:
         out.set(("next", "policy_version"), batch.get("policy_version"))
     if out.batch_dims != 2:

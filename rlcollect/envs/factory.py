@@ -13,7 +13,7 @@ from rlcollect.data.checks import short_repr
 from rlcollect.envs.base import EnvBatch
 from rlcollect.envs.envpool_env import ENVPOOL_PREFIX, is_envpool, make_envpool_batch
 from rlcollect.envs.gym_envs import GymEnvs
-from rlcollect.envs.torchrl_env import is_torchrl_env, torchrl_env_batch
+from rlcollect.envs.torchrl_env import TensorDictEnv, is_torchrl_env, torchrl_env_batch
 from rlcollect.envs.vector import GymVectorEnv
 
 __all__ = ["EnvSource", "check_env_source", "make_env_batch", "source_modules"]
@@ -114,8 +114,9 @@ def make_env_batch(
     num_envs: int = 1,
     kwargs: dict[str, Any] | None = None,
     max_episode_steps: int | None = None,
-) -> EnvBatch:
-    """Build the env batch for ``source``: ``num_envs`` copies of a single env, or a vector env.
+) -> EnvBatch | TensorDictEnv:
+    """Build the env batch for ``source``: ``num_envs`` copies of a single env, or a vector env; a
+    TorchRL env whose data the batch buffers cannot hold gives a :class:`TensorDictEnv`.
 
     Args:
         source: an env id (``"CartPole-v1"``; ``"envpool:Pong-v5"`` for an EnvPool of ``num_envs``),

@@ -32,6 +32,7 @@ from rlcollect.data.buffers import BatchBuffers
 from rlcollect.data.checks import BadDataError, BatchValueCheck
 from rlcollect.data.layout import BatchLayout, action_fields, observation_fields, stored_observation_space
 from rlcollect.data.trajectories import TrajectoryIds
+from rlcollect.envs.base import EnvBatch
 from rlcollect.envs.factory import EnvSource, make_env_batch
 from rlcollect.policies.adapters import PolicyAdapter, RandomPolicy, make_policy
 from rlcollect.rollout.config import RolloutConfig
@@ -91,6 +92,7 @@ class Rollout:
         traj_stride, traj_offset, traj_start: trajectory-id space (see ``TrajectoryIds``).
         served_policy: an adapter that has a policy server choose the actions (and stamp each
             step's policy version); ``spec.policy`` is then unused.
+        envs: the env batch, already built (default: built from ``spec``).
     """
 
     def __init__(
@@ -102,12 +104,20 @@ class Rollout:
         traj_offset: int = 0,
         traj_start: int = 0,
         served_policy: PolicyAdapter | None = None,
+        envs: EnvBatch | None = None,
     ) -> None:
         self.spec = spec
         self.env_offset = env_offset
-        self.envs = make_env_batch(
+        made = envs if envs is not None else make_env_batch(
             spec.create_env_fn, spec.num_envs, dict(spec.create_env_kwargs or {}), spec.max_frames_per_traj
         )
+        if not isinstance(made, EnvBatch):  # a TorchRL env that only the single-process Collector steps
+            made.close()
+            raise ValueError(f"this TorchRL env's data does not fit the batch buffers ({made.reason}): "
+                             "it is collected tensordict by tensordict, by Collector (one process) only "
+                             "for now; the multi-process and Ray collectors need envs with one 'action', "
+                             "one 'reward' and the flags at the root")
+        self.envs = made
         self.num_envs = self.envs.num_envs
         # what the batch holds: the env's observations, floating-point ones in spec.obs_dtype
         obs_space = stored_observation_space(self.envs.observation_space, spec.obs_dtype)

@@ -1,0 +1,242 @@
+"""The rollout of TorchRL envs whose data the batch buffers cannot hold, tensordict by tensordict.
+
+Several action, reward or done keys (multi-agent groups with dims of their own), batch sizes of
+two or more dims, heterogeneous (lazily stacked) or non-tensor specs: such an env is a
+:class:`~rlcollect.envs.torchrl_env.TensorDictEnv`, and its steps are kept as TorchRL's collector
+keeps them. Per step: the policy writes its outputs into the root tensordict (``policy(root)``;
+``env.rand_action`` without a policy or during ``init_random_frames``), the env steps and resets
+where it ended (``step_and_maybe_reset``), the root with its ``"next"`` is the frame. A batch is
+the ``T`` frames stacked along a last dim named ``"time"``: ``[*env.batch_size, T]``, with the
+env's and the policy's keys as they are, ``("collector", "traj_ids")`` and ``"policy_version"``.
+
+A trajectory ends where any done entry of the frame's ``"next"`` is set (any agent's); trajectory
+ids and episode statistics (the return: every reward entry summed, all agents) are the engine's
+own, over the env's batch flattened (env ``i`` is row ``i`` of ``batch.reshape(-1, T)``).
+
+Examples:
+    >>> from torchrl.testing.mocking_classes import NestedCountingEnv
+    >>> from rlcollect.envs.torchrl_env import TensorDictEnv
+    >>> rollout = TensorDictRollout(RolloutSpec(None), TensorDictEnv(NestedCountingEnv(), "nested"))
+    >>> rollout.set_seed(0)
+    >>> batch = rollout.collect(4)
+    >>> batch.batch_size, batch["next", "data", "reward"].shape, batch.names
+    (torch.Size([4]), torch.Size([4, 3, 1]), ['time'])
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import LazyStackedTensorDict, TensorDictBase
+from tensordict.nn import set_interaction_type
+
+from rlcollect.data.checks import BadDataError
+from rlcollect.data.trajectories import TrajectoryIds
+from rlcollect.envs.torchrl_env import TensorDictEnv
+from rlcollect.rollout.engine import RolloutSpec
+from rlcollect.rollout.episodes import EpisodeTracker
+
+__all__ = ["TensorDictRollout"]
+
+
+def _float_leaves(data: TensorDictBase, prefix: tuple[str, ...] = ()) -> Any:
+    """``(key, tensor)`` of every floating-point leaf, the parts of lazy stacks one by one
+    (their shapes may differ: heterogeneous agents)."""
+    if isinstance(data, LazyStackedTensorDict):
+        for part in data.tensordicts:
+            yield from _float_leaves(part, prefix)
+        return
+    for key, value in data.items():
+        if isinstance(value, TensorDictBase):
+            yield from _float_leaves(value, (*prefix, key))
+        elif isinstance(value, torch.Tensor) and value.is_floating_point():
+            yield (*prefix, key), value
+
+
+@dataclass
+class _Policy:
+    """What the collector asks of the policy that runs (as a :class:`PolicyAdapter` has)."""
+
+    callable: Any
+    module: torch.nn.Module | None
+
+
+class TensorDictRollout:
+    """Collects batches of a :class:`TensorDictEnv`; see the module docstring.
+
+    The single-process collector runs it in place of a :class:`~rlcollect.rollout.engine.Rollout`
+    (same counters, seeding, ids, statistics and state).
+    """
+
+    def __init__(self, spec: RolloutSpec, envs: TensorDictEnv) -> None:
+        unsupported = {"obs_dtype": spec.obs_dtype, "compile_policy": spec.compile_policy}
+        for name, value in unsupported.items():
+            if value:
+                raise ValueError(f"{name}={value!r} is not available for this TorchRL env, whose "
+                                 f"data is kept as the env gives it: {envs.reason}")
+        self.spec, self.envs = spec, envs
+        self.num_envs = envs.num_envs
+        self.user_policy = spec.policy_factory() if spec.policy_factory is not None else spec.policy
+        if self.user_policy is not None:
+            envs.prepare_policy(self.user_policy)
+        module = self.user_policy if isinstance(self.user_policy, torch.nn.Module) else None
+        self.policy = _Policy(self.user_policy, module)
+        self.models: dict[str, torch.nn.Module] = dict(spec.models)
+        if module is not None:
+            self.models["policy"] = module
+        self.traj_ids = TrajectoryIds(self.num_envs)
+        self.episodes = EpisodeTracker(self.num_envs)
+        self.check = spec.check != "off"
+        self.frames = self.batches = 0
+        self.collect_seconds = 0.0
+        self._root: TensorDictBase | None = None
+
+    def set_check(self, check: str) -> None:
+        """``"off"``: no check of the batches; else every floating-point entry must be finite."""
+        self.check = check != "off"
+
+    # -- collection ------------------------------------------------------------------------
+    def collect(self, num_steps: int, *, random: bool = False, policy_version: int = 0) -> TensorDictBase:
+        """Collect ``num_steps`` steps of every env; return the batch ``[*batch_size, T]``."""
+        if self.spec.pre_collect_hook is not None:
+            self.spec.pre_collect_hook()
+        if self.spec.reset_at_each_iter and self.batches > 0:
+            self.reset()
+        if self._root is None:
+            self._reset(None)
+        start = time.perf_counter()
+        frames = []
+        root = self._root
+        assert root is not None
+        with torch.no_grad(), set_interaction_type(self.spec.exploration_type):
+            for t in range(num_steps):
+                if random or self.user_policy is None:
+                    root = self.envs.rand_action(root)
+                else:
+                    root = self._act(root, t)
+                frame, root = self.envs.step(root)
+                frames.append(frame)
+        self._root = root
+        batch = LazyStackedTensorDict.maybe_dense_stack(frames, -1)
+        self._finish(batch, num_steps, policy_version)
+        self.collect_seconds += time.perf_counter() - start
+        self.frames += num_steps * self.num_envs
+        self.batches += 1
+        return batch
+
+    def _act(self, root: TensorDictBase, t: int) -> TensorDictBase:
+        out = self.user_policy(root)
+        if not isinstance(out, TensorDictBase):
+            raise TypeError(f"policy {type(self.user_policy).__name__} returned {type(out).__name__} at "
+                            f"step {t}; with this TorchRL env ({self.envs.reason}) the policy takes the "
+                            "root TensorDict and writes its actions into it (a TensorDictModule)")
+        return out
+
+    def _finish(self, batch: TensorDictBase, num_steps: int, policy_version: int) -> None:
+        """Ids, versions, flags of a collector cut, statistics and checks of one batch."""
+        shape = batch.batch_size
+        nxt = batch.get("next")
+        ends = self.envs.ends(nxt)
+        if self.spec.set_truncated or self.spec.reset_at_each_iter:  # the trajectory ends here
+            self._truncate_last(nxt)
+        done = ends.reshape(self.num_envs, num_steps).numpy()
+        self.episodes.update(self.envs.rewards(nxt).reshape(self.num_envs, num_steps).numpy(), done)
+        ids = np.empty((self.num_envs, num_steps), dtype=np.int64)
+        self.traj_ids.assign(done | self._cut(num_steps), ids)
+        versions = np.full((self.num_envs, num_steps), policy_version, dtype=np.int64)
+        self.episodes.label(ids, versions)
+        batch.set(("collector", "traj_ids"), torch.from_numpy(ids).reshape(shape))
+        batch.set("policy_version", torch.from_numpy(versions).reshape(shape))
+        if not isinstance(batch, LazyStackedTensorDict):
+            batch.names = [None] * (batch.batch_dims - 1) + ["time"]
+        if self.check:
+            self._check(batch)
+
+    def _cut(self, num_steps: int) -> np.ndarray:
+        """``[N, T]``: the last frame ends a trajectory when the collector cuts there."""
+        cut = np.zeros((self.num_envs, num_steps), dtype=bool)
+        if self.spec.set_truncated or self.spec.reset_at_each_iter:
+            cut[:, -1] = True
+        return cut
+
+    def _truncate_last(self, nxt: TensorDictBase) -> None:
+        """The last frame's ``done`` entries set, and its ``truncated`` ones where it did not
+        terminate: a collector cut ends every trajectory for the learner."""
+        time_dim = len(self.envs.batch_size)
+        for key in self.envs.done_keys:
+            last = nxt.get(key).select(time_dim, -1)
+            if key[-1] == "done":
+                last.fill_(True)
+            elif key[-1] == "truncated":
+                terminated = nxt.get((*key[:-1], "terminated"), None)
+                last |= True if terminated is None else ~terminated.select(time_dim, -1)
+
+    def _check(self, batch: TensorDictBase) -> None:
+        """Every floating-point entry is finite (bad data is an error, never handed out)."""
+        frame_dims = batch.batch_size[: len(self.envs.batch_size) + 1]
+        for key, value in _float_leaves(batch):
+            if value.isfinite().all():
+                continue
+            env = step = None
+            if value.shape[: len(frame_dims)] == frame_dims:  # locate the first bad frame
+                bad = value.reshape(self.num_envs, frame_dims[-1], -1)
+                env, step = (int(i) for i in (~bad.isfinite()).any(-1).nonzero()[0])
+            raise BadDataError(".".join(key), env, step, "is not finite (NaN or infinite)", self.batches)
+
+    # -- resets and seeds ------------------------------------------------------------------
+    def _reset(self, seed: int | None) -> None:
+        self._root = self.envs.reset(seed)
+
+    def reset(self) -> None:
+        """Reset every env now (unseeded); the next batch starts new trajectories."""
+        self._reset(None)
+        self.traj_ids.restart()
+
+    def set_seed(self, seed: int | None, *, new_trajectories: bool = False) -> None:
+        """Reset the envs with ``seed`` (TorchRL seeds env ``i`` with ``seed + i``) and seed torch."""
+        self._reset(seed)
+        if seed is not None:
+            torch.manual_seed(seed)
+        if new_trajectories:
+            self.traj_ids.restart()
+
+    # -- weights and state -----------------------------------------------------------------
+    def module(self, model_id: str) -> torch.nn.Module:
+        """The module updated under ``model_id``.
+
+        Raises:
+            KeyError: unknown model id, listing the known ones.
+        """
+        if model_id not in self.models:
+            raise KeyError(f"unknown model id {model_id!r}; known: {sorted(self.models)}")
+        return self.models[model_id]
+
+    def state_dict(self) -> dict[str, Any]:
+        """Counters, ids, episode sums, the next root, RNG state and weights."""
+        return {
+            "frames": self.frames, "batches": self.batches,
+            "traj_ids": self.traj_ids.state_dict(), "episodes": self.episodes.state_dict(),
+            "root": None if self._root is None else self._root.clone(),
+            "models": {k: {n: t.detach().clone() for n, t in m.state_dict().items()}
+                       for k, m in self.models.items()},
+            "rng": torch.get_rng_state(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from :meth:`state_dict` (the env itself continues from where it stands)."""
+        self.frames, self.batches = int(state["frames"]), int(state["batches"])
+        self.traj_ids.load_state_dict(state["traj_ids"])
+        self.episodes.load_state_dict(state["episodes"])
+        self._root = None if state["root"] is None else state["root"].clone()
+        for model_id, weights in state["models"].items():
+            self.module(model_id).load_state_dict(weights)
+        torch.set_rng_state(state["rng"])
+
+    def close(self) -> None:
+        """Close the env."""
+        self.envs.close()

@@ -1,0 +1,179 @@
+"""TorchRL envs whose data the batch buffers cannot hold (several action / reward / done keys in
+nested groups, 2-D batch sizes, heterogeneous agents) collect tensordict by tensordict: the same
+frames as a plain TorchRL loop, with the engine's trajectory ids, statistics and checks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+torchrl = pytest.importorskip("torchrl", reason="the torchrl extra is not installed")
+
+from tensordict import LazyStackedTensorDict, TensorDictBase  # noqa: E402
+from torchrl.testing.mocking_classes import (  # noqa: E402
+    CountingEnvCountPolicy,
+    HeterogeneousCountingEnv,
+    HeterogeneousCountingEnvPolicy,
+    MultiKeyCountingEnv,
+    MultiKeyCountingEnvPolicy,
+    NestedCountingEnv,
+)
+
+from rlcollect import Collector, MultiSyncCollector  # noqa: E402
+from rlcollect.data.checks import BadDataError  # noqa: E402
+from rlcollect.envs.factory import make_env_batch  # noqa: E402
+from rlcollect.envs.torchrl_env import TensorDictEnv, TorchRLEnv  # noqa: E402
+from rlcollect.torchrl import Collector as TorchRLLayoutCollector  # noqa: E402
+
+
+def nested_env() -> tuple[Any, Any]:
+    env = NestedCountingEnv(batch_size=(2,), max_steps=3, nested_dim=3)
+    return env, CountingEnvCountPolicy(env.full_action_spec[env.action_key], env.action_key)
+
+
+def multikey_env() -> tuple[Any, Any]:
+    env = MultiKeyCountingEnv(batch_size=(2, 1), max_steps=3)
+    return env, MultiKeyCountingEnvPolicy(env.full_action_spec, deterministic=True)
+
+
+def plain_loop(env: Any, policy: Any, steps: int, batches: int) -> list[TensorDictBase]:
+    """TorchRL's collector loop, written plainly: act, step and reset, keep the frame."""
+    root, out = env.reset(), []
+    for _ in range(batches):
+        frames = []
+        for _ in range(steps):
+            root = policy(root)
+            frame, root = env.step_and_maybe_reset(root)
+            frames.append(frame.clone())
+        out.append(torch.stack(frames, -1))
+    return out
+
+
+def reference_ids(ends: np.ndarray) -> np.ndarray:
+    """Trajectory ids of ``ends [N, T]`` batches in a row: env ``i`` starts with ``i``; after an
+    end, the next free id, handed out step by step, env by env."""
+    ids, current, free = np.empty_like(ends, dtype=np.int64), np.arange(ends.shape[0]), ends.shape[0]
+    for t in range(ends.shape[1]):
+        ids[:, t] = current
+        for env in np.nonzero(ends[:, t])[0]:
+            current[env], free = free, free + 1
+    return ids
+
+
+def ends_of(batch: TensorDictBase, env: Any) -> np.ndarray:
+    """``[N, T]``: any done entry of the frame's next, any agent."""
+    dims = len(env.batch_size) + 1
+    end = torch.zeros(batch.batch_size[:dims], dtype=torch.bool)
+    for key in env.done_keys:
+        flag = batch.get(("next", *((key,) if isinstance(key, str) else key)))
+        end |= flag.reshape(*flag.shape[:dims], -1).any(-1)
+    return end.reshape(-1, batch.batch_size[dims - 1]).numpy()
+
+
+@pytest.mark.parametrize("make", [nested_env, multikey_env], ids=["nested", "multikey"])
+@pytest.mark.parametrize("collector_class", [Collector, TorchRLLayoutCollector], ids=["native", "torchrl"])
+def test_batches_equal_a_plain_torchrl_loop(make: Any, collector_class: Any) -> None:
+    env, policy = make()
+    ref_env, ref_policy = make()
+    n = env.batch_size.numel()
+    steps = 5
+    collector = collector_class(env, policy, frames_per_batch=steps * n, total_frames=3 * steps * n)
+    batches = [batch.clone() for batch in collector]
+    collector.shutdown()
+    references = plain_loop(ref_env, ref_policy, steps, 3)
+    assert len(batches) == 3
+    for ours, ref in zip(batches, references, strict=True):
+        assert ours.batch_size == (*env.batch_size, steps) and ours.names[-1] == "time"
+        keys = set(ref.keys(True, True))
+        assert keys <= set(ours.keys(True, True))
+        for key in keys:
+            torch.testing.assert_close(ours.get(key), ref.get(key), msg=f"{key}")
+    ends = np.concatenate([ends_of(ref, ref_env) for ref in references], axis=1)
+    assert ends.any()  # episodes end inside the batches
+    ids = torch.cat([b["collector", "traj_ids"].reshape(n, steps) for b in batches], 1).numpy()
+    np.testing.assert_array_equal(ids, reference_ids(ends))
+    stats = collector.stats()
+    assert stats.frames == 3 * steps * n and stats.batches == 3 and stats.episodes == int(ends.sum())
+    version = batches[0].get("policy_version", None)
+    assert (version is None) == (collector_class is TorchRLLayoutCollector)  # TorchRL's: not tracked
+
+
+def test_which_torchrl_envs_go_tensordict_by_tensordict() -> None:
+    from torchrl.envs import GymEnv
+
+    assert isinstance(make_env_batch(GymEnv("CartPole-v1", categorical_action_encoding=True)),
+                      type(make_env_batch(GymEnv("CartPole-v1"))))  # plain envs keep the engine's path
+    assert isinstance(make_env_batch(NestedCountingEnv(nest_done=False, nest_reward=False,
+                                                       nest_obs_action=False)), TorchRLEnv)
+    for env, reason in [
+        (NestedCountingEnv(), "action keys [('data', 'action')]"),
+        (MultiKeyCountingEnv(batch_size=(2, 1)), "batch_size (2, 1)"),
+        (HeterogeneousCountingEnv(), "action keys [('lazy', 'action')]"),
+    ]:
+        envs = make_env_batch(env)
+        assert isinstance(envs, TensorDictEnv) and envs.reason.startswith(reason), envs.reason
+
+
+def test_heterogeneous_agents_are_lazily_stacked() -> None:
+    env = HeterogeneousCountingEnv(max_steps=3, batch_size=(2,))
+    collector = Collector(env, HeterogeneousCountingEnvPolicy(env.input_spec["full_action_spec"]),
+                          frames_per_batch=16)
+    batch = collector.next()
+    collector.shutdown()
+    assert batch.batch_size == (2, 8)
+    agents = batch.get("lazy")
+    assert isinstance(agents, LazyStackedTensorDict) and agents.batch_size == (2, 8, env.n_nested_dim)
+    for i in range(env.n_nested_dim):  # each agent's own observation shape, every action 1
+        assert agents[..., i][f"tensor_{i}"].shape[:2] == (2, 8)
+        assert (agents[..., i]["action"] == 1).all()
+
+
+def test_a_collector_cut_and_a_step_limit() -> None:
+    env = NestedCountingEnv(batch_size=(2,), max_steps=10, nested_dim=3)
+    policy = CountingEnvCountPolicy(env.full_action_spec[env.action_key], env.action_key)
+    collector = Collector(env, policy, frames_per_batch=8, set_truncated=True)
+    first, second = collector.next().clone(), collector.next().clone()
+    collector.shutdown()
+    assert first["next", "data", "done"][:, -1].all()  # the cut ends every trajectory
+    assert not first["next", "data", "done"][:, :-1].any() and collector.stats().episodes == 0
+    assert (second["collector", "traj_ids"][:, 0] > first["collector", "traj_ids"][:, -1]).all()
+    env = MultiKeyCountingEnv(batch_size=(2,), max_steps=10)
+    collector = Collector(env, MultiKeyCountingEnvPolicy(env.full_action_spec, deterministic=True),
+                          frames_per_batch=8, max_frames_per_traj=3)  # TorchRL's StepCounter
+    batch = collector.next()
+    collector.shutdown()
+    assert batch["next", "truncated"][..., 0].tolist() == [[False, False, True, False]] * 2
+    assert batch["collector", "traj_ids"].tolist() == [[0, 0, 0, 2], [1, 1, 1, 3]]
+    assert collector.stats().episodes == 2 and collector.stats().mean_length == 3
+
+
+def test_a_nan_is_an_error_naming_its_key_env_and_step() -> None:
+    env, policy = nested_env()
+    calls = []
+
+    def noisy(root: TensorDictBase) -> TensorDictBase:
+        calls.append(1)
+        root = policy(root)
+        noise = torch.zeros(2, 1)
+        if len(calls) == 3:
+            noise[1] = torch.nan
+        return root.set("noise", noise)
+
+    collector = Collector(env, noisy, frames_per_batch=8)
+    with pytest.raises(BadDataError, match=r"the noise of env 1 at step 2 of batch 0 is not finite"):
+        collector.next()
+    collector.shutdown()
+
+
+def test_what_is_refused_names_the_reason() -> None:
+    with pytest.raises(ValueError, match=r"does not fit the batch buffers \(action keys \[\('data', "
+                                         r"'action'\)\].*Collector \(one process\) only"):
+        MultiSyncCollector([lambda: NestedCountingEnv()], None, frames_per_batch=8)
+    with pytest.raises(ValueError, match=r"split_trajs=True is not available for this TorchRL env"):
+        Collector(NestedCountingEnv(), None, frames_per_batch=8, split_trajs=True)
+    env, _ = nested_env()
+    with pytest.raises(TypeError, match="returned Tensor at step 0; with this TorchRL env"):
+        Collector(env, lambda root: torch.zeros(2), frames_per_batch=4).next()
