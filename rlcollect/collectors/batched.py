@@ -27,6 +27,7 @@ from rlcollect.collectors.stats import CollectorStats
 from rlcollect.envs.factory import EnvSource
 from rlcollect.policies.adapters import ModulePolicy, TensorDictPolicy
 from rlcollect.rollout.engine import Rollout, RolloutSpec
+from rlcollect.rollout.tensordict_loop import TensorDictRollout
 from rlcollect.weights.forms import check_model_ids
 from rlcollect.weights.schemes import FrozenWeights, WeightSyncScheme, init_senders
 from rlcollect.workers.inference import PolicyServer, ServedPolicy
@@ -160,7 +161,9 @@ class AsyncBatchedCollector(PooledCollector):
         self._build(options, worker_processes(options))
 
     # -- the server -------------------------------------------------------------------------------
-    def _allocate(self, options: CollectorOptions, transport: Transport, probe: Rollout, steps: int) -> None:
+    def _allocate(self, options: CollectorOptions, transport: Transport, probe: Rollout | TensorDictRollout,
+                  steps: int) -> None:
+        assert isinstance(probe, Rollout)  # a TensorDictRollout was refused by _build
         policy = probe.policy
         if isinstance(policy, (ModulePolicy, TensorDictPolicy)) and policy.module is options.policy:  # yours:
             try:  # training must not race a forward pass

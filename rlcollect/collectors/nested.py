@@ -42,6 +42,11 @@ class NestedRollout:
         )
         self.collector = collector = collector_class.__new__(collector_class)
         collector._build(options, worker_processes(options))
+        if collector._tensordict:
+            collector._pool.shutdown(0.0)
+            raise ValueError("collector_class= runs the actor's envs in processes of its own through the "
+                             "batch buffers, which this TorchRL env's data does not fit: leave "
+                             "collector_class unset (each actor then collects tensordict by tensordict)")
         collector.worker_idx = setup.worker_idx
         self.num_envs = collector.num_envs
         self.layout = collector._slots[0].layout

@@ -35,7 +35,7 @@ from typing import Any
 import cloudpickle
 import numpy as np
 import torch
-from tensordict import TensorDictBase
+from tensordict import LazyStackedTensorDict, TensorDictBase
 
 from rlcollect.collectors.base import BaseCollector
 from rlcollect.collectors.options import CollectorOptions
@@ -43,8 +43,10 @@ from rlcollect.collectors.stats import CollectorStats
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.envs.envpool_env import ENVPOOL_PREFIX
 from rlcollect.envs.factory import source_modules
+from rlcollect.rollout.build import make_rollout
 from rlcollect.rollout.engine import Rollout, RolloutSpec
 from rlcollect.rollout.episodes import EpisodeRecords
+from rlcollect.rollout.tensordict_loop import TensorDictRollout
 from rlcollect.weights.forms import check_model_ids
 from rlcollect.weights.schemes import NoWeightSyncScheme, channel_for, init_senders
 from rlcollect.workers.pool import WorkerPool
@@ -100,10 +102,19 @@ class PooledCollector(BaseCollector):
         # rows are what a worker's batch has: an asynchronous pool's batch_size)
         spec = options.rollout_spec(0)
         whole = isinstance(spec.create_env_fn, str) and spec.create_env_fn.startswith(ENVPOOL_PREFIX)
-        probe = Rollout(dataclasses.replace(
+        probe = make_rollout(dataclasses.replace(
             spec, num_envs=options.num_envs_per_worker if whole else 1,
             policy_factory=None if options.policy is not None else options.policy_factory))
         probe.close()
+        # a TorchRL env whose data the buffers cannot hold: each worker sends its batches back whole
+        self._tensordict = isinstance(probe, TensorDictRollout)
+        if isinstance(probe, TensorDictRollout) and not self._policy_in_workers:
+            raise ValueError(f"{type(self).__name__}: its policy server reads each env's step from the batch "
+                             f"buffers, which this TorchRL env's data does not fit ({probe.envs.reason}); "
+                             "use MultiSyncCollector or MultiAsyncCollector")
+        if isinstance(probe, TensorDictRollout) and options.preemptive_threshold is not None:
+            raise ValueError(f"preemptive_threshold stops workers inside the batch buffers, which this "
+                             f"TorchRL env's data does not fit ({probe.envs.reason})")
         if probe.envs.streams and not self._policy_in_workers:
             raise ValueError("AsyncBatchedCollector with an asynchronous EnvPool (batch_size < num_envs): "
                              "its policy server reads every env's step from shared memory, which the "
@@ -128,20 +139,26 @@ class PooledCollector(BaseCollector):
             transport.close()
             raise
 
-    def _allocate(self, options: CollectorOptions, transport: Transport, probe: Rollout, steps: int) -> None:
+    def _allocate(self, options: CollectorOptions, transport: Transport, probe: Rollout | TensorDictRollout,
+                  steps: int) -> None:
         """Slots, weights, the workers' setups and the pool (started at the first batch)."""
-        workers, sync, layout = self.num_workers, self.sync, probe.layout
+        workers, sync = self.num_workers, self.sync
         _, outers, traj_start = options.placement  # this collector inside a worker: its ids and seeds
         sink = options.replay_buffer
-        self._delivery = options.delivery(workers_write=sink is not None and transport.can_write(sink))
+        workers_write = sink is not None and transport.can_write(sink) and not self._tensordict
+        self._delivery = options.delivery(workers_write=workers_write)
         self._delivery.unbatched = probe.envs.unbatched
-        self._delivery.workers = workers if sync else 1
+        # (a TensorDict batch is grouped here, as cat_results says: the delivery leaves it as it is)
+        self._delivery.workers = workers if sync and not self._tensordict else 1
         written_elsewhere = self._delivery.written_elsewhere
-        num_slots = 2 if (options.prefetch or not sync) else 1
+        self._num_slots = num_slots = 2 if (options.prefetch or not sync) else 1
+        self._num_steps = steps
         masked = options.preemptive_threshold is not None
-        shared = transport.shared_slots
-        self._slots = [BatchBuffers.allocate(layout, self.num_envs, steps, shared=shared, masked=masked)
-                       for _ in range(num_slots)]
+        shared = transport.shared_slots and not self._tensordict
+        self._slots: list[BatchBuffers] = [] if isinstance(probe, TensorDictRollout) else [
+            BatchBuffers.allocate(probe.layout, self.num_envs, steps, shared=shared, masked=masked)
+            for _ in range(num_slots)]
+        self._whole: dict[tuple[int, int], TensorDictBase] = {}  # (slot, worker): a worker's whole batch
         self._stop_flags = torch.zeros(num_slots, dtype=torch.uint8).share_memory_() if masked else None
         if written_elsewhere and hasattr(options.replay_buffer, "init"):
             options.replay_buffer.init(self._slots[0].batch[:1])  # laid out before the workers get it
@@ -178,7 +195,7 @@ class PooledCollector(BaseCollector):
         options, envs = self.options, self.num_envs_per_worker
         outer = options.placement[0]
         rows = slice(worker * envs, (worker + 1) * envs)
-        shared = self._pool.transport.shared_slots
+        shared = self._pool.transport.shared_slots and not self._tensordict
         return WorkerSetup(
             worker_idx=outer * self.num_workers + worker, spec=self._spec(worker),
             env_offset=(outer * self.num_workers + worker) * envs, weights=self._weights.receiver(worker),
@@ -236,8 +253,25 @@ class PooledCollector(BaseCollector):
         return [info.pid if info else None for info in self._pool.infos]
 
     def _rows(self, slot: int, worker: int) -> TensorDictBase:
+        if self._tensordict:
+            return self._whole[slot, worker]
         envs = self.num_envs_per_worker
         return self._slots[slot].batch[worker * envs : (worker + 1) * envs]
+
+    def _slot_batch(self, slot: int) -> TensorDictBase:
+        """Every worker's rows of ``slot``: a synchronous batch. Whole TensorDict batches are
+        grouped as ``cat_results`` says (``"stack"``, the default: ``[workers, *batch, T]``; ``0``:
+        one after the other along the first dim; ``-1``: along time)."""
+        if not self._tensordict:
+            return self._slots[slot].batch
+        parts = [self._whole[slot, worker] for worker in range(self.num_workers)]
+        cat = self.options.cat_results
+        if cat in (None, "stack"):
+            out = LazyStackedTensorDict.maybe_dense_stack(parts, 0)
+        else:
+            out = torch.cat(parts, 0 if cat == 0 or parts[0].batch_dims == 1 else -1)
+        out.names = [None] * (out.batch_dims - 1) + ["time"]
+        return out
 
     def _dispatch(self, worker: int, slot: int, receive: bool = True) -> None:
         """Hand ``worker`` its next batch (into ``slot``), with the newest weights received first
@@ -246,7 +280,7 @@ class PooledCollector(BaseCollector):
             self._receive_weights_scheme()
         if self.options.update_at_each_batch:
             self.update_policy_weights_(worker_ids=[worker])
-        in_flight = len(self._pool.busy()) * self.num_envs_per_worker * self._slots[0].num_steps
+        in_flight = len(self._pool.busy()) * self.num_envs_per_worker * self._num_steps
         random = self._in_warmup(self._frames, in_flight)
         self._pool.collect(worker, (slot, random, self._weights.payload(worker)))
 
@@ -262,6 +296,8 @@ class PooledCollector(BaseCollector):
         """Take in a worker's report (its rows, if they came with it); return the batch's frames."""
         if report.data is not None:
             unpack_into(report.data, self._rows(report.slot, worker))
+        if report.batch is not None:
+            self._whole[report.slot, worker] = report.batch
         self._weights.release(worker)
         self._reports[worker] = report
         records = report.episode_records
@@ -287,7 +323,7 @@ class PooledCollector(BaseCollector):
 
     def _sync_batches(self) -> Iterator[TensorDictBase | None]:
         prefetch = self.options.prefetch
-        slot = self._batches % len(self._slots)
+        slot = self._batches % self._num_slots
         if not self._pool.busy() and self._more_wanted(0):
             self._dispatch_all(slot)
         while self._pool.busy():
@@ -295,7 +331,7 @@ class PooledCollector(BaseCollector):
             self._batches += 1
             if prefetch and self._more_wanted(0):
                 self._dispatch_all(slot ^ 1)  # workers fill the other slot while this one is used
-            yield from self._delivery.outputs(self._slots[slot].batch)
+            yield from self._delivery.outputs(self._slot_batch(slot))
             if prefetch:
                 slot ^= 1
             elif self._more_wanted(0):  # after the learner had the batch: its new weights are used
@@ -370,7 +406,7 @@ class PooledCollector(BaseCollector):
         self._pool.drain()
         pending = []
         for worker, report in self._pool.pending():
-            if report.data is None and not self._delivery.written_elsewhere:
+            if report.data is None and report.batch is None and not self._delivery.written_elsewhere:
                 report = dataclasses.replace(report, data=pack(self._rows(report.slot, worker).clone()))
             pending.append((worker, report))
         return {

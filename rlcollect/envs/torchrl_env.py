@@ -283,6 +283,7 @@ class TensorDictEnv:
         self.batch_size = torch.Size(env.batch_size)
         self.num_envs = self.pool_size = self.batch_size.numel()
         self.unbatched = False  # batches are [*batch_size, T]: nothing to drop for TorchRL's layout
+        self.streams = self.follows_num_envs = False  # (as an EnvBatch says: rows are envs, built by the env)
         self.done_keys = [_tuple(key) for key in env.done_keys]
         self.reward_keys = [_tuple(key) for key in env.reward_keys]
 

@@ -111,12 +111,10 @@ class Rollout:
         made = envs if envs is not None else make_env_batch(
             spec.create_env_fn, spec.num_envs, dict(spec.create_env_kwargs or {}), spec.max_frames_per_traj
         )
-        if not isinstance(made, EnvBatch):  # a TorchRL env that only the single-process Collector steps
+        if not isinstance(made, EnvBatch):  # rlcollect.rollout.build makes a TensorDictRollout of it
             made.close()
-            raise ValueError(f"this TorchRL env's data does not fit the batch buffers ({made.reason}): "
-                             "it is collected tensordict by tensordict, by Collector (one process) only "
-                             "for now; the multi-process and Ray collectors need envs with one 'action', "
-                             "one 'reward' and the flags at the root")
+            raise TypeError(f"this TorchRL env's data does not fit the batch buffers ({made.reason}): "
+                            "build its rollout with rlcollect.rollout.build.make_rollout")
         self.envs = made
         self.num_envs = self.envs.num_envs
         # what the batch holds: the env's observations, floating-point ones in spec.obs_dtype

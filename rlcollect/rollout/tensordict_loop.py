@@ -69,11 +69,13 @@ class _Policy:
 class TensorDictRollout:
     """Collects batches of a :class:`TensorDictEnv`; see the module docstring.
 
-    The single-process collector runs it in place of a :class:`~rlcollect.rollout.engine.Rollout`
-    (same counters, seeding, ids, statistics and state).
+    The single-process collector and the workers run it in place of a
+    :class:`~rlcollect.rollout.engine.Rollout` (same counters, seeding, ids, statistics and state;
+    the placement arguments are the ``Rollout``'s). A worker sends each batch back whole.
     """
 
-    def __init__(self, spec: RolloutSpec, envs: TensorDictEnv) -> None:
+    def __init__(self, spec: RolloutSpec, envs: TensorDictEnv, *, env_offset: int = 0, traj_stride: int = 1,
+                 traj_offset: int = 0, traj_start: int = 0) -> None:
         unsupported = {"obs_dtype": spec.obs_dtype, "compile_policy": spec.compile_policy}
         for name, value in unsupported.items():
             if value:
@@ -89,8 +91,9 @@ class TensorDictRollout:
         self.models: dict[str, torch.nn.Module] = dict(spec.models)
         if module is not None:
             self.models["policy"] = module
-        self.traj_ids = TrajectoryIds(self.num_envs)
-        self.episodes = EpisodeTracker(self.num_envs)
+        self.env_offset = env_offset  # this process's first env among the collector's (seeds, statistics)
+        self.traj_ids = TrajectoryIds(self.num_envs, stride=traj_stride, offset=traj_offset, start=traj_start)
+        self.episodes = EpisodeTracker(self.num_envs, env_offset=env_offset)
         self.check = spec.check != "off"
         self.frames = self.batches = 0
         self.collect_seconds = 0.0
@@ -152,8 +155,7 @@ class TensorDictRollout:
         self.episodes.label(ids, versions)
         batch.set(("collector", "traj_ids"), torch.from_numpy(ids).reshape(shape))
         batch.set("policy_version", torch.from_numpy(versions).reshape(shape))
-        if not isinstance(batch, LazyStackedTensorDict):
-            batch.names = [None] * (batch.batch_dims - 1) + ["time"]
+        batch.names = [None] * (batch.batch_dims - 1) + ["time"]
         if self.check:
             self._check(batch)
 
@@ -198,10 +200,11 @@ class TensorDictRollout:
         self.traj_ids.restart()
 
     def set_seed(self, seed: int | None, *, new_trajectories: bool = False) -> None:
-        """Reset the envs with ``seed`` (TorchRL seeds env ``i`` with ``seed + i``) and seed torch."""
-        self._reset(seed)
+        """Reset the envs with ``seed + env_offset`` (TorchRL seeds env ``i`` with that plus ``i``)
+        and seed torch with it."""
+        self._reset(None if seed is None else seed + self.env_offset)
         if seed is not None:
-            torch.manual_seed(seed)
+            torch.manual_seed(seed + self.env_offset)
         if new_trajectories:
             self.traj_ids.restart()
 

@@ -47,13 +47,15 @@ from typing import Any
 import cloudpickle
 import numpy as np
 import torch
-from tensordict import TensorDict
+from tensordict import TensorDict, TensorDictBase
 
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.envs import envpool_env
 from rlcollect.replay import flatten_batch
-from rlcollect.rollout.engine import Rollout, RolloutSpec
+from rlcollect.rollout.build import make_rollout
+from rlcollect.rollout.engine import RolloutSpec
 from rlcollect.rollout.profiling import ProfileConfig, RolloutProfiler
+from rlcollect.rollout.tensordict_loop import TensorDictRollout
 from rlcollect.workers.wire import Packed, pack
 
 __all__ = ["BatchReport", "Worker", "WorkerFailure", "WorkerInfo", "WorkerSetup", "process_main",
@@ -120,6 +122,7 @@ class BatchReport:
     episodes: int
     episode_records: dict[str, Any]  # the episodes completed in this batch (EpisodeRecords.drain())
     data: Packed | None = None  # the worker's rows, when they do not live in shared memory
+    batch: TensorDictBase | None = None  # a TensorDict rollout's whole batch (no buffers to unpack into)
 
 
 @dataclass(frozen=True)
@@ -151,19 +154,22 @@ class Worker:
         envpool_env.POOL_THREADS = 1  # and one EnvPool thread per pool it builds (unless asked)
         spec: RolloutSpec = cloudpickle.loads(setup.spec)
         self.setup = setup = dataclasses.replace(setup, spec=b"")  # the policy's bytes are not kept
-        self.rollout = rollout = spec.engine(spec, setup) if spec.engine is not None else Rollout(
+        self.rollout = rollout = spec.engine(spec, setup) if spec.engine is not None else make_rollout(
             spec, env_offset=setup.env_offset, traj_stride=setup.num_workers, traj_offset=setup.worker_idx,
             traj_start=setup.traj_start, served_policy=setup.served_policy,
         )
-        local = setup.slots is None
-        storages = setup.slots or (BatchBuffers.allocate_storage(rollout.layout, rollout.num_envs,
-                                                                 setup.num_steps),)
-        rows = int(storages[0].batch_size[0])
-        if rows != rollout.num_envs:
-            raise ValueError(f"worker {setup.worker_idx} built {rollout.num_envs} envs, the first worker "
-                             f"{rows}: every worker must have the same number of envs")
-        self.slots = [BatchBuffers(storage, rollout.layout, setup.num_steps) for storage in storages]
-        self.returns_data = local
+        self.slots: list[BatchBuffers] = []
+        if isinstance(rollout, TensorDictRollout):  # no buffers: each batch goes back whole
+            self.returns_data = True
+        else:
+            storages = setup.slots or (BatchBuffers.allocate_storage(rollout.layout, rollout.num_envs,
+                                                                     setup.num_steps),)
+            rows = int(storages[0].batch_size[0])
+            if rows != rollout.num_envs:
+                raise ValueError(f"worker {setup.worker_idx} built {rollout.num_envs} envs, the first "
+                                 f"worker {rows}: every worker must have the same number of envs")
+            self.slots = [BatchBuffers(storage, rollout.layout, setup.num_steps) for storage in storages]
+            self.returns_data = setup.slots is None
         flags = setup.stop_flags
         self.stop_flags: np.ndarray | None = flags.numpy() if flags is not None else None
         if setup.seed is None:  # a forked worker starts with its parent's generators: draw its own
@@ -204,12 +210,19 @@ class Worker:
             return "error", WorkerFailure.from_exception(error)
 
     def collect(self, slot: int, random: bool, weights_payload: Any) -> BatchReport:
-        rollout, buffers = self.rollout, self.slots[0 if self.returns_data else slot]
+        rollout = self.rollout
         self.version = self.setup.weights.pull(rollout.models, self.version, weights_payload)
         if self.profiler is not None:
             self.profiler.before_rollout()
-        stop = self.stop_flags[slot : slot + 1] if self.stop_flags is not None else None
-        steps = rollout.collect(buffers, random=random, policy_version=self.version, stop=stop)
+        whole = None  # a TensorDict rollout's batch, sent back as it is
+        if isinstance(rollout, TensorDictRollout):
+            steps = self.setup.num_steps
+            batch = whole = rollout.collect(steps, random=random, policy_version=self.version)
+        else:
+            buffers = self.slots[0 if self.returns_data else slot]
+            stop = self.stop_flags[slot : slot + 1] if self.stop_flags is not None else None
+            steps = rollout.collect(buffers, random=random, policy_version=self.version, stop=stop)
+            batch = buffers.batch
         if self.profiler is not None:
             self.profiler.after_rollout()
         sink = self.setup.replay_buffer
@@ -218,15 +231,17 @@ class Worker:
             if remote is not None:
                 import ray
 
-                ray.get(remote(flatten_batch(buffers.batch)))
+                ray.get(remote(flatten_batch(batch)))
             else:
-                sink.extend(flatten_batch(buffers.batch))
+                sink.extend(flatten_batch(batch))
+        sent = self.returns_data and sink is None
         return BatchReport(
             slot=slot, steps=steps, policy_version=self.version,
             next_traj_id=rollout.traj_ids.next_local_id, frames=rollout.frames,
             collect_seconds=rollout.collect_seconds, episodes=rollout.episodes.count,
             episode_records=rollout.episodes.records.drain(),
-            data=pack(buffers.batch) if self.returns_data and sink is None else None,
+            data=pack(batch) if sent and whole is None else None,
+            batch=whole if sent else None,
         )
 
     def close(self) -> None:

@@ -22,11 +22,12 @@ from torchrl.testing.mocking_classes import (  # noqa: E402
     NestedCountingEnv,
 )
 
-from rlcollect import Collector, MultiSyncCollector  # noqa: E402
+from rlcollect import AsyncBatchedCollector, Collector, MultiAsyncCollector, MultiSyncCollector  # noqa: E402
 from rlcollect.data.checks import BadDataError  # noqa: E402
 from rlcollect.envs.factory import make_env_batch  # noqa: E402
 from rlcollect.envs.torchrl_env import TensorDictEnv, TorchRLEnv  # noqa: E402
 from rlcollect.torchrl import Collector as TorchRLLayoutCollector  # noqa: E402
+from rlcollect.torchrl import MultiSyncCollector as TorchRLLayoutMultiSync  # noqa: E402
 
 
 def nested_env() -> tuple[Any, Any]:
@@ -168,12 +169,91 @@ def test_a_nan_is_an_error_naming_its_key_env_and_step() -> None:
     collector.shutdown()
 
 
+def make_nested_env() -> Any:
+    return nested_env()[0]
+
+
+def make_nested_policy() -> Any:
+    return nested_env()[1]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("cat_results", ["stack", 0, -1])
+def test_worker_processes_send_their_batches_whole(cat_results: Any) -> None:
+    """Two workers of a nested env: each worker's frames are the plain loop's (counting envs are
+    deterministic), grouped as ``cat_results`` says; trajectory ids are unique over the workers."""
+    steps, references = 4, plain_loop(*nested_env(), 4, 3)
+    collector = TorchRLLayoutMultiSync([make_nested_env] * 2, policy_factory=make_nested_policy,
+                                       frames_per_batch=2 * 2 * steps, total_frames=3 * 16,
+                                       cat_results=cat_results)
+    batches = [batch.clone() for batch in collector]
+    collector.shutdown()
+    assert len(batches) == 3
+    ids = []
+    for batch, ref in zip(batches, references, strict=True):
+        if cat_results == "stack":
+            assert batch.batch_size == (2, 2, steps)
+            parts = batch.unbind(0)
+        elif cat_results == 0:
+            assert batch.batch_size == (4, steps)
+            parts = batch.split(2, 0)
+        else:
+            assert batch.batch_size == (2, 2 * steps)
+            parts = batch.split(steps, -1)
+        assert batch.names[-1] == "time"
+        for part in parts:
+            for key in ref.keys(True, True):
+                torch.testing.assert_close(part.get(key), ref.get(key), msg=f"{key}")
+            ids.append(part["collector", "traj_ids"])
+    first = torch.stack([i[:, 0] for i in ids[:2]])  # batch 0, both workers: ids 0..3, no repeats
+    assert sorted(first.flatten().tolist()) == [0, 1, 2, 3]
+    starts = torch.cat([i.flatten() for i in ids]).unique()
+    assert len(starts) == len(set(starts.tolist()))
+
+
+@pytest.mark.timeout(120)
+def test_asynchronous_workers_each_send_their_own_batch() -> None:
+    env, _ = nested_env()
+    collector = MultiAsyncCollector([make_nested_env] * 2, policy_factory=make_nested_policy,
+                                    frames_per_batch=8, total_frames=32)
+    batches = [batch.clone() for batch in collector]
+    stats = collector.stats()
+    collector.shutdown()
+    reference = plain_loop(*nested_env(), 4, 4)
+    assert len(batches) == 4 and stats.frames == 32
+    counts = {0: 0, 1: 0}
+    for batch in batches:
+        assert batch.batch_size == (2, 4) and batch.names == [None, "time"]
+        worker = int(batch["collector", "traj_ids"][0, 0]) % 2  # ids are local * workers + worker
+        torch.testing.assert_close(batch["next", "data", "states"],
+                                   reference[counts[worker]]["next", "data", "states"])
+        counts[worker] += 1
+    assert env.batch_size == (2,)
+
+
 def test_what_is_refused_names_the_reason() -> None:
-    with pytest.raises(ValueError, match=r"does not fit the batch buffers \(action keys \[\('data', "
-                                         r"'action'\)\].*Collector \(one process\) only"):
-        MultiSyncCollector([lambda: NestedCountingEnv()], None, frames_per_batch=8)
+    with pytest.raises(ValueError, match=r"policy server reads each env's step from the batch buffers, "
+                                         r"which this TorchRL env's data does not fit \(action keys"):
+        AsyncBatchedCollector([make_nested_env], make_nested_policy(), frames_per_batch=8)
+    with pytest.raises(ValueError, match=r"preemptive_threshold stops workers inside the batch buffers"):
+        MultiSyncCollector([make_nested_env] * 2, make_nested_policy(), frames_per_batch=8,
+                           preemptive_threshold=0.5)
     with pytest.raises(ValueError, match=r"split_trajs=True is not available for this TorchRL env"):
         Collector(NestedCountingEnv(), None, frames_per_batch=8, split_trajs=True)
     env, _ = nested_env()
     with pytest.raises(TypeError, match="returned Tensor at step 0; with this TorchRL env"):
         Collector(env, lambda root: torch.zeros(2), frames_per_batch=4).next()
+
+
+@pytest.mark.timeout(300)
+def test_ray_actors_send_their_batches_whole(ray_session: None) -> None:
+    from rlcollect import RayCollector
+
+    with RayCollector(make_nested_env, make_nested_policy(), num_collectors=2,
+                      frames_per_batch=16, total_frames=32) as collector:
+        batches = [batch.clone() for batch in collector]
+    reference = plain_loop(*nested_env(), 4, 1)[0]
+    assert len(batches) == 2
+    for batch in batches:  # each actor's batch: [2 actors, 2 envs, T] stacked
+        for part in batch.reshape(-1, *batch.batch_size[-2:]).unbind(0):
+            torch.testing.assert_close(part["next", "data", "states"], reference["next", "data", "states"])
