@@ -264,8 +264,6 @@ class TensorDictEnv:
     Args:
         env: the TorchRL env.
         reason: why the batch buffers cannot hold its data (:func:`tensordict_only`).
-        max_episode_steps: collector-side episode limit: a TorchRL ``StepCounter`` is appended,
-            as TorchRL's collectors do for ``max_frames_per_traj``.
 
     Examples:
         >>> from torchrl.testing.mocking_classes import NestedCountingEnv
@@ -274,11 +272,7 @@ class TensorDictEnv:
         (2, torch.Size([2]))
     """
 
-    def __init__(self, env: Any, reason: str, max_episode_steps: int | None = None) -> None:
-        if max_episode_steps is not None:
-            from torchrl.envs import StepCounter, TransformedEnv
-
-            env = TransformedEnv(env, StepCounter(max_episode_steps))
+    def __init__(self, env: Any, reason: str) -> None:
         self.env, self.reason = env, reason
         self.batch_size = torch.Size(env.batch_size)
         self.num_envs = self.pool_size = self.batch_size.numel()
@@ -344,17 +338,42 @@ def torchrl_env_batch(env: Any, max_episode_steps: int | None = None) -> EnvBatc
     """
     from torchrl.envs import ParallelEnv
 
+    if max_episode_steps is not None:  # as TorchRL's collectors: a StepCounter, its step_count in the data
+        env, max_episode_steps = with_step_counter(env, max_episode_steps), None
     if type(env) is ParallelEnv and _plain_in_processes(env):
         return TorchRLGymVector(env, max_episode_steps)
     reason = tensordict_only(env)
     if reason is not None:
-        return TensorDictEnv(env, reason, max_episode_steps)
+        return TensorDictEnv(env, reason)
     if type(env) is ParallelEnv:
         return TorchRLEnv(env, max_episode_steps)
     inner = _gym_envs_inside(env)
     if inner is None:
         return TorchRLEnv(env, max_episode_steps)
     return TorchRLGymEnvs(env, inner, max_episode_steps)
+
+
+def with_step_counter(env: Any, max_steps: int) -> Any:
+    """``env`` with a TorchRL ``StepCounter(max_steps)`` appended, as TorchRL's collectors do for
+    ``max_frames_per_traj``: the batches hold ``step_count``, episodes are truncated at ``max_steps``.
+
+    Raises:
+        ValueError: the env already counts steps (a ``step_count`` entry).
+
+    Examples:
+        >>> from torchrl.envs import GymEnv
+        >>> "step_count" in with_step_counter(GymEnv("CartPole-v1"), 10).observation_spec.keys()
+        True
+    """
+    from torchrl.envs import StepCounter, TransformedEnv
+
+    for key in env.output_spec.keys(True, True):
+        entry = _tuple(key)[1:]  # (leaving out which spec holds it)
+        if "step_count" in entry:
+            raise ValueError(f"max_frames_per_traj={max_steps} with a TorchRL env that already counts steps "
+                             f"(its {'.'.join(entry)!r} entry: a StepCounter): give the limit to that "
+                             "StepCounter, or leave max_frames_per_traj=None")
+    return TransformedEnv(env, StepCounter(max_steps=max_steps))
 
 
 def _plain_in_processes(env: Any) -> bool:

@@ -129,6 +129,35 @@ def test_torchrl_layout_is_torchrl_collectors(batched: bool) -> None:
     assert "policy_version" not in batch and ("next", "policy_version") not in batch.keys(True)
 
 
+@pytest.mark.parametrize("batched", [False, True])
+def test_max_frames_per_traj_counts_steps_as_torchrl(batched: bool) -> None:
+    """TorchRL's collectors append a StepCounter for max_frames_per_traj: the same step_count and
+    truncations, key for key and value for value."""
+    def env() -> EnvBase:
+        plain = partial(GymEnv, "CartPole-v1", categorical_action_encoding=True)
+        return SerialEnv(2, plain) if batched else plain()
+
+    frames = 60 if batched else 30
+    seeded = env()
+    seeded.set_seed(3)
+    theirs = TorchRLCollector(seeded, policy(), frames_per_batch=frames, total_frames=2 * frames,
+                              max_frames_per_traj=7)
+    expected = [b.clone() for b in theirs]
+    theirs.shutdown()
+    with TorchRLLayoutCollector(env(), policy(), frames_per_batch=frames, total_frames=2 * frames, seed=3,
+                                max_frames_per_traj=7) as ours:
+        got = [b.clone() for b in ours]
+    for want, have in zip(expected, got, strict=True):
+        assert set(have.keys(True, True)) == set(want.keys(True, True))
+        for key in want.keys(True, True):
+            if key != ("collector", "traj_ids"):
+                assert torch.equal(have[key], want[key]), key
+        assert have["next", "truncated"].any() and have["next", "step_count"].max() == 7
+    with pytest.raises(ValueError, match=r"max_frames_per_traj=7 with a TorchRL env that already counts "
+                                         r"steps \(its 'step_count' entry"):
+        Collector(make_env(), policy(), frames_per_batch=8, max_frames_per_traj=7)
+
+
 def test_one_hot_random_actions_are_one_hot() -> None:
     with Collector(GymEnv("CartPole-v1"), None, frames_per_batch=50, total_frames=50, seed=0) as collector:
         batch = next(iter(collector))
