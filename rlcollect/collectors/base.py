@@ -10,9 +10,7 @@ profiling settings and the many forms of ``update_policy_weights_`` live here.
 from __future__ import annotations
 
 import abc
-import ast
 import contextlib
-import re
 import threading
 import time
 import warnings
@@ -25,6 +23,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from rlcollect.collectors.stats import CollectorStats
+from rlcollect.data.attributes import call_path, resolve_path
 from rlcollect.rollout.episodes import episode_table
 from rlcollect.rollout.profiling import ProfileConfig
 from rlcollect.weights.forms import apply_weights, as_weights, check_model_ids, weight_update_forms
@@ -518,12 +517,42 @@ class BaseCollector(abc.ABC):
             AttributeError, KeyError, IndexError: the path does not resolve.
             ValueError: arguments given for an attribute that is not callable.
         """
-        target = _resolve_attribute(self, attr_path)
-        if callable(target):
-            return target(*args, **kwargs)
-        if args or kwargs:
-            raise ValueError(f"{attr_path} is not callable: it takes no arguments (got {args}, {kwargs})")
-        return target
+        return call_path(self, attr_path, args, kwargs)
+
+    def get_distant_attr(self, attr: str) -> Any:
+        """The attribute at the path ``attr`` (as :meth:`cascade_execute` reads it); a collector
+        with workers returns each worker's, in worker order (TorchRL's remote helper).
+
+        Examples:
+            >>> from rlcollect import Collector
+            >>> with Collector("CartPole-v1", frames_per_batch=8) as collector:
+            ...     collector.get_distant_attr("frames_per_batch")
+            8
+        """
+        return resolve_path(self, attr)
+
+    def map_fn(self, method_name: str, list_of_args: Sequence[tuple[Any, ...]] | None = None,
+               list_of_kwargs: Sequence[Mapping[str, Any]] | None = None) -> list[Any]:
+        """Call the method at the path ``method_name`` once per entry of ``list_of_args`` and
+        ``list_of_kwargs`` (one call without arguments if neither is given); return the results. A
+        collector with workers calls it in each worker, one entry per worker (TorchRL's remote helper).
+
+        Raises:
+            ValueError: the two lists differ in length.
+            AttributeError: the attribute is not callable.
+        """
+        if list_of_args is None:
+            list_of_args = [()] * len(list_of_kwargs) if list_of_kwargs else [()]
+        if list_of_kwargs is None:
+            list_of_kwargs = [{}] * len(list_of_args)
+        if len(list_of_args) != len(list_of_kwargs):
+            raise ValueError(f"list_of_args and list_of_kwargs must have the same length, got "
+                             f"{len(list_of_args)} and {len(list_of_kwargs)}")
+        method = resolve_path(self, method_name)
+        if not callable(method):
+            raise AttributeError(f"{method_name} is not callable: map_fn calls a method "
+                                 "(get_distant_attr reads an attribute)")
+        return [method(*args, **kwargs) for args, kwargs in zip(list_of_args, list_of_kwargs, strict=True)]
 
     # -- profiling -------------------------------------------------------------------------
     def enable_profile(
@@ -630,19 +659,3 @@ class _Background:
             interrupt()
             self._thread.join(min(max(0.0, deadline - time.monotonic()), 0.5) or 0.2)
         return self.error
-
-
-_STEP = re.compile(r"\.?([A-Za-z_]\w*)|\[([^\]]+)\]")
-
-
-def _resolve_attribute(root: Any, path: str) -> Any:
-    """``root`` followed along ``path``: attribute names and ``[key]`` subscripts (literals)."""
-    target, position = root, 0
-    while position < len(path):
-        step = _STEP.match(path, position)
-        if step is None:
-            raise ValueError(f"cannot parse {path!r} at {path[position:]!r}")
-        name, key = step.groups()
-        target = getattr(target, name) if name is not None else target[ast.literal_eval(key.strip())]
-        position = step.end()
-    return target

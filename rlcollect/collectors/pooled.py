@@ -29,7 +29,7 @@ import multiprocessing
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import cloudpickle
@@ -251,6 +251,37 @@ class PooledCollector(BaseCollector):
     def worker_pids(self) -> list[int | None]:
         """Process ids of the workers (they start with the first batch, ``set_seed`` or a state)."""
         return [info.pid if info else None for info in self._pool.infos]
+
+    # -- TorchRL's remote helpers ------------------------------------------------------------------
+    def get_distant_attr(self, attr: str) -> list[Any]:
+        """Each worker's attribute at the path ``attr`` (``"worker_idx"``, ``"frames_per_batch"``,
+        ``"replay_buffer.write_count"``, ``"policy"``, ... of :class:`WorkerView`), in worker
+        order; the batches under way finish first."""
+        return self._call_workers(attr, [None] * self.num_workers, [{}] * self.num_workers)
+
+    def map_fn(self, method_name: str, list_of_args: Sequence[tuple[Any, ...]] | None = None,
+               list_of_kwargs: Sequence[Mapping[str, Any]] | None = None) -> list[Any]:
+        """Call the method at the path ``method_name`` in each worker (see :meth:`get_distant_attr`),
+        with worker ``i``'s entry of ``list_of_args`` and ``list_of_kwargs``; return the results in
+        worker order.
+
+        Raises:
+            ValueError: a list does not have one entry per worker.
+        """
+        workers = self.num_workers
+        args = list(list_of_args) if list_of_args is not None else [()] * workers
+        kwargs = list(list_of_kwargs) if list_of_kwargs is not None else [{}] * workers
+        for name, entries in (("argument", args), ("keyword-argument", kwargs)):
+            if len(entries) != workers:
+                raise ValueError(f"Expected {workers} {name} entries (one per worker), got {len(entries)}")
+        return self._call_workers(method_name, [tuple(a) for a in args], [dict(k) for k in kwargs])
+
+    def _call_workers(self, path: str, args: list[tuple[Any, ...] | None], kwargs: list[dict[str, Any]]
+                      ) -> list[Any]:
+        self._ensure_started()
+        self._pool.drain()
+        return [self._pool.request(worker, "call", (path, args[worker], kwargs[worker]))
+                for worker in range(self.num_workers)]
 
     def _rows(self, slot: int, worker: int) -> TensorDictBase:
         if self._tensordict:

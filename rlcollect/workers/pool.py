@@ -154,8 +154,8 @@ class WorkerPool:
         if not answers:
             raise TimeoutError(f"worker {worker} did not answer {command!r} within {self.timeout} s")
         kind, payload = answers[0][1]
-        if kind != "ok":
-            self._raise(worker, payload if kind == "error" else None, str(payload))
+        if kind != "ok":  # ("refused": the command failed, the worker carries on)
+            self._raise(worker, payload if kind in ("error", "refused") else None, str(payload))
         return payload
 
     def busy(self) -> set[int]:

@@ -1,4 +1,5 @@
-"""One worker: a :class:`Rollout` for its envs, answering the parent's small commands.
+"""One worker: a :class:`Rollout` (or a ``TensorDictRollout``) for its envs, answering the parent's
+small commands.
 
 The same :class:`Worker` runs in a worker process (:func:`process_main`, over a pipe) and in a Ray
 actor (:class:`~rlcollect.workers.ray_transport.RayWorker`); only the transport differs. Commands
@@ -10,7 +11,13 @@ actor (:class:`~rlcollect.workers.ray_transport.RayWorker`); only the transport 
   the worker writes it;
 - ``("seed", (seed, new_trajectories))``, ``("load_state_dict", state)`` -> ``("ok", None)``;
 - ``("state_dict", None)`` -> ``("ok", state)``;
+- ``("call", (path, args, kwargs))`` -> ``("ok", value)``: the attribute at ``path`` of a
+  :class:`WorkerView`, read (``args`` None) or called (TorchRL's ``get_distant_attr`` and
+  ``map_fn``); a path that fails is answered ``("refused", WorkerFailure)`` and the worker carries on;
 - ``("close", None)`` -> the worker closes its envs (a process exits, an actor answers ``ok``).
+
+A TensorDict rollout (a TorchRL env the buffers cannot hold) has no slots: ``collect`` sends its
+batch back whole, in ``BatchReport.batch``.
 
 A worker answers its start with ``("ready", WorkerInfo)``. Any exception is answered with
 ``("error", WorkerFailure)``; the parent then restarts the worker or raises.
@@ -49,6 +56,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from rlcollect.data.attributes import call_path, resolve_path
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.envs import envpool_env
 from rlcollect.replay import flatten_batch
@@ -146,6 +154,32 @@ class WorkerFailure:
         return cls(kept, type(error).__name__, str(error), text)
 
 
+class WorkerView:
+    """What the parent's ``get_distant_attr`` and ``map_fn`` paths resolve on in a worker: the
+    attributes of TorchRL's worker collectors that a worker has.
+
+    Attributes:
+        worker_idx: the worker's index.
+        frames_per_batch: the frames of each of its batches.
+        replay_buffer: the buffer it writes (``None`` where the parent writes).
+        policy: its policy (``None`` for random actions or a policy server).
+        policy_version: the version of the weights it collects with.
+    """
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker_idx = worker.setup.worker_idx
+        self.frames_per_batch = worker.setup.num_steps * worker.rollout.num_envs
+        self.replay_buffer = worker.setup.replay_buffer
+        self.policy = getattr(worker.rollout, "user_policy", None)
+        self.policy_version = worker.version
+
+    def get_distant_attr(self, attr: str) -> Any:
+        return resolve_path(self, attr)
+
+    def cascade_execute(self, attr_path: str, *args: Any, **kwargs: Any) -> Any:
+        return call_path(self, attr_path, args, kwargs)
+
+
 class Worker:
     """The worker's state and command handlers (see the module docstring)."""
 
@@ -205,9 +239,20 @@ class Worker:
             if command == "close":
                 self.close()
                 return "ok", None
+            if command == "call":  # TorchRL's remote helpers: (path, args or None to read, kwargs)
+                return self._call(*argument)
             raise ValueError(f"unknown worker command {command!r}")
         except BaseException as error:
             return "error", WorkerFailure.from_exception(error)
+
+    def _call(self, path: str, args: tuple[Any, ...] | None, kwargs: dict[str, Any]) -> tuple[str, Any]:
+        """Read (``args`` None) or call the attribute at ``path`` of :class:`WorkerView`; an error
+        is ``("refused", WorkerFailure)``: the caller's mistake, the worker carries on."""
+        view = WorkerView(self)
+        try:
+            return "ok", resolve_path(view, path) if args is None else call_path(view, path, args, kwargs)
+        except Exception as error:
+            return "refused", WorkerFailure.from_exception(error)
 
     def collect(self, slot: int, random: bool, weights_payload: Any) -> BatchReport:
         rollout = self.rollout
