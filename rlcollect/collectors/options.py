@@ -538,8 +538,10 @@ class CollectorOptions:
         import cloudpickle
 
         objects: dict[str, Any] = {}
-        if with_policy:
-            objects.update(policy=self.policy, policy_factory=self.policy_factory)
+        if with_policy and self.policy_factory is not None:  # the workers build theirs: policy stays
+            objects["policy_factory"] = self.policy_factory  # here, the source of their weights
+        elif with_policy:
+            objects["policy"] = self.policy
         objects.update(pre_collect_hook=self.pre_collect_hook, models=self.models)
         for worker in range(self.num_workers):
             objects[f"create_env_fn[{worker}]"] = self.create_env_fn[worker]

@@ -3,6 +3,8 @@ or written as TorchRL does (cat_results is tested against TorchRL in tests/inter
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 from tensordict import TensorDictBase
@@ -162,6 +164,7 @@ def test_policy_with_policy_factory_the_weights_come_from_the_policy() -> None:
     from rlcollect import MultiSyncCollector
 
     source = TiltPolicy(sign=-1.0)
+    source.lock = threading.Lock()  # cannot be pickled: it never has to leave this process
     with MultiSyncCollector(make_cartpole, source, policy_factory=TiltPolicy, num_workers=2,
                             frames_per_batch=20, seed=0) as collector:
         first = collector.next()
