@@ -113,10 +113,22 @@ class Delivery:
         if self.replay_buffer is None:
             yield out
         else:
-            if not self.extend_buffer and out.batch_dims == 2:
-                out = out.transpose(0, 1)  # step by step: every env's frame of a step, then the next
-            self.replay_buffer.extend(flatten_batch(out))
+            self.replay_buffer.extend(self._for_buffer(out))
             yield None
+
+    def _for_buffer(self, out: TensorDictBase) -> TensorDictBase:
+        """What the replay buffer is extended with: flat frames, env by env (time-major without
+        ``extend_buffer``); a TorchRL storage of ``ndim`` dims (``LazyTensorStorage(n, ndim=2)``)
+        gets rows of the last ``ndim - 1`` dims (``[envs, T]``, the last dim named ``"time"``), as
+        TorchRL's collectors extend it."""
+        storage_dims = int(getattr(getattr(self.replay_buffer, "storage", None), "ndim", 1))
+        if storage_dims > 1 and out.batch_dims >= storage_dims:
+            rows = out.reshape(-1, *out.batch_size[out.batch_dims - storage_dims + 1:])
+            rows.names = [None] * (rows.batch_dims - 1) + ["time"]  # TorchRL's storage cycles along time
+            return rows
+        if not self.extend_buffer and out.batch_dims == 2:
+            out = out.transpose(0, 1)  # step by step: every env's frame of a step, then the next
+        return flatten_batch(out)
 
 
 def make_delivery(
