@@ -40,7 +40,23 @@ from rlcollect.rollout.episodes import EpisodeTracker
 from rlcollect.rollout.loop import collect_batch
 from rlcollect.rollout.stream import StreamLoop
 
-__all__ = ["Rollout", "RolloutSpec"]
+__all__ = ["Rollout", "RolloutSpec", "copy_weights", "find_module"]
+
+
+def find_module(models: Mapping[str, torch.nn.Module], model_id: str) -> torch.nn.Module:
+    """The module updated under ``model_id``.
+
+    Raises:
+        KeyError: unknown model id, listing the known ones.
+    """
+    if model_id not in models:
+        raise KeyError(f"unknown model id {model_id!r}; known: {sorted(models)}")
+    return models[model_id]
+
+
+def copy_weights(models: Mapping[str, torch.nn.Module]) -> dict[str, dict[str, torch.Tensor]]:
+    """A copy of every module's ``state_dict`` by model id (for a rollout's state)."""
+    return {k: {n: t.detach().clone() for n, t in m.state_dict().items()} for k, m in models.items()}
 
 
 @dataclass(frozen=True)
@@ -238,14 +254,8 @@ class Rollout:
 
     # -- weights ---------------------------------------------------------------------------
     def module(self, model_id: str) -> torch.nn.Module:
-        """The module updated under ``model_id``.
-
-        Raises:
-            KeyError: unknown model id, listing the known ones.
-        """
-        if model_id not in self.models:
-            raise KeyError(f"unknown model id {model_id!r}; known: {sorted(self.models)}")
-        return self.models[model_id]
+        """The module updated under ``model_id`` (see :func:`find_module`)."""
+        return find_module(self.models, model_id)
 
     # -- state -----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -257,8 +267,7 @@ class Rollout:
             "episodes": self.episodes.state_dict(),
             "envs": self.envs.state_dict(),
             "pending_obs": {k: v.clone() for k, v in self.pending_obs.items()},
-            "models": {k: {n: t.detach().clone() for n, t in m.state_dict().items()}
-                       for k, m in self.models.items()},
+            "models": copy_weights(self.models),
             "rng": {"torch": torch.get_rng_state(), "random_policy": self.random_policy.state_dict()},
         }
 

@@ -38,7 +38,7 @@ from tensordict.nn import set_interaction_type
 from rlcollect.data.checks import BadDataError
 from rlcollect.data.trajectories import TrajectoryIds
 from rlcollect.envs.torchrl_env import TensorDictEnv
-from rlcollect.rollout.engine import RolloutSpec
+from rlcollect.rollout.engine import RolloutSpec, copy_weights, find_module
 from rlcollect.rollout.episodes import EpisodeTracker
 
 __all__ = ["TensorDictRollout"]
@@ -210,14 +210,8 @@ class TensorDictRollout:
 
     # -- weights and state -----------------------------------------------------------------
     def module(self, model_id: str) -> torch.nn.Module:
-        """The module updated under ``model_id``.
-
-        Raises:
-            KeyError: unknown model id, listing the known ones.
-        """
-        if model_id not in self.models:
-            raise KeyError(f"unknown model id {model_id!r}; known: {sorted(self.models)}")
-        return self.models[model_id]
+        """The module updated under ``model_id`` (see :func:`find_module`)."""
+        return find_module(self.models, model_id)
 
     def state_dict(self) -> dict[str, Any]:
         """Counters, ids, episode sums, the next root, RNG state and weights."""
@@ -225,8 +219,7 @@ class TensorDictRollout:
             "frames": self.frames, "batches": self.batches,
             "traj_ids": self.traj_ids.state_dict(), "episodes": self.episodes.state_dict(),
             "root": None if self._root is None else self._root.clone(),
-            "models": {k: {n: t.detach().clone() for n, t in m.state_dict().items()}
-                       for k, m in self.models.items()},
+            "models": copy_weights(self.models),
             "rng": torch.get_rng_state(),
         }
 
