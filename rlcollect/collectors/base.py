@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import dataclasses
 import threading
 import time
 import warnings
@@ -490,6 +491,49 @@ class BaseCollector(abc.ABC):
         """The module a receiver scheme applies ``model_id``'s weights to."""
         raise NotImplementedError
 
+    # -- hooks (TorchRL's attributes) --------------------------------------------------------
+    options: Any = None
+    _delivery: Any = None
+
+    @property
+    def pre_collect_hook(self) -> Callable[[], None] | None:
+        """Called before each batch, where the batch is collected (in each worker, with workers).
+
+        Settable; a collector with workers takes a new one before its first batch only (the workers
+        get theirs when they start).
+
+        Examples:
+            >>> from rlcollect import Collector
+            >>> calls = []
+            >>> with Collector("CartPole-v1", frames_per_batch=4) as collector:
+            ...     collector.pre_collect_hook = lambda: calls.append(1)
+            ...     _ = collector.next()
+            >>> calls
+            [1]
+        """
+        return None if self.options is None else self.options.pre_collect_hook
+
+    @pre_collect_hook.setter
+    def pre_collect_hook(self, hook: Callable[[], None] | None) -> None:
+        _check_hook("pre_collect_hook", hook)
+        self._set_pre_collect_hook(hook)
+        self.options = dataclasses.replace(self.options, pre_collect_hook=hook)
+
+    @property
+    def post_collect_hook(self) -> Callable[[TensorDictBase], None] | None:
+        """Called with each batch before it is yielded (or written), in this process; settable."""
+        return None if self._delivery is None else self._delivery.post_collect_hook
+
+    @post_collect_hook.setter
+    def post_collect_hook(self, hook: Callable[[TensorDictBase], None] | None) -> None:
+        _check_hook("post_collect_hook", hook)
+        self._delivery.post_collect_hook = hook
+        self.options = dataclasses.replace(self.options, post_collect_hook=hook)
+
+    def _set_pre_collect_hook(self, hook: Callable[[], None] | None) -> None:
+        """Hand a new ``pre_collect_hook`` to what collects (a subclass's rollout or workers)."""
+        raise NotImplementedError
+
     # -- nesting -----------------------------------------------------------------------------
     _worker_idx: int | None = None
 
@@ -659,3 +703,8 @@ class _Background:
             interrupt()
             self._thread.join(min(max(0.0, deadline - time.monotonic()), 0.5) or 0.2)
         return self.error
+
+
+def _check_hook(name: str, hook: Any) -> None:
+    if hook is not None and not callable(hook):
+        raise TypeError(f"{name} must be callable or None, got {type(hook).__name__} {hook!r:.80}")

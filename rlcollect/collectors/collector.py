@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -260,6 +261,9 @@ class Collector(BaseCollector):
             policy_version=self._policy_version,
             startup_seconds=0.0,
         )
+
+    def _set_pre_collect_hook(self, hook: Callable[[], None] | None) -> None:
+        self._rollout.spec = dataclasses.replace(self._rollout.spec, pre_collect_hook=hook)
 
     # -- weights ---------------------------------------------------------------------------
     def _update_weights(self, forms: dict[str, Any], worker_ids: list[int] | None) -> None:

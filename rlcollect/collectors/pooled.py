@@ -233,6 +233,18 @@ class PooledCollector(BaseCollector):
                 and "forkserver" in multiprocessing.get_all_start_methods()):
             start_forkserver(_preload(options))
 
+    def _set_pre_collect_hook(self, hook: Callable[[], None] | None) -> None:
+        if self._pool.started:
+            raise RuntimeError(f"{type(self).__name__}.pre_collect_hook runs in the workers, which got "
+                               "theirs when they started: set it before the first batch, or pass "
+                               "pre_collect_hook= at construction")
+        try:
+            cloudpickle.dumps(hook)
+        except Exception as error:
+            raise TypeError(f"pre_collect_hook ({hook!r:.80}) cannot be sent to a worker process: {error}. "
+                            "Define it at module level") from None
+        self._specs.clear()  # the workers' specs are made from the options again
+
     def _ensure_started(self) -> None:
         if self._pool.closed:
             raise self._closed_error()

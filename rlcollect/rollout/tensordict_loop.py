@@ -76,7 +76,9 @@ class TensorDictRollout:
 
     def __init__(self, spec: RolloutSpec, envs: TensorDictEnv, *, env_offset: int = 0, traj_stride: int = 1,
                  traj_offset: int = 0, traj_start: int = 0) -> None:
-        unsupported = {"obs_dtype": spec.obs_dtype, "compile_policy": spec.compile_policy}
+        off_cpu = spec.policy_device is not None and torch.device(spec.policy_device).type != "cpu"
+        unsupported = {"obs_dtype": spec.obs_dtype, "compile_policy": spec.compile_policy,
+                       "policy_device": spec.policy_device if off_cpu else None}
         for name, value in unsupported.items():
             if value:
                 raise ValueError(f"{name}={value!r} is not available for this TorchRL env, whose "
