@@ -101,6 +101,8 @@ class Delivery:
                 out = out.exclude(*[key for key in out.keys(True) if is_private_key(key)])
         if not self.track_traj_ids:
             out = out.exclude(("collector", "traj_ids"))
+            if out.get("collector", None) is not None and out.get("collector").is_empty():  # nothing left
+                out = out.exclude("collector")
         if self.compact_obs:
             next_keys = out.get("next").keys()  # noqa: SIM118 (iterating a TensorDict gives rows)
             out = out.exclude(*[("next", key) for key in next_keys if key not in _NEXT_KEPT])

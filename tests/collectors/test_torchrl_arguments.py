@@ -187,6 +187,7 @@ def test_track_traj_ids_false_leaves_the_ids_out() -> None:
         batch = next(iter(collector))
     native = native_batch()
     assert ("collector", "traj_ids") not in batch.keys(True)
+    assert batch.get("collector", None) is None  # nor the group, empty without them
     assert torch.equal(batch["observation"], native["observation"])
     with pytest.raises(ValueError, match="track_traj_ids=False leaves out the trajectory ids"):
         TorchRLLayoutCollector(make_cartpole, frames_per_batch=8, track_traj_ids=False, split_trajs=True)
