@@ -169,16 +169,12 @@ class TensorDictRollout:
         return cut
 
     def _truncate_last(self, nxt: TensorDictBase) -> None:
-        """The last frame's ``done`` entries set, and its ``truncated`` ones where it did not
-        terminate: a collector cut ends every trajectory for the learner."""
+        """The last frame's ``done`` and ``truncated`` entries set (``terminated`` left as the env
+        said), as TorchRL's ``set_truncated`` does: a collector cut ends every trajectory."""
         time_dim = len(self.envs.batch_size)
         for key in self.envs.done_keys:
-            last = nxt.get(key).select(time_dim, -1)
-            if key[-1] == "done":
-                last.fill_(True)
-            elif key[-1] == "truncated":
-                terminated = nxt.get((*key[:-1], "terminated"), None)
-                last |= True if terminated is None else ~terminated.select(time_dim, -1)
+            if key[-1] in ("done", "truncated"):
+                nxt.get(key).select(time_dim, -1).fill_(True)
 
     def _check(self, batch: TensorDictBase) -> None:
         """Every floating-point entry is finite (bad data is an error, never handed out)."""

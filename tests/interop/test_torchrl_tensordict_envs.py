@@ -140,6 +140,13 @@ def test_a_collector_cut_and_a_step_limit() -> None:
     collector.shutdown()
     assert first["next", "data", "done"][:, -1].all()  # the cut ends every trajectory
     assert not first["next", "data", "done"][:, :-1].any() and collector.stats().episodes == 0
+    env = NestedCountingEnv(batch_size=(2,), max_steps=3, nested_dim=3).add_truncated_keys()
+    collector = Collector(env, policy, frames_per_batch=8, set_truncated=True)  # ends at the last step
+    batch = collector.next()
+    collector.shutdown()
+    last = batch["next", "data"][:, -1]
+    assert last["terminated"].all() and last["truncated"].all() and last["done"].all()  # as TorchRL
+    assert not batch["next", "data", "truncated"][:, :-1].any()
     assert (second["collector", "traj_ids"][:, 0] > first["collector", "traj_ids"][:, -1]).all()
     env = MultiKeyCountingEnv(batch_size=(2,), max_steps=10)
     collector = Collector(env, MultiKeyCountingEnvPolicy(env.full_action_spec, deterministic=True),
