@@ -108,13 +108,14 @@ class PooledCollector(BaseCollector):
         probe.close()
         # a TorchRL env whose data the buffers cannot hold: each worker sends its batches back whole
         self._tensordict = isinstance(probe, TensorDictRollout)
-        if isinstance(probe, TensorDictRollout) and not self._policy_in_workers:
-            raise ValueError(f"{type(self).__name__}: its policy server reads each env's step from the batch "
-                             f"buffers, which this TorchRL env's data does not fit ({probe.envs.reason}); "
-                             "use MultiSyncCollector or MultiAsyncCollector")
-        if isinstance(probe, TensorDictRollout) and options.preemptive_threshold is not None:
-            raise ValueError(f"preemptive_threshold stops workers inside the batch buffers, which this "
-                             f"TorchRL env's data does not fit ({probe.envs.reason})")
+        if isinstance(probe, TensorDictRollout):
+            if not self._policy_in_workers:
+                raise ValueError(f"{type(self).__name__}: its policy server reads each env's step from the "
+                                 f"batch buffers, which this TorchRL env's data does not fit "
+                                 f"({probe.envs.reason}); use MultiSyncCollector or MultiAsyncCollector")
+            if options.preemptive_threshold is not None:
+                raise ValueError(f"preemptive_threshold stops workers inside the batch buffers, which this "
+                                 f"TorchRL env's data does not fit ({probe.envs.reason})")
         if probe.envs.streams and not self._policy_in_workers:
             raise ValueError("AsyncBatchedCollector with an asynchronous EnvPool (batch_size < num_envs): "
                              "its policy server reads every env's step from shared memory, which the "
@@ -154,7 +155,7 @@ class PooledCollector(BaseCollector):
         self._num_slots = num_slots = 2 if (options.prefetch or not sync) else 1
         self._num_steps = steps
         masked = options.preemptive_threshold is not None
-        shared = transport.shared_slots and not self._tensordict
+        shared = transport.shared_slots
         self._slots: list[BatchBuffers] = [] if isinstance(probe, TensorDictRollout) else [
             BatchBuffers.allocate(probe.layout, self.num_envs, steps, shared=shared, masked=masked)
             for _ in range(num_slots)]

@@ -98,6 +98,12 @@ class RolloutSpec:
     models: Mapping[str, torch.nn.Module] = field(default_factory=dict)
     engine: Callable[..., Any] | None = None
 
+    @property
+    def truncates_last(self) -> bool:
+        """Each batch's last frame ends every trajectory (``set_truncated``, or a reset before
+        the next batch)."""
+        return self.set_truncated or self.reset_at_each_iter
+
 
 class Rollout:
     """Collects batches for ``spec.num_envs`` envs into given buffers.
@@ -162,7 +168,7 @@ class Rollout:
                                             self.layout.action)
         self.set_check(spec.check)
         self.config = RolloutConfig(
-            truncate_last=spec.set_truncated or spec.reset_at_each_iter,
+            truncate_last=spec.truncates_last,
             exploration_type=spec.exploration_type,
         )
         # a streaming pool (rows are not envs) counts its own envs: ids, episodes, seeds are per env

@@ -146,13 +146,14 @@ class TensorDictRollout:
         """Ids, versions, flags of a collector cut, statistics and checks of one batch."""
         shape = batch.batch_size
         nxt = batch.get("next")
-        ends = self.envs.ends(nxt)
-        if self.spec.set_truncated or self.spec.reset_at_each_iter:  # the trajectory ends here
-            self._truncate_last(nxt)
-        done = ends.reshape(self.num_envs, num_steps).numpy()
+        done = self.envs.ends(nxt).reshape(self.num_envs, num_steps).numpy()
         self.episodes.update(self.envs.rewards(nxt).reshape(self.num_envs, num_steps).numpy(), done)
+        if self.spec.truncates_last:  # a collector cut: the trajectories end here for the learner
+            self._truncate_last(nxt)
+            done = done.copy()
+            done[:, -1] = True
         ids = np.empty((self.num_envs, num_steps), dtype=np.int64)
-        self.traj_ids.assign(done | self._cut(num_steps), ids)
+        self.traj_ids.assign(done, ids)
         versions = np.full((self.num_envs, num_steps), policy_version, dtype=np.int64)
         self.episodes.label(ids, versions)
         batch.set(("collector", "traj_ids"), torch.from_numpy(ids).reshape(shape))
@@ -160,13 +161,6 @@ class TensorDictRollout:
         batch.names = [None] * (batch.batch_dims - 1) + ["time"]
         if self.check:
             self._check(batch)
-
-    def _cut(self, num_steps: int) -> np.ndarray:
-        """``[N, T]``: the last frame ends a trajectory when the collector cuts there."""
-        cut = np.zeros((self.num_envs, num_steps), dtype=bool)
-        if self.spec.set_truncated or self.spec.reset_at_each_iter:
-            cut[:, -1] = True
-        return cut
 
     def _truncate_last(self, nxt: TensorDictBase) -> None:
         """The last frame's ``done`` and ``truncated`` entries set (``terminated`` left as the env
