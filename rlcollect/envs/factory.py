@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from typing import Any, TypeAlias
@@ -104,8 +105,8 @@ def source_modules(source: Any) -> list[str]:
     """
     if isinstance(source, str):
         return ["ale_py"] if source.startswith("ALE/") else []
-    function = getattr(source, "func", source)  # functools.partial
-    module = getattr(function, "__module__", None)
+    function = source.func if isinstance(source, functools.partial) else source
+    module = getattr(function, "__module__", None)  # an env instance: its class's module
     return [module] if isinstance(module, str) and module != "__main__" else []
 
 

@@ -215,6 +215,17 @@ def test_torchrl_env_in_worker_processes() -> None:
     assert [b.shape for b in batches] == [torch.Size([2, 10])] * 2  # type: ignore[union-attr]
 
 
+@pytest.mark.timeout(90)
+def test_torchrl_batched_env_instances_in_worker_processes() -> None:
+    """Unstarted SerialEnv instances (whose attribute lookup recurses until they start) are sent
+    to the workers as they are; each worker steps its own."""
+    envs = [SerialEnv(2, make_env), SerialEnv(2, make_env)]
+    with MultiSyncCollector(envs, policy(), frames_per_batch=40, total_frames=40, seed=0) as collector:
+        batches = list(collector)
+    assert [b.shape for b in batches] == [torch.Size([4, 10])]  # type: ignore[union-attr]
+    assert batches[0]["observation"].abs().sum() > 0  # type: ignore[index]
+
+
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("batched", [False, True])
 def test_cat_results_groups_the_workers_as_torchrl(batched: bool) -> None:
