@@ -491,6 +491,11 @@ class BaseCollector(abc.ABC):
         """The module a receiver scheme applies ``model_id``'s weights to."""
         raise NotImplementedError
 
+    def fake_tensordict(self) -> TensorDictBase:
+        """A zero-filled batch shaped as this collector's batches: single-process collectors only."""
+        raise NotImplementedError(f"{type(self).__name__} has no fake_tensordict: a batch's shape depends "
+                                  "on which workers' frames it holds; Collector has one")
+
     # -- hooks (TorchRL's attributes) --------------------------------------------------------
     options: Any = None
     _delivery: Any = None

@@ -203,6 +203,30 @@ class Collector(BaseCollector):
         while self.total_frames < 0 or self._rollout.frames < self.total_frames:
             yield from self._delivery.outputs(self.rollout())
 
+    def fake_tensordict(self) -> TensorDictBase:
+        """A zero-filled batch with the keys, dtypes, shape and names of the batches this collector
+        yields (layout, ``storing_device`` and ``postproc`` applied; not regrouped by
+        ``split_trajs`` or ``trajs_per_batch``), made without stepping an env: to preallocate a
+        storage, or warm up a compiled learner.
+
+        Examples:
+            >>> from rlcollect import Collector
+            >>> with Collector("CartPole-v1", frames_per_batch=8, num_envs=2) as collector:
+            ...     fake = collector.fake_tensordict()
+            ...     real = collector.next()
+            >>> fake.shape == real.shape, set(fake.keys(True)) == set(real.keys(True))
+            (True, True)
+            >>> bool(fake["observation"].any())
+            False
+        """
+        rollout = self._rollout
+        if isinstance(rollout, TensorDictRollout):
+            raise NotImplementedError(
+                f"fake_tensordict is not available for this TorchRL env ({rollout.envs.reason}): its "
+                "batches are the env's own tensordicts, known once collected")
+        assert self._buffers is not None
+        return self._delivery.formatted(self._buffers.batch.clone().zero_())
+
     def reset(self) -> None:
         """Reset every env now (unseeded); the next batch starts new trajectories."""
         self._rollout.reset()

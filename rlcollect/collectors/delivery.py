@@ -92,6 +92,18 @@ class Delivery:
         yield from self._finish(batch)
 
     def _finish(self, out: TensorDictBase) -> Iterator[TensorDictBase | None]:
+        out = self.formatted(out)
+        if self.post_collect_hook is not None:
+            self.post_collect_hook(out)
+        if self.replay_buffer is None:
+            yield out
+        else:
+            self.replay_buffer.extend(self._for_buffer(out))
+            yield None
+
+    def formatted(self, out: TensorDictBase) -> TensorDictBase:
+        """``out`` as the user receives it: the layout, the keys left out, ``storing_device``,
+        ``postproc`` (no hook, no replay buffer)."""
         if self.layout == "torchrl":
             regrouped = self.split_trajs or self.trajs_per_batch is not None
             out = torchrl_layout(out, unbatched=self.unbatched and not regrouped,
@@ -110,13 +122,7 @@ class Delivery:
             out = out.to(self.storing_device)
         if self.postproc is not None:
             out = self.postproc(out)
-        if self.post_collect_hook is not None:
-            self.post_collect_hook(out)
-        if self.replay_buffer is None:
-            yield out
-        else:
-            self.replay_buffer.extend(self._for_buffer(out))
-            yield None
+        return out
 
     def _for_buffer(self, out: TensorDictBase) -> TensorDictBase:
         """What the replay buffer is extended with: flat frames, env by env (time-major without

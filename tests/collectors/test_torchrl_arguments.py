@@ -10,6 +10,7 @@ import torch
 from tensordict import TensorDictBase
 
 from rlcollect import Collector
+from rlcollect import MultiSyncCollector as NativeMultiSync
 from rlcollect.torchrl import Collector as TorchRLLayoutCollector
 from tests.envs_for_tests import TiltPolicy, make_cartpole
 
@@ -161,12 +162,10 @@ def test_frames_per_batch_per_worker() -> None:
 def test_policy_with_policy_factory_the_weights_come_from_the_policy() -> None:
     """As TorchRL: each worker builds its policy with policy_factory; policy stays here as the
     source of the weights (the workers start from them, and update_policy_weights_() sends them)."""
-    from rlcollect import MultiSyncCollector
-
     source = TiltPolicy(sign=-1.0)
     source.lock = threading.Lock()  # cannot be pickled: it never has to leave this process
-    with MultiSyncCollector(make_cartpole, source, policy_factory=TiltPolicy, num_workers=2,
-                            frames_per_batch=20, seed=0) as collector:
+    with NativeMultiSync(make_cartpole, source, policy_factory=TiltPolicy, num_workers=2,
+                         frames_per_batch=20, seed=0) as collector:
         first = collector.next()
         with torch.no_grad():
             source.weight.mul_(-1)
@@ -295,3 +294,29 @@ def test_private_keys_are_left_out_in_torchrls_layout() -> None:
         assert torch.equal(batch["out", "_state"], batch["observation"][..., 0])
     with Collector(make_cartpole, policy, frames_per_batch=8, total_frames=8) as collector:
         assert {"_noise", "kept"} <= set(next(iter(collector)).keys())
+
+
+@pytest.mark.parametrize("layout", ["rlcollect", "torchrl"])
+def test_fake_tensordict_is_a_zeroed_batch_of_the_same_structure(layout: str) -> None:
+    """fake_tensordict(): the keys, dtypes, shape and names of the first real batch (postproc
+    applied), zero-filled, made before any step; the collector's multi-process siblings refuse."""
+    def postproc(batch: TensorDictBase) -> TensorDictBase:
+        return batch.set("twice", batch["observation"] * 2)
+
+    with Collector(make_cartpole, TiltPolicy(), num_envs=3, frames_per_batch=12, total_frames=12,
+                   postproc=postproc, layout=layout, seed=1) as collector:
+        fake = collector.fake_tensordict()
+        assert collector.stats().frames == 0
+        real = next(iter(collector))
+    assert real is not None
+    assert fake.batch_size == real.batch_size == torch.Size([3, 4])
+    assert fake.names == real.names
+    assert sorted(map(str, fake.keys(True, True))) == sorted(map(str, real.keys(True, True)))
+    for key, value in fake.items(True, True):
+        assert value.dtype == real[key].dtype, key
+        assert not value.any(), key
+    assert real["observation"].any()  # the fake is not a view of the buffer the batch came from
+
+    with NativeMultiSync([make_cartpole], TiltPolicy(), frames_per_batch=4) as multi, \
+            pytest.raises(NotImplementedError, match="fake_tensordict"):
+        multi.fake_tensordict()
