@@ -31,6 +31,8 @@ Examples:
 from __future__ import annotations
 
 import abc
+import importlib
+import sys
 from typing import Any
 
 from rlcollect import collectors
@@ -131,61 +133,132 @@ class _PrivateKeys:
         self._delivery.exclude_private = bool(value)
 
 
-#: What ``Collector(backend=...)`` builds on: this process, worker processes, Ray actors.
-BACKENDS = ("direct", "process", "ray")
-_SELECTORS = ("backend", "backend_options", "num_collectors", "sync")
+#: ``Collector(backend=...)``: this process, worker processes, Ray actors (rlcollect's collectors),
+#: or TorchRL's own RPC / torch.distributed / submitit collectors (see :func:`_dispatch`).
+BACKENDS = ("direct", "process", "ray", "rpc", "distributed", "submitit")
+_ALIASES = {"multiprocessing": "process", "threading": "thread"}
+#: What ``backend_options`` may not hold: the selectors.
+_RESERVED = ("backend", "backend_options", "num_collectors", "num_workers", "sync")
+#: The backends handed to TorchRL's collectors: (module, class).
+_TORCHRL_BACKENDS = {"rpc": ("torchrl.collectors.distributed.rpc", "RPCCollector"),
+                     "distributed": ("torchrl.collectors.distributed.generic", "DistributedCollector"),
+                     "submitit": ("torchrl.collectors.distributed.generic", "DistributedCollector")}
 
 
-class Collector(_PrivateKeys, collectors.Collector):
+def _context_backend() -> str | None:
+    """The backend an enclosing ``torchrl.service_backend(...)`` block sets, if TorchRL is loaded."""
+    backends = sys.modules.get("torchrl._comm.backends")
+    getter = getattr(backends, "_get_service_backend", None)
+    return None if getter is None else getter()
+
+
+def _dispatch(args: tuple[Any, ...], kwargs: dict[str, Any], backend: str | None,
+              backend_options: dict[str, Any] | None, num_collectors: int | None,
+              sync: bool | None) -> tuple[tuple[Any, ...], dict[str, Any]] | Any:
+    """TorchRL 0.14's ``Collector(...)`` selection, its checks and messages: the arguments for a
+    direct :class:`Collector` (a pair), or the collector the backend builds."""
+    if len(args) > 2:
+        raise TypeError("Collector accepts at most create_env_fn and policy positionally.")
+    if num_collectors is not None:
+        if isinstance(num_collectors, bool) or not isinstance(num_collectors, int):
+            raise TypeError(f"num_collectors must be a positive integer, got {num_collectors!r}.")
+        if num_collectors < 1:
+            raise ValueError(f"num_collectors must be a positive integer, got {num_collectors!r}.")
+    from_context = backend is None and _context_backend() is not None
+    chosen = backend if backend is not None else (
+        _context_backend() or ("process" if num_collectors is not None else "direct"))
+    chosen = _ALIASES.get(chosen, chosen)
+    if chosen not in BACKENDS:
+        where = " (selected by an enclosing torchrl.service_backend context.)" if from_context else ""
+        raise ValueError(f"Collector does not support backend={chosen!r}. Expected one of "
+                         f"{list(BACKENDS)}{where}")
+    options = dict(backend_options or {})
+    reserved = sorted(set(options) & set(_RESERVED))
+    if reserved:
+        raise ValueError(f"backend_options contains reserved selector keys: {reserved}.")
+    duplicates = sorted(set(options) & (set(kwargs) | set(("create_env_fn", "policy")[:len(args)])))
+    if duplicates:
+        raise ValueError(f"Backend options duplicate top-level collector arguments: {duplicates}.")
+    env_fn = args[0] if args else kwargs.pop("create_env_fn", None)
+    rest = args[1:]
+    listed = isinstance(env_fn, (list, tuple))
+    if chosen == "direct":
+        if num_collectors not in (None, 1):
+            raise ValueError("backend='direct' supports at most one collector.")
+        if sync is not None:
+            raise ValueError("sync is only valid for non-direct collectors.")
+        if options:
+            raise ValueError("backend_options are only valid for non-direct collectors.")
+        if listed:
+            if len(env_fn) != 1:
+                raise ValueError("backend='direct' requires exactly one environment constructor, "
+                                 f"got {len(env_fn)}.")
+            env_fn = env_fn[0]
+        return (env_fn, *rest), kwargs
+    if sync is not None:
+        check_flag("sync", sync)
+    if listed:
+        if not env_fn:
+            raise ValueError("create_env_fn must contain at least one environment.")
+        if num_collectors is not None and num_collectors != len(env_fn):
+            raise ValueError("num_collectors does not match the number of environment constructors: "
+                             f"{num_collectors} != {len(env_fn)}.")
+        env_fns = list(env_fn)
+    else:
+        env_fns = [env_fn] * (num_collectors or 1)
+    kwargs.update(options)
+    sync = bool(sync)
+    if chosen == "ray":
+        return RayCollector(env_fns[0] if not listed else env_fns, *rest, num_collectors=len(env_fns),
+                            sync=sync, **kwargs)
+    if chosen == "process":
+        return (MultiSyncCollector if sync else MultiAsyncCollector)(env_fns, *rest, **kwargs)
+    if chosen == "submitit" and kwargs.setdefault("launcher", "submitit") != "submitit":
+        raise ValueError(f"backend='submitit' requires launcher='submitit', got {kwargs['launcher']!r}.")
+    module, name = _TORCHRL_BACKENDS[chosen]
+    try:
+        target = getattr(importlib.import_module(module), name)
+    except ImportError as error:
+        raise ImportError(f"backend={chosen!r} runs TorchRL's own {name}: install TorchRL "
+                          f"(pip install 'rlcollect[torchrl]'); {error}") from error
+    return target(env_fns, *rest, sync=sync, **kwargs)
+
+
+class _CollectorType(abc.ABCMeta):
+    """``Collector(..., backend=..., num_collectors=..., sync=...)`` selects the collector as
+    TorchRL 0.14's does (:func:`_dispatch`)."""
+
+    def __call__(cls, *args: Any, backend: str | None = None, backend_options: dict[str, Any] | None = None,
+                 num_collectors: int | None = None, sync: bool | None = None, **kwargs: Any) -> Any:
+        selectors = (backend, backend_options, num_collectors, sync)
+        if cls is not Collector:
+            if any(value is not None for value in selectors):
+                raise TypeError("backend, backend_options, num_collectors and sync are only supported "
+                                "when constructing Collector directly.")
+            return super().__call__(*args, **kwargs)
+        if all(value is None for value in selectors) and _context_backend() in (None, "direct"):
+            return super().__call__(*args, **kwargs)
+        chosen = _dispatch(args, kwargs, backend, backend_options, num_collectors, sync)
+        if isinstance(chosen, tuple):
+            return super().__call__(*chosen[0], **chosen[1])
+        return chosen
+
+
+class Collector(_PrivateKeys, collectors.Collector, metaclass=_CollectorType):
     """:class:`rlcollect.Collector` with TorchRL's batch layout by default (``layout="torchrl"``)
     and TorchRL's arguments (:data:`TORCHRL_ARGUMENTS`).
 
     As TorchRL 0.14's ``Collector``, it builds the multi-process or Ray collector when told to:
     ``num_collectors=N`` (or a list of env constructors) with ``backend="process"`` (the default
-    then) gives a :class:`MultiSyncCollector` (``sync=True``) or :class:`MultiAsyncCollector`
-    (``sync=False``, the default), ``backend="ray"`` a :class:`RayCollector`;
-    ``backend_options`` are more arguments for it.
+    then; ``"multiprocessing"`` too) gives a :class:`MultiSyncCollector` (``sync=True``) or
+    :class:`MultiAsyncCollector` (``sync=False``, the default), ``backend="ray"`` a
+    :class:`RayCollector`; ``backend_options`` are more arguments for it. An enclosing
+    ``torchrl.service_backend(...)`` block chooses the backend when none is given.
+    ``backend="rpc"``, ``"distributed"`` and ``"submitit"`` build TorchRL's own ``RPCCollector``
+    / ``DistributedCollector`` (rlcollect has no such transport): TorchRL collects then.
     """
 
-    def __new__(cls, *args: Any, backend: str | None = None, backend_options: dict[str, Any] | None = None,
-                num_collectors: int | None = None, sync: bool | None = None, **kwargs: Any) -> Any:
-        if cls is not Collector or all(v is None for v in (backend, backend_options, num_collectors, sync)):
-            return super().__new__(cls)
-        if num_collectors is not None:
-            check_int("num_collectors", num_collectors, minimum=1, allowed="a positive int")
-        backend = backend or ("process" if num_collectors is not None else "direct")
-        if backend not in BACKENDS:
-            raise ValueError(f"backend={backend!r} is not one of {BACKENDS}")
-        if sync is not None:
-            check_flag("sync", sync)
-        options = dict(backend_options or {})
-        clash = sorted(set(options) & (set(kwargs) | set(_SELECTORS) | {"create_env_fn", "policy"}))
-        if clash:
-            raise ValueError(f"backend_options repeats {clash}: give each argument once")
-        if backend == "direct":
-            if num_collectors not in (None, 1) or sync is not None or options:
-                raise ValueError("backend='direct' collects in this process: num_collectors (1 at most), "
-                                 "sync and backend_options do not apply")
-            return super().__new__(cls)
-        if len(args) > 2:
-            raise TypeError("Collector takes at most create_env_fn and policy positionally")
-        env_fn = args[0] if args else kwargs.pop("create_env_fn")
-        policy = args[1] if len(args) > 1 else kwargs.pop("policy", None)
-        listed = isinstance(env_fn, (list, tuple))
-        count = len(env_fn) if listed else (num_collectors or 1)
-        if listed and num_collectors not in (None, count):
-            raise ValueError(f"num_collectors={num_collectors} but create_env_fn lists {count} env "
-                             "constructors")
-        kwargs.update(options)
-        if backend == "ray":
-            return RayCollector(env_fn[0] if listed else env_fn, policy, num_collectors=count,
-                                sync=bool(sync), **kwargs)
-        multi = MultiSyncCollector if sync else MultiAsyncCollector
-        return multi(list(env_fn) if listed else [env_fn] * count, policy, **kwargs)
-
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        for name in _SELECTORS:  # backend="direct": chosen by __new__
-            kwargs.pop(name, None)
         _torchrl_init(self, collectors.Collector, args, kwargs)
 
     def stats(self) -> TorchRLStats:  # type: ignore[override]

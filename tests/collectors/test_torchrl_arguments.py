@@ -79,15 +79,54 @@ def test_num_collectors_builds_the_multi_process_collector(sync: bool) -> None:
 
 
 def test_backend_selectors_are_checked() -> None:
-    with pytest.raises(ValueError, match="backend='thread' is not one of"):
+    with pytest.raises(ValueError, match="does not support backend='thread'"):
         TorchRLLayoutCollector(make_cartpole, backend="thread", frames_per_batch=8)
-    with pytest.raises(ValueError, match="backend='direct' collects in this process"):
+    with pytest.raises(ValueError, match="backend='direct' supports at most one collector"):
         TorchRLLayoutCollector(make_cartpole, backend="direct", num_collectors=2, frames_per_batch=8)
-    with pytest.raises(ValueError, match="num_collectors must be a positive int"):
+    with pytest.raises(ValueError, match="num_collectors must be a positive integer"):
         TorchRLLayoutCollector(make_cartpole, num_collectors=0, frames_per_batch=8)
-    direct = TorchRLLayoutCollector(make_cartpole, backend="direct", frames_per_batch=8)
+    with pytest.raises(ValueError, match=r"reserved selector keys: \['sync'\]"):
+        TorchRLLayoutCollector(make_cartpole, backend="process", backend_options={"sync": True},
+                               frames_per_batch=8)
+    with pytest.raises(ValueError, match=r"duplicate top-level collector arguments: \['policy'\]"):
+        TorchRLLayoutCollector(make_cartpole, None, backend="process", backend_options={"policy": None},
+                               frames_per_batch=8)
+    with pytest.raises(ValueError, match="does not match the number of environment constructors: 3 != 2"):
+        TorchRLLayoutCollector([make_cartpole] * 2, num_collectors=3, frames_per_batch=8)
+    direct = TorchRLLayoutCollector([make_cartpole], backend="direct", frames_per_batch=8)
     assert type(direct) is TorchRLLayoutCollector
     direct.shutdown()
+
+
+@pytest.mark.timeout(120)
+def test_backend_from_torchrls_context_and_torchrls_own_backends() -> None:
+    """An enclosing torchrl.service_backend block chooses the backend; an explicit one wins;
+    backend="rpc" / "distributed" / "submitit" build TorchRL's own collectors (patched here:
+    they need a cluster), with every env constructor, sync and the backend options."""
+    from unittest.mock import patch
+
+    from torchrl import service_backend
+
+    from rlcollect.torchrl import MultiAsyncCollector
+
+    with service_backend("process"):
+        pooled = TorchRLLayoutCollector(make_cartpole, TiltPolicy(), frames_per_batch=8, total_frames=8)
+        direct = TorchRLLayoutCollector(make_cartpole, backend="direct", frames_per_batch=8)
+    with pooled, direct:
+        assert type(pooled) is MultiAsyncCollector and pooled.num_workers == 1
+        assert type(direct) is TorchRLLayoutCollector
+    with service_backend("thread"), pytest.raises(ValueError, match="enclosing torchrl.service_backend"):
+        TorchRLLayoutCollector(make_cartpole, frames_per_batch=8)
+    for backend, target in (("rpc", "torchrl.collectors.distributed.rpc.RPCCollector"),
+                            ("submitit", "torchrl.collectors.distributed.generic.DistributedCollector")):
+        with patch(target) as built:
+            result = TorchRLLayoutCollector(make_cartpole, backend=backend, num_collectors=2,
+                                            backend_options={"slurm_kwargs": {}}, frames_per_batch=8)
+        assert result is built.return_value
+        args, kwargs = built.call_args
+        assert args == ([make_cartpole, make_cartpole],)
+        assert kwargs["sync"] is False and kwargs["slurm_kwargs"] == {} and kwargs["frames_per_batch"] == 8
+        assert kwargs.get("launcher", "submitit") == "submitit"
 
 
 def test_compact_obs_drops_the_next_observations() -> None:
