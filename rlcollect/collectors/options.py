@@ -198,7 +198,10 @@ def _frames_per_batch(value: Any, num_workers: int, sync: bool) -> int:
     allowed = f"a positive int, or a list of {num_workers} equal positive ints (one per worker)"
     per_worker = [check_int(f"frames_per_batch[{i}]", v, minimum=1, allowed=allowed)
                   for i, v in enumerate(value)]
-    if len(per_worker) != num_workers or len(set(per_worker)) != 1:
+    if len(per_worker) != num_workers:
+        raise ValueError("If `frames_per_batch` is provided as a sequence, it should contain exactly one "
+                         f"value per worker: got frames_per_batch={list(value)} for {num_workers} workers")
+    if len(set(per_worker)) != 1:
         raise ValueError(f"frames_per_batch={list(value)} must be {allowed}: a batch has one length T "
                          "for every env")
     return per_worker[0] * (num_workers if sync else 1)

@@ -289,7 +289,7 @@ class MultiCollector(BaseCollector, metaclass=_MultiCollectorType):
 class MultiSyncCollector(_PrivateKeys, collectors.MultiSyncCollector, MultiCollector):
     """:class:`rlcollect.MultiSyncCollector` with TorchRL's batch layout and arguments; a batch is
     grouped by worker as ``cat_results`` says (``"stack"`` by default, as in TorchRL).
-    ``frames_per_batch`` may be a list, one (equal) count per worker."""
+    ``frames_per_batch`` may be a list, one (equal) count per worker: a batch holds their sum."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         _torchrl_init(self, collectors.MultiSyncCollector, args, kwargs)
@@ -298,9 +298,18 @@ class MultiSyncCollector(_PrivateKeys, collectors.MultiSyncCollector, MultiColle
 
 
 class MultiAsyncCollector(_PrivateKeys, collectors.MultiAsyncCollector, MultiCollector):
-    """:class:`rlcollect.MultiAsyncCollector` with TorchRL's batch layout and arguments."""
+    """:class:`rlcollect.MultiAsyncCollector` with TorchRL's batch layout and arguments.
+    ``frames_per_batch`` may be a list of one count per worker: as in TorchRL 0.14, each worker's
+    batches then hold their sum."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        frames = kwargs.get("frames_per_batch")
+        env_fn = args[0] if args else kwargs.get("create_env_fn")
+        workers = len(env_fn) if isinstance(env_fn, (list, tuple)) else kwargs.get("num_workers")
+        if isinstance(frames, (list, tuple)) and len(frames) == workers:
+            kwargs["frames_per_batch"] = sum(
+                check_int(f"frames_per_batch[{i}]", count, minimum=1, allowed="a positive int")
+                for i, count in enumerate(frames))
         _torchrl_init(self, collectors.MultiAsyncCollector, args, kwargs)
 
     stats = _worker_stats  # type: ignore[assignment]  # TorchRL's signature and dict

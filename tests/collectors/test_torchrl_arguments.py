@@ -10,6 +10,7 @@ import torch
 from tensordict import TensorDictBase
 
 from rlcollect import Collector
+from rlcollect import MultiAsyncCollector as NativeMultiAsync
 from rlcollect import MultiSyncCollector as NativeMultiSync
 from rlcollect.torchrl import Collector as TorchRLLayoutCollector
 from tests.envs_for_tests import TiltPolicy, make_cartpole
@@ -182,7 +183,9 @@ def test_multi_collector_dispatches_on_sync_and_async_collector_runs_one_worker(
 
 @pytest.mark.timeout(120)
 def test_frames_per_batch_per_worker() -> None:
-    """TorchRL's per-worker list: a synchronous batch holds their sum, an asynchronous one a worker's."""
+    """TorchRL's per-worker list: a synchronous batch holds their sum; in an asynchronous one, as
+    TorchRL 0.14 does, each worker's batch holds their sum too (rlcollect's own: one worker's
+    count); a list of the wrong length is refused with TorchRL's message."""
     from rlcollect.torchrl import MultiAsyncCollector, MultiSyncCollector
 
     with MultiSyncCollector([make_cartpole] * 2, TiltPolicy(), frames_per_batch=[10, 10], total_frames=20,
@@ -192,9 +195,14 @@ def test_frames_per_batch_per_worker() -> None:
                             seed=3, cat_results=0) as summed:
         (same,) = list(summed)
     assert batch.numel() == 20 and torch.equal(batch["observation"], same["observation"])
-    with MultiAsyncCollector([make_cartpole] * 2, TiltPolicy(), frames_per_batch=[5, 5],
-                             total_frames=20) as collector:
-        assert [b.numel() for b in collector] == [5, 5, 5, 5]
+    with MultiAsyncCollector([make_cartpole] * 2, TiltPolicy(), frames_per_batch=[15, 5],
+                             total_frames=40) as collector:
+        assert [b.numel() for b in collector] == [20, 20]
+    with NativeMultiAsync([make_cartpole] * 2, TiltPolicy(), frames_per_batch=[5, 5],
+                          total_frames=20) as native:
+        assert [b.numel() for b in native] == [5, 5, 5, 5]  # type: ignore[union-attr]
+    with pytest.raises(ValueError, match="exactly one value per worker: got frames_per_batch=\\[10\\] for 2"):
+        MultiSyncCollector([make_cartpole] * 2, TiltPolicy(), frames_per_batch=[10])
 
 
 @pytest.mark.timeout(120)
