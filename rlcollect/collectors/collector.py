@@ -53,7 +53,8 @@ class Collector(BaseCollector):
         device: default for the three devices below.
         env_device: where env outputs live (CPU for Gymnasium envs).
         policy_device: where the policy runs; a copy is made there once if needed.
-        storing_device: where yielded batches live.
+        storing_device: where yielded batches live (default: ``device``; else ``env_device`` when
+            ``policy_device`` is the same; else where they are made).
         compile_policy: ``torch.compile`` the policy (``True`` or compile kwargs).
         pre_collect_hook: called before each batch.
         post_collect_hook: called with each batch before it is yielded.

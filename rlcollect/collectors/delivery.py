@@ -128,8 +128,12 @@ class Delivery:
         """What the replay buffer is extended with: flat frames, env by env (time-major without
         ``extend_buffer``); a TorchRL storage of ``ndim`` dims (``LazyTensorStorage(n, ndim=2)``)
         gets rows of the last ``ndim - 1`` dims (``[envs, T]``, the last dim named ``"time"``), as
-        TorchRL's collectors extend it."""
-        storage_dims = int(getattr(getattr(self.replay_buffer, "storage", None), "ndim", 1))
+        TorchRL's collectors extend it; the frames are on the storage's device where it has one."""
+        storage = getattr(self.replay_buffer, "storage", None)
+        device = getattr(storage, "device", None)
+        if isinstance(device, torch.device) and out.device != device:
+            out = out.to(device)
+        storage_dims = int(getattr(storage, "ndim", 1))
         if storage_dims > 1 and out.batch_dims >= storage_dims:
             rows = out.reshape(-1, *out.batch_size[out.batch_dims - storage_dims + 1:])
             rows.names = [None] * (rows.batch_dims - 1) + ["time"]  # TorchRL's storage cycles along time

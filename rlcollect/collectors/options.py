@@ -357,6 +357,8 @@ class CollectorOptions:
         for name in ("policy_device", "storing_device"):
             value = getattr(self, name)
             put(name, device if value is None else _device(name, value))
+        if self.storing_device is None and env_device is not None and self.policy_device == env_device:
+            put("storing_device", env_device)  # env and policy on one device: batches are stored there
         if self.models is not None and not isinstance(self.models, Mapping):
             raise TypeError(f"models must be a dict {{model_id: module}}, got {type(self.models).__name__} "
                             f"{short_repr(self.models)}")

@@ -367,3 +367,28 @@ def test_fake_tensordict_is_a_zeroed_batch_of_the_same_structure(layout: str) ->
     with NativeMultiSync([make_cartpole], TiltPolicy(), frames_per_batch=4) as multi, \
             pytest.raises(NotImplementedError, match="fake_tensordict"):
         multi.fake_tensordict()
+
+
+def test_batches_are_stored_on_the_env_and_policy_device_and_the_storages() -> None:
+    """As TorchRL: without storing_device, batches live on device, else on the env's device when
+    the policy shares it, else nowhere in particular (None); a replay buffer's storage with a
+    device receives frames on that device, whatever postproc did."""
+    def batch_device(**devices: str) -> torch.device | None:
+        with Collector(make_cartpole, TiltPolicy(), frames_per_batch=4, total_frames=4, **devices) as c:
+            batch = next(iter(c))
+        assert batch is not None
+        return batch.device
+
+    cpu = torch.device("cpu")
+    assert batch_device() is None and batch_device(env_device="cpu") is None
+    assert batch_device(device="cpu") == cpu and batch_device(env_device="cpu", policy_device="cpu") == cpu
+
+    from torchrl.data import LazyTensorStorage, ReplayBuffer
+    buffer = ReplayBuffer(storage=LazyTensorStorage(100))
+    seen = []
+    extend = buffer.extend
+    buffer.extend = lambda frames: (seen.append(frames.device), extend(frames))[1]  # type: ignore[method-assign]
+    with TorchRLLayoutCollector(make_cartpole, TiltPolicy(), frames_per_batch=8, total_frames=16,
+                                replay_buffer=buffer, postproc=lambda td: td.clear_device_()) as collector:
+        assert list(collector) == [None, None]
+    assert seen == [cpu, cpu] and len(buffer) == 16
