@@ -629,7 +629,8 @@ class BaseCollector(abc.ABC):
             ValueError: ``num_rollouts <= warmup_rollouts``.
         """
         if self._iteration_started:
-            raise RuntimeError("enable_profile() must be called before iterating the collector")
+            raise RuntimeError("Cannot enable profiling after iteration started: enable_profile() must be "
+                               "called before iterating the collector")
         self._profile_config = ProfileConfig(
             workers=[0] if workers is None else list(workers),
             num_rollouts=num_rollouts,
@@ -642,6 +643,25 @@ class BaseCollector(abc.ABC):
             with_flops=with_flops,
             on_trace_ready=on_trace_ready,
         )
+
+    def disable_profile(self) -> None:
+        """Forget the :meth:`enable_profile` settings and stop this process's profiler if it runs
+        (no-op when profiling was never enabled). Workers that already started keep profiling
+        until their ``num_rollouts``.
+
+        Examples:
+            >>> from rlcollect import Collector
+            >>> with Collector("CartPole-v1", frames_per_batch=4) as collector:
+            ...     collector.enable_profile(num_rollouts=2, warmup_rollouts=1)
+            ...     collector.disable_profile()
+            ...     print(collector.profile_config)
+            None
+        """
+        self._profile_config = None
+        self._stop_profiler()
+
+    def _stop_profiler(self) -> None:  # noqa: B027 (collectors with a profiler here override it)
+        """Stop the profiler that runs in this process, if any."""
 
     @property
     def profile_config(self) -> ProfileConfig | None:

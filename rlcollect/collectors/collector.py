@@ -241,12 +241,16 @@ class Collector(BaseCollector):
             return
         error = self._stop_background(time.monotonic() + (10.0 if timeout is None else timeout))
         self._closed = True
-        if self._profiler is not None:
-            self._profiler.stop()
+        self._stop_profiler()
         if close_env:
             self._rollout.close()
         if error is not None and raise_on_error:
             raise error
+
+    def _stop_profiler(self) -> None:
+        if self._profiler is not None:
+            profiler, self._profiler = self._profiler, None
+            profiler.stop()
 
     # -- seeding and state -----------------------------------------------------------------
     def set_seed(self, seed: int, static_seed: bool = False) -> int:

@@ -101,7 +101,8 @@ class MultiSyncCollector(_MultiProcessCollector):
             ``num_workers * M``, with a warning); or a list of one (equal) count per worker.
         create_env_kwargs: keyword arguments of the env factory, or a list with one per worker.
         preemptive_threshold: once this fraction of workers finished a batch, the others stop
-            at their next step; their missing frames are masked in ``("collector", "mask")``.
+            at their next step (``0``: once the first one finished); their missing frames are
+            masked in ``("collector", "mask")``.
         prefetch: workers collect the next batch while the current one is being used (one
             version of policy lag, stamped in ``policy_version``).
         update_at_each_batch: pull the policy's weights into the workers before each batch.

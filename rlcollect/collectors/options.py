@@ -390,10 +390,10 @@ class CollectorOptions:
         threshold = self.preemptive_threshold
         if threshold is not None:
             if isinstance(threshold, (bool, np.bool_)) or not isinstance(threshold, (int, float, np.number)):
-                raise TypeError(f"preemptive_threshold must be a number in (0, 1] or None, got {threshold!r} "
+                raise TypeError(f"preemptive_threshold must be a number in [0, 1] or None, got {threshold!r} "
                                 f"({type(threshold).__name__})")
-            if not 0.0 < threshold <= 1.0:
-                raise ValueError(f"preemptive_threshold must be a number in (0, 1] or None, "
+            if not 0.0 <= threshold <= 1.0:
+                raise ValueError(f"preemptive_threshold must be a number in [0, 1] or None, "
                                  f"got {threshold!r}")
             put("preemptive_threshold", float(threshold))
         if not isinstance(self.start_method, str):

@@ -261,6 +261,17 @@ class PooledCollector(BaseCollector):
             self._startup_seconds = max(ready) - self._constructed_at
 
     @property
+    def preemptive_threshold(self) -> float | None:
+        """The fraction of workers whose finished batch stops the others (``None``: never)."""
+        return self.options.preemptive_threshold
+
+    @property
+    def interruptor(self) -> None:
+        """TorchRL's interruptor object: rlcollect builds none (preemption is a flag per batch slot
+        the workers read at each step)."""
+        return None
+
+    @property
     def worker_pids(self) -> list[int | None]:
         """Process ids of the workers (they start with the first batch, ``set_seed`` or a state)."""
         return [info.pid if info else None for info in self._pool.infos]

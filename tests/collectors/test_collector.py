@@ -274,5 +274,22 @@ def test_enable_profile_writes_a_chrome_trace(tmp_path: Path) -> None:
     list(collector)
     trace = json.loads((tmp_path / "trace_0.json").read_text())
     assert trace["traceEvents"]
-    with pytest.raises(RuntimeError, match="before iterating"):
+    with pytest.raises(RuntimeError, match="Cannot enable profiling after iteration started: .* before"):
         collector.enable_profile()
+
+
+def test_disable_profile_stops_the_profiler(tmp_path: Path) -> None:
+    """disable_profile() before the first batch: nothing is profiled; during profiling: the
+    profiler stops at once, writing what it recorded, and the later batches are not profiled."""
+    for batches_before in (0, 1):
+        path = tmp_path / f"{batches_before}" / "trace_{worker_idx}.json"
+        with Collector("CartPole-v1", TiltPolicy(), frames_per_batch=20, total_frames=100) as collector:
+            collector.enable_profile(num_rollouts=3, warmup_rollouts=1, save_path=path, with_stack=False)
+            for _ in range(batches_before):
+                collector.next()
+            collector.disable_profile()
+            assert collector.profile_config is None
+            list(collector)
+            assert not torch.autograd.profiler._is_profiler_enabled
+        assert (tmp_path / f"{batches_before}" / "trace_0.json").exists() == (batches_before == 1)
+    collector.disable_profile()  # never enabled, or already disabled: nothing happens

@@ -159,6 +159,19 @@ def test_preemption_masks_the_late_worker() -> None:
     assert collector.stats().frames == sum(int(b["collector", "mask"].sum()) for b in batches)  # type: ignore[index]
 
 
+def test_preemption_at_zero_stops_the_others_when_the_first_worker_finished() -> None:
+    """preemptive_threshold=0: as in TorchRL, the first worker to finish stops every other one."""
+    slow = functools.partial(CountingEnv, episode_length=1000, step_sleep=0.05)
+    fast = functools.partial(CountingEnv, episode_length=1000)
+    with MultiSyncCollector([fast, slow, slow], None, frames_per_batch=3 * 40, preemptive_threshold=0.0,
+                            seed=0) as collector:
+        assert collector.preemptive_threshold == 0.0 and collector.interruptor is None
+        batch = collector.next()
+    assert batch is not None
+    mask = batch["collector", "mask"]
+    assert mask[0].all() and not mask[1].all() and not mask[2].all()
+
+
 def test_seed_state_dict_and_stats() -> None:
     kwargs: dict[str, Any] = dict(num_workers=2, frames_per_batch=20, seed=3)
     with MultiSyncCollector(make_cartpole, None, **kwargs) as a:
@@ -222,7 +235,7 @@ def test_construction_errors_name_the_argument() -> None:
         MultiSyncCollector(unpicklable_env, None, num_workers=2, frames_per_batch=8)
     with pytest.raises(ValueError, match="num_workers is required unless create_env_fn is a list"):
         MultiSyncCollector("CartPole-v1", None, frames_per_batch=8)
-    with pytest.raises(ValueError, match=r"preemptive_threshold must be .*in \(0, 1\] or None, got 1.5"):
+    with pytest.raises(ValueError, match=r"preemptive_threshold must be .*in \[0, 1\] or None, got 1.5"):
         MultiSyncCollector("CartPole-v1", None, num_workers=2, frames_per_batch=8, preemptive_threshold=1.5)
     with pytest.raises(ValueError, match="start_method='thread' is not one of"):
         MultiSyncCollector("CartPole-v1", None, num_workers=2, frames_per_batch=8, start_method="thread")
