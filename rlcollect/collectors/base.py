@@ -496,6 +496,11 @@ class BaseCollector(abc.ABC):
         raise NotImplementedError(f"{type(self).__name__} has no fake_tensordict: a batch's shape depends "
                                   "on which workers' frames it holds; Collector has one")
 
+    @property
+    def traj_format(self) -> str | None:
+        """How ``trajs_per_batch`` batches hold their episodes: ``"padded"`` or ``"cat"``."""
+        return None if self._delivery is None else self._delivery.traj_format
+
     # -- hooks (TorchRL's attributes) --------------------------------------------------------
     options: Any = None
     _delivery: Any = None

@@ -33,6 +33,7 @@ from __future__ import annotations
 import abc
 import importlib
 import sys
+import warnings
 from typing import Any
 
 from rlcollect import collectors
@@ -51,6 +52,11 @@ TORCHRL_ARGUMENTS = ("cat_results", "extend_buffer", "use_buffers", "reset_when_
 def _torchrl_init(collector: Any, cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     """Build ``collector`` as ``cls`` with TorchRL's layout by default and TorchRL's own arguments."""
     collector._extra_options = {name: kwargs.pop(name) for name in TORCHRL_ARGUMENTS if name in kwargs}
+    if kwargs.get("trajs_per_batch") is not None and kwargs.get("traj_format") is None \
+            and kwargs.get("replay_buffer") is None:
+        warnings.warn("trajs_per_batch without traj_format yields 'padded' batches ([n, max_len] with a "
+                      "mask); as in TorchRL, the default will change to 'cat' in torchrl v0.16: pass "
+                      "traj_format='padded' or 'cat'", FutureWarning, stacklevel=4)
     kwargs.setdefault("layout", "torchrl")
     cls.__init__(collector, *args, **kwargs)
     options = collector.options

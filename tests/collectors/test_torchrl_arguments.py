@@ -392,3 +392,21 @@ def test_batches_are_stored_on_the_env_and_policy_device_and_the_storages() -> N
                                 replay_buffer=buffer, postproc=lambda td: td.clear_device_()) as collector:
         assert list(collector) == [None, None]
     assert seen == [cpu, cpu] and len(buffer) == 16
+
+
+def test_trajs_per_batch_without_traj_format_warns_of_torchrls_coming_default() -> None:
+    """As TorchRL 0.14: trajs_per_batch without traj_format (and without a replay buffer) warns
+    that the default ('padded') becomes 'cat' in v0.16; rlcollect's own Collector does not warn."""
+    import warnings
+
+    with pytest.warns(FutureWarning, match="will change to 'cat' in torchrl v0.16"):
+        collector = TorchRLLayoutCollector(make_cartpole, TiltPolicy(), frames_per_batch=8, trajs_per_batch=2)
+    with collector:
+        assert collector.traj_format == "padded"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for kwargs in ({"traj_format": "cat"}, {"traj_format": "padded"}):
+            with TorchRLLayoutCollector(make_cartpole, TiltPolicy(), frames_per_batch=8, trajs_per_batch=2,
+                                        **kwargs) as chosen:
+                assert chosen.traj_format == kwargs["traj_format"]
+        Collector(make_cartpole, TiltPolicy(), frames_per_batch=8, trajs_per_batch=2).shutdown()

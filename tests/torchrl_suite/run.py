@@ -44,6 +44,20 @@ INTERNALS = {
     "*TestPolicyFactory::test_update_weights[weight_updater]":
         "builds TorchRL's legacy MPSWeightUpdaterBase and reads the private _legacy_weight_updater",
     "*TestAutoWrap::test_auto_wrap_modules[device0-*-Collector-1]": "reads the private _wrapped_policy",
+    "*TestCollectorGeneric::test_collector_reloading[*":
+        "compares the private _frames and _iter counters, and TorchRL's own state_dict layout (traj_pool)",
+    "*TestCollectorProfiling::test_enable_profile_installs_profiler_hook_single":
+        "asserts the hook is TorchRL's private _ProfilerHook class",
+    "*::test_missing_weight_update_path_raises": "calls the private BaseCollector._maybe_fallback_update",
+    "*TestPreemptiveThreshold::test_sync_collector_interruptor_mechanism[*":
+        "drives a collector with TorchRL's internal _Interruptor object",
+    "*TestCollectorRB::test_collector_with_rb_uses_lazy_stack[*":
+        "asserts TorchRL's internal write path (that TensorDictBase.update_at_ is called)",
+    "*TestTrajsPerBatch::test_reset_flushes_assembly_state": "reads the private _traj_assembly queues",
+    "*TestCollectorRB::test_runner_managed_replay_buffer_returns_uncloned_rollout":
+        "sets the private class attribute _ignore_rb",
+    "*TestCollectorGeneric::test_backend_dispatch[*-torchrl.collectors._multi_base.MultiCollector]":
+        "patches the internal class torchrl.collectors._multi_base.MultiCollector",
 }
 
 
