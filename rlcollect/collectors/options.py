@@ -523,6 +523,7 @@ class CollectorOptions:
             check=self.check,
             obs_dtype=self.obs_dtype,
             models=dict(self.models or {}),
+            action_dtype="policy" if self.layout == "torchrl" else "space",
         )
 
     def delivery(self, *, workers_write: bool) -> Delivery:

@@ -102,6 +102,8 @@ class PolicyAdapter(abc.ABC):
     carry: dict[tuple[str, ...], torch.Tensor] = {}  # noqa: RUF012 (never written: subclasses set their own)
     #: Check every output before writing it (``check="full"``; see ``rlcollect.data.checks``).
     check_writes: bool = True
+    #: The dtype of the action the policy returned on its dry step (``None``: random actions).
+    action_dtype: torch.dtype | None = None
 
     def bind(self, buffers: BatchBuffers) -> None:
         """Point the adapter at ``buffers``; views are made once per buffers and reused.
@@ -266,6 +268,7 @@ class ModulePolicy(PolicyAdapter):
             if isinstance(out, tuple) and arguments is not None and arguments[1] == ["observation"]:
                 raise _TupleOutput(len(out))  # make_policy wraps it as TorchRL does
             _check_action(out, action_space, num_envs)
+        self.action_dtype = out.dtype
 
     def _forward(self, obs: torch.Tensor) -> torch.Tensor:
         if self._moves_obs:
@@ -373,6 +376,7 @@ class TensorDictPolicy(PolicyAdapter):
                 f"the TensorDict policy wrote keys {_leaf_keys(out)} but no 'action' key"
             )
         _check_action(out.get("action"), action_space, num_envs)
+        self.action_dtype = out.get("action").dtype
         self._action_field = action_fields(action_space)[0]
         self.extras = tuple(
             Field(key, tuple(out.get(key).shape[1:]), out.get(key).dtype)

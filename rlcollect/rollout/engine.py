@@ -18,6 +18,7 @@ Examples:
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -77,6 +78,9 @@ class RolloutSpec:
             data (see :mod:`rlcollect.data.checks`).
         models: other modules by model id whose weights can be updated (share objects with the
             policy or env factory: they are pickled together).
+        action_dtype: ``"space"``: actions are stored in the action space's dtype; ``"policy"``
+            (TorchRL's layout): in the dtype the policy returns, where both are integer or bool
+            dtypes (a policy's int64 one-hot action for a bool one-hot space stays int64).
         engine: builds what a worker runs instead of a :class:`Rollout`, ``engine(spec, setup)``
             (worker processes of its own, for a Ray actor).
     """
@@ -97,6 +101,7 @@ class RolloutSpec:
     obs_dtype: torch.dtype | None = None
     models: Mapping[str, torch.nn.Module] = field(default_factory=dict)
     engine: Callable[..., Any] | None = None
+    action_dtype: str = "space"
 
     @property
     def truncates_last(self) -> bool:
@@ -160,8 +165,13 @@ class Rollout:
         if spec.compile_policy and hasattr(self.policy, "callable"):
             kwargs = dict(spec.compile_policy) if isinstance(spec.compile_policy, Mapping) else {}
             self.policy.callable = torch.compile(self.policy.callable, **kwargs)
+        action = action_fields(action_space)[0]
+        policy_dtype = self.policy.action_dtype
+        if spec.action_dtype == "policy" and policy_dtype is not None and not policy_dtype.is_floating_point \
+                and not action.dtype.is_floating_point and not policy_dtype.is_complex:
+            action = dataclasses.replace(action, dtype=policy_dtype)
         self.layout = BatchLayout(
-            tuple(observation_fields(obs_space)), action_fields(action_space)[0], self.policy.extras,
+            tuple(observation_fields(obs_space)), action, self.policy.extras,
             dict_observations=isinstance(obs_space, gym.spaces.Dict), env_ids=self.envs.streams,
         )
         self._value_check = BatchValueCheck(obs_space, action_space, self.layout.observations,

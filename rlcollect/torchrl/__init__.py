@@ -139,6 +139,14 @@ class _PrivateKeys:
         self._delivery.exclude_private = bool(value)
 
 
+def _worker_state_dict(self: Any) -> dict[str, Any]:
+    """rlcollect's state, whose ``"workers"`` list TorchRL's layout also names ``"worker0"``,
+    ``"worker1"``, ... (the same objects: each worker's ``"policy_version"`` and rollout state)."""
+    state: dict[str, Any] = PooledCollector.state_dict(self)
+    state.update({f"worker{index}": worker for index, worker in enumerate(state["workers"])})
+    return state
+
+
 #: ``Collector(backend=...)``: this process, worker processes, Ray actors (rlcollect's collectors),
 #: or TorchRL's own RPC / torch.distributed / submitit collectors (see :func:`_dispatch`).
 BACKENDS = ("direct", "process", "ray", "rpc", "distributed", "submitit")
@@ -301,6 +309,7 @@ class MultiSyncCollector(_PrivateKeys, collectors.MultiSyncCollector, MultiColle
         _torchrl_init(self, collectors.MultiSyncCollector, args, kwargs)
 
     stats = _worker_stats  # type: ignore[assignment]  # TorchRL's signature and dict
+    state_dict = _worker_state_dict
 
 
 class MultiAsyncCollector(_PrivateKeys, collectors.MultiAsyncCollector, MultiCollector):
@@ -319,6 +328,7 @@ class MultiAsyncCollector(_PrivateKeys, collectors.MultiAsyncCollector, MultiCol
         _torchrl_init(self, collectors.MultiAsyncCollector, args, kwargs)
 
     stats = _worker_stats  # type: ignore[assignment]  # TorchRL's signature and dict
+    state_dict = _worker_state_dict
 
 
 class AsyncCollector(MultiAsyncCollector):

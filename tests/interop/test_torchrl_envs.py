@@ -329,3 +329,28 @@ def test_plain_serial_env_in_each_worker_brings_its_own_envs() -> None:
                             seed=0) as collector:
         batch = next(iter(collector))
     assert batch is not None and batch.batch_size == (6, 10)
+
+
+def test_torchrl_layout_stores_the_policys_integer_action_dtype() -> None:
+    """A bool one-hot action spec and a policy returning int64 one-hots: TorchRL's collector
+    stores int64, and so does rlcollect.torchrl (the same values); the native layout stores the
+    spec's bool."""
+    from torchrl.testing.mocking_classes import DiscreteActionVecMockEnv, DiscreteActionVecPolicy
+
+    def make() -> EnvBase:
+        env = DiscreteActionVecMockEnv()
+        env.set_seed(1)
+        return env
+
+    theirs = TorchRLCollector(make(), DiscreteActionVecPolicy(), frames_per_batch=20, total_frames=20)
+    expected = next(iter(theirs))
+    theirs.shutdown()
+    assert make().action_spec.dtype == torch.bool and expected["action"].dtype == torch.int64
+    with TorchRLLayoutCollector(make(), DiscreteActionVecPolicy(), frames_per_batch=20,
+                                total_frames=20) as ours:
+        got = next(iter(ours))
+    assert got["action"].dtype == torch.int64 and torch.equal(got["action"], expected["action"])
+    with Collector(make(), DiscreteActionVecPolicy(), frames_per_batch=20, total_frames=20) as native:
+        batch = next(iter(native))
+    assert batch is not None and batch["action"].dtype == torch.bool
+    assert torch.equal(batch["action"][0], expected["action"].bool())
