@@ -36,6 +36,9 @@ class Delivery:
         written_elsewhere: the workers already wrote the batch to the buffer: yield ``None``.
         trajs_per_batch: yield exactly this many complete episodes per batch
             (``traj_format="padded"``: ``[n, max_len]`` with a mask; ``"cat"``: ``[sum of lengths]``).
+            With a replay buffer, as TorchRL: after each collected batch every episode it
+            completed is written (flat), ``trajs_per_write`` episodes per ``extend`` (default:
+            all in one), and one ``None`` is yielded.
         layout: ``"rlcollect"`` (native) or ``"torchrl"`` (:mod:`rlcollect.data.torchrl_layout`).
         cat_results: how TorchRL's layout groups a synchronous batch of ``workers`` workers.
         extend_buffer: ``False``: the replay buffer receives the frames step by step (time-major),
@@ -61,6 +64,7 @@ class Delivery:
     written_elsewhere: bool = False
     trajs_per_batch: int | None = None
     traj_format: Literal["padded", "cat"] = "padded"
+    trajs_per_write: int | None = None
     layout: str = "rlcollect"
     track_policy_version: bool = False
     cat_results: str | int | None = None
@@ -79,8 +83,15 @@ class Delivery:
             return
         if self.trajs_per_batch is not None:
             self._assembler.add(batch.clone())  # pieces outlive the collector's buffer
+            if self.replay_buffer is not None:  # as TorchRL: written as they complete, one None per batch
+                complete = self._assembler.pop_all()
+                size = self.trajs_per_write or max(len(complete), 1)
+                for start in range(0, len(complete), size):
+                    self._write(self.formatted(torch.cat(complete[start:start + size], 0)))
+                yield None
+                return
             while (trajectories := self._assembler.pop(self.trajs_per_batch)) is not None:
-                if self.traj_format == "padded" and self.replay_buffer is None:
+                if self.traj_format == "padded":
                     yield from self._finish(pad_trajectories(trajectories))
                 else:
                     yield from self._finish(torch.cat(trajectories, 0))
@@ -93,13 +104,19 @@ class Delivery:
 
     def _finish(self, out: TensorDictBase) -> Iterator[TensorDictBase | None]:
         out = self.formatted(out)
-        if self.post_collect_hook is not None:
-            self.post_collect_hook(out)
         if self.replay_buffer is None:
+            if self.post_collect_hook is not None:
+                self.post_collect_hook(out)
             yield out
         else:
-            self.replay_buffer.extend(self._for_buffer(out))
+            self._write(out)
             yield None
+
+    def _write(self, out: TensorDictBase) -> None:
+        """The post-collect hook, then ``out`` (formatted) into the replay buffer."""
+        if self.post_collect_hook is not None:
+            self.post_collect_hook(out)
+        self.replay_buffer.extend(self._for_buffer(out))
 
     def formatted(self, out: TensorDictBase) -> TensorDictBase:
         """``out`` as the user receives it: the layout, the keys left out, ``storing_device``,
@@ -160,6 +177,7 @@ def make_delivery(
     extend_buffer: bool = True,
     compact_obs: bool = False,
     track_traj_ids: bool = True,
+    trajs_per_write: int | None = None,
 ) -> Delivery:
     """Check the delivery arguments (one clear error each) and build the pipeline.
 
@@ -193,6 +211,7 @@ def make_delivery(
         written_elsewhere=in_workers,
         trajs_per_batch=trajs_per_batch,
         traj_format="cat" if traj_format == "cat" else "padded",
+        trajs_per_write=trajs_per_write,
         layout=layout,
         track_policy_version=track_policy_version,
         cat_results=cat_results,

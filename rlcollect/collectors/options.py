@@ -535,7 +535,7 @@ class CollectorOptions:
             trajs_per_batch=self.trajs_per_batch, traj_format=self.traj_format,
             workers_write=workers_write, layout=self.layout, track_policy_version=self.track_policy_version,
             cat_results=self.cat_results, extend_buffer=self.extend_buffer, compact_obs=self.compact_obs,
-            track_traj_ids=self.track_traj_ids,
+            track_traj_ids=self.track_traj_ids, trajs_per_write=self.trajs_per_write,
         )
 
     def unpicklable(self, *, with_policy: bool = True) -> None:

@@ -229,6 +229,11 @@ class TrajectoryAssembler:
         out, self._complete = self._complete[:count], self._complete[count:]
         return out
 
+    def pop_all(self) -> list[TensorDictBase]:
+        """Every complete trajectory, oldest first (possibly none)."""
+        out, self._complete = self._complete, []
+        return out
+
 
 def pad_trajectories(trajectories: list[TensorDictBase]) -> TensorDictBase:
     """Stack trajectories into ``[len, max_len]``, zero-padded, with ``("collector", "mask")``."""

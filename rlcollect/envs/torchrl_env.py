@@ -121,6 +121,12 @@ def _prepare_policy(env: Any, policy: Any) -> None:
         set_exploration_modules_spec_from_env(policy, env)
 
 
+
+def _flag(value: torch.Tensor) -> torch.Tensor:
+    """A done flag as bool (an env may declare its flags with a float or int spec, as TorchRL
+    allows): set where non-zero."""
+    return value if value.dtype is torch.bool else value != 0
+
 class TorchRLEnv(EnvBatch):
     """Wraps a TorchRL ``EnvBase``; an env with ``batch_size=[N]`` gives ``N`` envs.
 
@@ -186,8 +192,8 @@ class TorchRLEnv(EnvBatch):
         out = self.env.step(self._root)
         nxt = out.get("next")
         reward = nxt.get("reward").reshape(self.num_envs)
-        terminated = nxt.get("terminated").reshape(self.num_envs)
-        truncated = nxt.get("truncated", torch.zeros_like(terminated)).reshape(self.num_envs)
+        terminated = _flag(nxt.get("terminated")).reshape(self.num_envs)
+        truncated = _flag(nxt.get("truncated", torch.zeros_like(terminated))).reshape(self.num_envs)
         self._steps += 1
         truncated = truncated | torch.from_numpy(self._steps >= self._limit)
         self._reward[:, t] = reward

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import abc
 import importlib
+import os
 import sys
 import warnings
 from typing import Any
@@ -49,6 +50,20 @@ TORCHRL_ARGUMENTS = ("cat_results", "extend_buffer", "use_buffers", "reset_when_
                      "interruptor", "weight_recv_schemes", "worker_idx")
 
 
+def _idle_seconds(count: str) -> float:
+    """TorchRL's ``MAX_IDLE_COUNT`` environment variable: how many of its 1 s polls a worker may
+    stay silent; here the seconds a worker may take for a batch (the ``timeout`` argument)."""
+    try:
+        seconds = float(int(count))
+    except ValueError:
+        raise ValueError(f"MAX_IDLE_COUNT={count!r} must be a positive int (seconds a worker may take "
+                         "for a batch)") from None
+    if seconds <= 0:
+        raise ValueError(f"MAX_IDLE_COUNT={count!r} must be a positive int (seconds a worker may take "
+                         "for a batch)")
+    return seconds
+
+
 def _torchrl_init(collector: Any, cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     """Build ``collector`` as ``cls`` with TorchRL's layout by default and TorchRL's own arguments."""
     collector._extra_options = {name: kwargs.pop(name) for name in TORCHRL_ARGUMENTS if name in kwargs}
@@ -58,6 +73,9 @@ def _torchrl_init(collector: Any, cls: Any, args: tuple[Any, ...], kwargs: dict[
                       "mask); as in TorchRL, the default will change to 'cat' in torchrl v0.16: pass "
                       "traj_format='padded' or 'cat'", FutureWarning, stacklevel=4)
     kwargs.setdefault("layout", "torchrl")
+    idle = os.environ.get("MAX_IDLE_COUNT")
+    if idle is not None and cls is not collectors.Collector and "timeout" not in kwargs:
+        kwargs["timeout"] = _idle_seconds(idle)
     cls.__init__(collector, *args, **kwargs)
     options = collector.options
     if options.worker_idx is not None:  # this collector is worker ``worker_idx`` of another one

@@ -240,17 +240,25 @@ def test_track_traj_ids_false_leaves_the_ids_out() -> None:
 
 
 def test_trajs_per_write_and_the_threads() -> None:
-    """trajs_per_write (TorchRL: trajectories per extend call) writes the same trajectories;
-    num_threads sets this process's torch threads; worker_idx and weight_recv_schemes as TorchRL."""
+    """With a replay buffer, trajs_per_batch writes each batch's complete trajectories,
+    trajs_per_write per extend call (default: all in one) and yields one None per batch, as
+    TorchRL; the same trajectories either way. num_threads sets this process's torch threads;
+    worker_idx and weight_recv_schemes as TorchRL."""
     from rlcollect.weights import SharedMemWeightSyncScheme
 
     sinks = []
-    for extra in ({}, {"trajs_per_write": 2}):
+    for extra in ({}, {"trajs_per_write": 1}):
         sink = ListSink()
-        with TorchRLLayoutCollector(make_cartpole, None, num_envs=2, frames_per_batch=20,
-                                    total_frames=200, seed=1, trajs_per_batch=2, replay_buffer=sink,
+        with TorchRLLayoutCollector(make_cartpole, None, num_envs=2, frames_per_batch=60,
+                                    total_frames=300, seed=1, trajs_per_batch=2, replay_buffer=sink,
                                     **extra) as collector:
-            list(collector)
+            assert list(collector) == [None] * 5
+        episodes = [int(item["next", "done"].sum()) for item in sink.items]
+        assert all(bool(item["next", "done"][-1]) for item in sink.items)  # whole episodes only
+        if extra:
+            assert set(episodes) == {1}
+        else:
+            assert len(sink.items) <= 5 and max(episodes) > 2
         sinks.append(torch.cat(sink.items))
     assert sinks[0].numel() > 20 and torch.equal(sinks[0]["observation"], sinks[1]["observation"])
     threads = torch.get_num_threads()
@@ -410,3 +418,19 @@ def test_trajs_per_batch_without_traj_format_warns_of_torchrls_coming_default() 
                                         **kwargs) as chosen:
                 assert chosen.traj_format == kwargs["traj_format"]
         Collector(make_cartpole, TiltPolicy(), frames_per_batch=8, trajs_per_batch=2).shutdown()
+
+
+@pytest.mark.timeout(120)
+def test_max_idle_count_is_the_seconds_a_worker_may_take(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TorchRL's MAX_IDLE_COUNT environment variable (its 1 s polls a worker may stay silent)
+    sets the multi-process collectors' timeout; an explicit timeout wins; nonsense is refused."""
+    from rlcollect.torchrl import MultiSyncCollector
+
+    monkeypatch.setenv("MAX_IDLE_COUNT", "7")
+    with MultiSyncCollector([make_cartpole], frames_per_batch=8) as collector:
+        assert collector.options.timeout == 7.0
+    with MultiSyncCollector([make_cartpole], frames_per_batch=8, timeout=30.0) as collector:
+        assert collector.options.timeout == 30.0
+    monkeypatch.setenv("MAX_IDLE_COUNT", "soon")
+    with pytest.raises(ValueError, match="MAX_IDLE_COUNT='soon' must be a positive int"):
+        MultiSyncCollector([make_cartpole], frames_per_batch=8)

@@ -354,3 +354,42 @@ def test_torchrl_layout_stores_the_policys_integer_action_dtype() -> None:
         batch = next(iter(native))
     assert batch is not None and batch["action"].dtype == torch.bool
     assert torch.equal(batch["action"][0], expected["action"].bool())
+
+
+class FloatDoneEnv(EnvBase):
+    """Declares its done flag with a float spec (TorchRL allows it): done (1.0) every 3 steps."""
+
+    def __init__(self) -> None:
+        from torchrl.data import Composite, Unbounded
+
+        super().__init__()
+        self.action_spec = Composite(action=Unbounded((1,)))
+        self.reward_spec = Composite(reward=Unbounded((1,)))
+        self.done_spec = Composite(done=Unbounded((1,)))
+        self.observation_spec = Composite(observation=Unbounded((1,)))
+        self.count = 0
+
+    def _reset(self, tensordict: TensorDictBase | None, **kwargs: Any) -> TensorDictBase:
+        self.count = 0
+        return self.full_observation_spec.zero().update(self.full_done_spec.zero())
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        self.count += 1
+        out = self.full_observation_spec.zero().update(self.full_reward_spec.zero())
+        flags = self.full_done_spec.zero()
+        for key in flags.keys():  # noqa: SIM118 (iterating a TensorDict gives rows)
+            flags[key] = torch.full((1,), float(self.count % 3 == 0))
+        return out.update(flags)
+
+    def _set_seed(self, seed: int | None) -> None:
+        pass
+
+
+def test_float_done_flags_are_flags() -> None:
+    """An env whose done spec is a float: a flag is set where it is non-zero; trajectories end
+    there, as in TorchRL's collector."""
+    with TorchRLLayoutCollector(FloatDoneEnv(), frames_per_batch=9, total_frames=9) as collector:
+        batch = next(iter(collector))
+    assert batch["next", "done"].dtype == torch.bool
+    assert batch["next", "done"][:, 0].tolist() == [False, False, True] * 3
+    assert batch["collector", "traj_ids"].tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2]

@@ -108,6 +108,8 @@ def main(argv: list[str]) -> int:
         argv = argv[2:]
     tally = Tally(budget)
     os.environ["RLCOLLECT_TORCHRL_SUITE"] = "1"  # tests/conftest.py leaves the suite out otherwise
+    # the script tests run `python -c ...`: the interpreter running the suite, with TorchRL
+    os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     start = time.monotonic()
     arguments = [str(HERE / "test_collectors.py"), "-q", "-p", "no:cacheprovider", "--timeout", "60",
                  "-o", "addopts=", *argv]
