@@ -28,11 +28,11 @@ import pytest
 HERE = Path(__file__).resolve().parent
 #: The fewest passing cases CI accepts: the count recorded on this machine, less a few for the
 #: suite's timing-dependent cases. Raise it as more of TorchRL's behaviour lands.
-FLOOR = 314  # 324 passed on 2026-12-03 (the internals skipped)
+FLOOR = 342  # 352 passed on 2026-12-03 (the internals skipped)
 
 
 #: Cases that test TorchRL internals no user touches, skipped with the reason (test ids; ``*``
-#: matches anything). Every one of them passes on TorchRL itself (measured 2026-12-02): the share
+#: matches anything). Every one of them passes on TorchRL itself (measured 2026-12-02 and 2026-12-03): the share
 #: of TorchRL's passing cases is counted without them.
 INTERNALS = {
     "*TestAsyncCollection::test_start_update_policy[*-MultiAsyncCollector-*":
