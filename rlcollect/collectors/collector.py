@@ -171,6 +171,21 @@ class Collector(BaseCollector):
         self.weight_updater = options.weight_updater
 
     @property
+    def env(self) -> Any:
+        """The env this collector steps, as TorchRL's ``Collector.env``: the TorchRL env (with
+        the transforms the collector appended), the ``VectorEnv`` or the EnvPool pool; for
+        copies of a Gymnasium env (``num_envs``), their list.
+
+        Examples:
+            >>> from rlcollect import Collector
+            >>> with Collector("CartPole-v1", frames_per_batch=4, num_envs=2) as collector:
+            ...     [env.spec.id for env in collector.env]
+            ['CartPole-v1', 'CartPole-v1']
+        """
+        envs = self._rollout.envs
+        return envs.env if hasattr(envs, "env") else getattr(envs, "envs", envs)
+
+    @property
     def policy(self) -> Any:
         """The policy that runs (the device copy where one was made)."""
         return getattr(self._rollout.policy, "callable", None)

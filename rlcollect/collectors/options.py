@@ -466,9 +466,6 @@ class CollectorOptions:
             raise ValueError(f"cudagraph_policy={short_repr(self.cudagraph_policy)} is not supported: "
                              "rlcollect does not capture the policy in CUDA graphs (compile_policy=True "
                              "compiles it)")
-        if self.auto_register_policy_transforms:
-            raise ValueError("auto_register_policy_transforms=True is not supported: add the transforms "
-                             "the policy needs (InitTracker, ...) to the env yourself")
 
     @classmethod
     def from_arguments(cls, arguments: Mapping[str, Any], aliases: Mapping[str, str] | None = None
@@ -524,6 +521,7 @@ class CollectorOptions:
             obs_dtype=self.obs_dtype,
             models=dict(self.models or {}),
             action_dtype="policy" if self.layout == "torchrl" else "space",
+            register_policy_transforms=self.auto_register_policy_transforms,
         )
 
     def delivery(self, *, workers_write: bool) -> Delivery:

@@ -14,7 +14,12 @@ from rlcollect.data.checks import short_repr
 from rlcollect.envs.base import EnvBatch
 from rlcollect.envs.envpool_env import ENVPOOL_PREFIX, is_envpool, make_envpool_batch
 from rlcollect.envs.gym_envs import GymEnvs
-from rlcollect.envs.torchrl_env import TensorDictEnv, is_torchrl_env, torchrl_env_batch
+from rlcollect.envs.torchrl_env import (
+    TensorDictEnv,
+    is_torchrl_env,
+    torchrl_env_batch,
+    with_policy_transforms,
+)
 from rlcollect.envs.vector import GymVectorEnv
 
 __all__ = ["EnvSource", "check_env_source", "make_env_batch", "source_modules"]
@@ -115,6 +120,9 @@ def make_env_batch(
     num_envs: int = 1,
     kwargs: dict[str, Any] | None = None,
     max_episode_steps: int | None = None,
+    *,
+    policy: Any = None,
+    register_policy_transforms: bool | None = False,
 ) -> EnvBatch | TensorDictEnv:
     """Build the env batch for ``source``: ``num_envs`` copies of a single env, or a vector env; a
     TorchRL env whose data the batch buffers cannot hold gives a :class:`TensorDictEnv`.
@@ -127,6 +135,9 @@ def make_env_batch(
             which brings its own).
         kwargs: keyword arguments for ``gymnasium.make`` or the callable.
         max_episode_steps: collector-side episode limit.
+        policy, register_policy_transforms: a TorchRL env gets the transforms ``policy`` needs and
+            it lacks (``True``: appended; ``None``: a ``FutureWarning`` names them; ``False``:
+            nothing), see :func:`~rlcollect.envs.torchrl_env.with_policy_transforms`.
 
     Raises:
         ValueError: unknown env id, or ``num_envs`` > 1 with a vector env.
@@ -150,6 +161,8 @@ def make_env_batch(
                 f"num_envs={num_envs} with a TorchRL env: batch it with torchrl's SerialEnv or "
                 "ParallelEnv and leave num_envs=1"
             )
+        if policy is not None and register_policy_transforms is not False:
+            first = with_policy_transforms(first, policy, append=bool(register_policy_transforms))
         return torchrl_env_batch(first, max_episode_steps)
     if isinstance(first, VectorEnv):
         if num_envs != 1:

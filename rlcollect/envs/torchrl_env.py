@@ -21,6 +21,7 @@ are :class:`TensorDictEnv`: stepped tensordict by tensordict by
 
 from __future__ import annotations
 
+import warnings
 from copy import deepcopy
 from functools import partial
 from typing import Any
@@ -357,6 +358,38 @@ def torchrl_env_batch(env: Any, max_episode_steps: int | None = None) -> EnvBatc
     if inner is None:
         return TorchRLEnv(env, max_episode_steps)
     return TorchRLGymEnvs(env, inner, max_episode_steps)
+
+
+def with_policy_transforms(env: Any, policy: Any, *, append: bool) -> Any:
+    """``env`` with the transforms ``policy`` needs and the env lacks: an ``InitTracker`` for
+    modules that read ``is_init``, a recurrent module's ``TensorDictPrimer`` (as TorchRL 0.14's
+    collectors with ``auto_register_policy_transforms=True``; TorchRL's own detection, which also
+    looks inside batched envs). ``append=False``: ``env`` unchanged, with a ``FutureWarning``
+    naming what is missing (TorchRL's default until it appends them, from v0.15).
+
+    Examples:
+        >>> from torchrl.envs import GymEnv
+        >>> from torchrl.modules import GRUModule
+        >>> gru = GRUModule(input_size=4, hidden_size=8, in_keys=["observation", "state", "is_init"],
+        ...                 out_keys=["features", ("next", "state")])
+        >>> env = with_policy_transforms(GymEnv("CartPole-v1"), gru, append=True)
+        >>> sorted(k for k in env.observation_spec.keys() if k in ("is_init", "state"))
+        ['is_init', 'state']
+    """
+    from torchrl.modules.utils.utils import _compute_missing_env_transforms
+
+    missing = _compute_missing_env_transforms(env, policy)
+    if not missing:
+        return env
+    if not append:
+        names = ", ".join(type(transform).__name__ for transform in missing)
+        warnings.warn(f"the env lacks transforms the policy needs ({names}); TorchRL's collectors append "
+                      "them from v0.15: pass auto_register_policy_transforms=True to append them now "
+                      "(or False to silence this warning)", FutureWarning, stacklevel=2)
+        return env
+    for transform in missing:
+        env = env.append_transform(transform)
+    return env
 
 
 def with_step_counter(env: Any, max_steps: int) -> Any:

@@ -3,10 +3,12 @@ env whose data the batch buffers cannot hold, :class:`TensorDictRollout`."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from rlcollect.envs.factory import make_env_batch
 from rlcollect.envs.torchrl_env import TensorDictEnv
 from rlcollect.policies.adapters import PolicyAdapter
-from rlcollect.rollout.engine import Rollout, RolloutSpec
+from rlcollect.rollout.engine import Rollout, RolloutSpec, build_policy
 from rlcollect.rollout.tensordict_loop import TensorDictRollout
 
 __all__ = ["make_rollout"]
@@ -23,10 +25,12 @@ def make_rollout(
         >>> type(make_rollout(RolloutSpec("CartPole-v1"))).__name__
         'Rollout'
     """
+    policy = None if served_policy is not None else build_policy(spec)  # the env may take its transforms
     envs = make_env_batch(spec.create_env_fn, spec.num_envs, dict(spec.create_env_kwargs or {}),
-                          spec.max_frames_per_traj)
-    placement = {"env_offset": env_offset, "traj_stride": traj_stride, "traj_offset": traj_offset,
-                 "traj_start": traj_start}
+                          spec.max_frames_per_traj, policy=policy,
+                          register_policy_transforms=spec.register_policy_transforms)
+    placement: dict[str, Any] = {"env_offset": env_offset, "traj_stride": traj_stride,
+                                 "traj_offset": traj_offset, "traj_start": traj_start, "user_policy": policy}
     if isinstance(envs, TensorDictEnv):
         if served_policy is not None:
             envs.close()

@@ -81,6 +81,9 @@ class RolloutSpec:
         action_dtype: ``"space"``: actions are stored in the action space's dtype; ``"policy"``
             (TorchRL's layout): in the dtype the policy returns, where both are integer or bool
             dtypes (a policy's int64 one-hot action for a bool one-hot space stays int64).
+        register_policy_transforms: a TorchRL env gets the transforms the policy needs and it
+            lacks (``InitTracker``, a recurrent module's primers): ``True`` appends them, ``None``
+            warns that they are missing (TorchRL 0.14's ``auto_register_policy_transforms``).
         engine: builds what a worker runs instead of a :class:`Rollout`, ``engine(spec, setup)``
             (worker processes of its own, for a Ray actor).
     """
@@ -102,12 +105,22 @@ class RolloutSpec:
     models: Mapping[str, torch.nn.Module] = field(default_factory=dict)
     engine: Callable[..., Any] | None = None
     action_dtype: str = "space"
+    register_policy_transforms: bool | None = None
 
     @property
     def truncates_last(self) -> bool:
         """Each batch's last frame ends every trajectory (``set_truncated``, or a reset before
         the next batch)."""
         return self.set_truncated or self.reset_at_each_iter
+
+
+#: ``Rollout(user_policy=...)`` left out: the rollout builds the policy from its spec.
+POLICY_FROM_SPEC: Any = object()
+
+
+def build_policy(spec: RolloutSpec) -> Any:
+    """The user's policy for ``spec``: ``policy_factory()`` if given (called once), else ``policy``."""
+    return spec.policy_factory() if spec.policy_factory is not None else spec.policy
 
 
 class Rollout:
@@ -132,11 +145,16 @@ class Rollout:
         traj_start: int = 0,
         served_policy: PolicyAdapter | None = None,
         envs: EnvBatch | None = None,
+        user_policy: Any = POLICY_FROM_SPEC,
     ) -> None:
         self.spec = spec
         self.env_offset = env_offset
+        self.served = served_policy is not None
+        self.user_policy = None if self.served else (
+            build_policy(spec) if user_policy is POLICY_FROM_SPEC else user_policy)
         made = envs if envs is not None else make_env_batch(
-            spec.create_env_fn, spec.num_envs, dict(spec.create_env_kwargs or {}), spec.max_frames_per_traj
+            spec.create_env_fn, spec.num_envs, dict(spec.create_env_kwargs or {}), spec.max_frames_per_traj,
+            policy=self.user_policy, register_policy_transforms=spec.register_policy_transforms,
         )
         if not isinstance(made, EnvBatch):  # rlcollect.rollout.build makes a TensorDictRollout of it
             made.close()
@@ -148,9 +166,6 @@ class Rollout:
         obs_space = stored_observation_space(self.envs.observation_space, spec.obs_dtype)
         action_space = self.envs.action_space
         self.random_policy = RandomPolicy(action_space, self.num_envs)
-        self.served = served_policy is not None
-        self.user_policy = None if self.served else (
-            spec.policy_factory() if spec.policy_factory is not None else spec.policy)
         if self.user_policy is not None:
             self.envs.prepare_policy(self.user_policy)
         self.policy: PolicyAdapter = served_policy if served_policy is not None else (

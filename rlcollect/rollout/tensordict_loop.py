@@ -38,7 +38,7 @@ from tensordict.nn import set_interaction_type
 from rlcollect.data.checks import BadDataError
 from rlcollect.data.trajectories import TrajectoryIds
 from rlcollect.envs.torchrl_env import TensorDictEnv
-from rlcollect.rollout.engine import RolloutSpec, copy_weights, find_module
+from rlcollect.rollout.engine import POLICY_FROM_SPEC, RolloutSpec, build_policy, copy_weights, find_module
 from rlcollect.rollout.episodes import EpisodeTracker
 
 __all__ = ["TensorDictRollout"]
@@ -75,7 +75,7 @@ class TensorDictRollout:
     """
 
     def __init__(self, spec: RolloutSpec, envs: TensorDictEnv, *, env_offset: int = 0, traj_stride: int = 1,
-                 traj_offset: int = 0, traj_start: int = 0) -> None:
+                 traj_offset: int = 0, traj_start: int = 0, user_policy: Any = POLICY_FROM_SPEC) -> None:
         off_cpu = spec.policy_device is not None and torch.device(spec.policy_device).type != "cpu"
         unsupported = {"obs_dtype": spec.obs_dtype, "compile_policy": spec.compile_policy,
                        "policy_device": spec.policy_device if off_cpu else None}
@@ -85,7 +85,7 @@ class TensorDictRollout:
                                  f"data is kept as the env gives it: {envs.reason}")
         self.spec, self.envs = spec, envs
         self.num_envs = envs.num_envs
-        self.user_policy = spec.policy_factory() if spec.policy_factory is not None else spec.policy
+        self.user_policy = build_policy(spec) if user_policy is POLICY_FROM_SPEC else user_policy
         if self.user_policy is not None:
             envs.prepare_policy(self.user_policy)
         module = self.user_policy if isinstance(self.user_policy, torch.nn.Module) else None

@@ -393,3 +393,44 @@ def test_float_done_flags_are_flags() -> None:
     assert batch["next", "done"].dtype == torch.bool
     assert batch["next", "done"][:, 0].tolist() == [False, False, True] * 3
     assert batch["collector", "traj_ids"].tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+
+
+def recurrent_policy() -> Any:
+    from tensordict.nn import TensorDictSequential
+    from torchrl.modules import GRUModule
+
+    torch.manual_seed(0)
+    gru = GRUModule(input_size=4, hidden_size=8, in_keys=["observation", "recurrent_state", "is_init"],
+                    out_keys=["features", ("next", "recurrent_state")])
+    head = TensorDictModule(lambda features: torch.nn.functional.one_hot(features[..., :2].argmax(-1), 2),
+                            in_keys=["features"], out_keys=["action"])
+    return TensorDictSequential(gru, head)
+
+
+@pytest.mark.timeout(120)
+def test_auto_register_policy_transforms_gives_a_recurrent_policy_its_env_transforms() -> None:
+    """auto_register_policy_transforms=True appends the InitTracker and the GRU's primer to a bare
+    GymEnv, as TorchRL's collector does: the same keys and the same frames as TorchRL's; the
+    default (None) warns that they are missing and the policy's dry step fails without them."""
+    def collect(collector_cls: Any) -> TensorDictBase:
+        env = GymEnv("CartPole-v1")
+        env.set_seed(5)
+        collector = collector_cls(env, recurrent_policy(), frames_per_batch=30, total_frames=30,
+                                  auto_register_policy_transforms=True)
+        batch = next(iter(collector))
+        assert {"is_init", "recurrent_state"} <= set(collector.env.observation_spec.keys())
+        collector.shutdown()
+        return batch
+
+    expected, got = collect(TorchRLCollector), collect(TorchRLLayoutCollector)
+    assert set(got.keys(True, True)) == set(expected.keys(True, True))
+    for key in ("observation", "action", "is_init", "recurrent_state", ("next", "recurrent_state"),
+                ("next", "done")):
+        assert torch.equal(got[key], expected[key]), key
+    assert bool(got["is_init"][0]) and got["next", "done"].any()
+    with pytest.warns(FutureWarning, match="auto_register_policy_transforms=True"), pytest.raises(KeyError):
+        TorchRLLayoutCollector(GymEnv("CartPole-v1"), recurrent_policy(), frames_per_batch=30)
+    with TorchRLLayoutMultiSync([partial(GymEnv, "CartPole-v1")] * 2, recurrent_policy(), frames_per_batch=20,
+                                total_frames=20, auto_register_policy_transforms=True) as workers:
+        batch = next(iter(workers))  # each worker appended the transforms to its own env
+    assert batch.shape == (2, 10) and bool(batch["is_init"][:, 0].all())

@@ -408,8 +408,8 @@ CASES += section(
          T, r"trust_policy must be True or False, got 2"),
     case("cudagraph_policy=True", torchrl_collector(cudagraph_policy=True),
          V, r"cudagraph_policy=True is not supported"),
-    case("auto_register_policy_transforms=True", torchrl_collector(auto_register_policy_transforms=True),
-         V, r"auto_register_policy_transforms=True is not supported"),
+    case("auto_register_policy_transforms='yes'", torchrl_collector(auto_register_policy_transforms="yes"),
+         T, r"auto_register_policy_transforms must be True or False, got 'yes'"),
     # models, weights, replay buffer, trajectories
     case("models=1", collector(models=1), T, r"models must be a dict \{model_id: module\}, got int 1"),
     case("models={'a': 1}", collector(models={"a": 1}), T, r"models\['a'\] must be an nn\.Module, got int 1"),

@@ -32,8 +32,8 @@ FLOOR = 342  # 352 passed on 2026-12-03 (the internals skipped)
 
 
 #: Cases that test TorchRL internals no user touches, skipped with the reason (test ids; ``*``
-#: matches anything). Every one of them passes on TorchRL itself (measured 2026-12-02 and 2026-12-03): the share
-#: of TorchRL's passing cases is counted without them.
+#: matches anything). Every one of them passes on TorchRL itself (measured 2026-12-02 and
+#: 2026-12-03): the share of TorchRL's passing cases is counted without them.
 INTERNALS = {
     "*TestAsyncCollection::test_start_update_policy[*-MultiAsyncCollector-*":
         "asserts the private _weight_sync_schemes holds TorchRL's own scheme classes",
