@@ -531,14 +531,20 @@ class BaseCollector(abc.ABC):
 
     @property
     def post_collect_hook(self) -> Callable[[TensorDictBase], None] | None:
-        """Called with each batch before it is yielded (or written), in this process; settable."""
-        return None if self._delivery is None else self._delivery.post_collect_hook
+        """Called with each batch before it is yielded (or written): in this process, or in each
+        worker on its own batch for the multi-process collectors (as TorchRL's); settable (with
+        workers, before the first batch)."""
+        return None if self.options is None else self.options.post_collect_hook
 
     @post_collect_hook.setter
     def post_collect_hook(self, hook: Callable[[TensorDictBase], None] | None) -> None:
         _check_hook("post_collect_hook", hook)
-        self._delivery.post_collect_hook = hook
+        self._set_post_collect_hook(hook)
         self.options = dataclasses.replace(self.options, post_collect_hook=hook)
+
+    def _set_post_collect_hook(self, hook: Callable[[TensorDictBase], None] | None) -> None:
+        """Hand a new ``post_collect_hook`` to where it runs (by default: this process's delivery)."""
+        self._delivery.post_collect_hook = hook
 
     def _set_pre_collect_hook(self, hook: Callable[[], None] | None) -> None:
         """Hand a new ``pre_collect_hook`` to what collects (a subclass's rollout or workers)."""

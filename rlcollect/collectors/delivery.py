@@ -160,6 +160,18 @@ class Delivery:
         return flatten_batch(out)
 
 
+@dataclass
+class WorkerHook:
+    """A post-collect hook run in a worker process on that worker's batch, as the user receives
+    batches (the layout of ``delivery``, one worker's rows; no ``postproc``, no replay buffer)."""
+
+    hook: Callable[[TensorDictBase], None]
+    delivery: Delivery
+
+    def __call__(self, batch: TensorDictBase) -> None:
+        self.hook(self.delivery.formatted(batch))
+
+
 def make_delivery(
     *,
     return_same_td: bool,

@@ -23,6 +23,7 @@ class _MultiProcessCollector(PooledCollector):
     """The constructor both multi-process collectors share (see :class:`MultiSyncCollector`)."""
 
     _sync: bool
+    _hooks_in_workers = True
 
     def __init__(
         self,
@@ -106,6 +107,8 @@ class MultiSyncCollector(_MultiProcessCollector):
         prefetch: workers collect the next batch while the current one is being used (one
             version of policy lag, stamped in ``policy_version``).
         update_at_each_batch: pull the policy's weights into the workers before each batch.
+        pre_collect_hook, post_collect_hook: run in each worker (as TorchRL's), the post hook
+            with that worker's batch in the collector's layout; both must pickle.
         max_worker_restarts: restarts allowed per worker after a crash or an env error.
         timeout: seconds a worker may take to collect one batch (or answer another command)
             before it is deemed hung (and restarted); also the default bound of ``shutdown``.

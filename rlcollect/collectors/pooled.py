@@ -38,6 +38,7 @@ import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase
 
 from rlcollect.collectors.base import BaseCollector
+from rlcollect.collectors.delivery import WorkerHook
 from rlcollect.collectors.options import CollectorOptions
 from rlcollect.collectors.stats import CollectorStats
 from rlcollect.data.buffers import BatchBuffers
@@ -76,6 +77,7 @@ class PooledCollector(BaseCollector):
 
     sync: bool  # a batch is all workers' rows of a slot (sync) or one worker's rows (async)
     _policy_in_workers = True  # False: the policy runs in this process (a policy server)
+    _hooks_in_workers = False  # True: post_collect_hook runs in each worker on its batch (TorchRL's)
 
     def _build(self, options: CollectorOptions, make_transport: Callable[[], Transport]) -> None:
         """Everything is checked, and the probe built, before ``make_transport`` starts anything
@@ -149,6 +151,8 @@ class PooledCollector(BaseCollector):
         workers_write = sink is not None and transport.can_write(sink) and not self._tensordict
         self._delivery = options.delivery(workers_write=workers_write)
         self._delivery.unbatched = probe.envs.unbatched
+        if self._hooks_in_workers:
+            self._delivery.post_collect_hook = None  # each worker runs it (see _worker_spec)
         # (a TensorDict batch is grouped here, as cat_results says: the delivery leaves it as it is)
         self._delivery.workers = workers if sync and not self._tensordict else 1
         written_elsewhere = self._delivery.written_elsewhere
@@ -218,6 +222,11 @@ class PooledCollector(BaseCollector):
         """What worker ``worker`` builds its rollout from (its policy from ``policy_factory`` if
         given, even with ``policy``: that one stays here as the source of the weights)."""
         spec = self.options.rollout_spec(worker)
+        hook = self.options.post_collect_hook
+        if self._hooks_in_workers and hook is not None:  # one worker's rows, in the collector's layout
+            rows = dataclasses.replace(self._delivery, workers=1, replay_buffer=None, postproc=None,
+                                       storing_device=None, post_collect_hook=None)
+            spec = dataclasses.replace(spec, post_collect_hook=WorkerHook(hook, rows))
         return spec if spec.policy_factory is None else dataclasses.replace(spec, policy=None)
 
     def start(self) -> None:
@@ -235,14 +244,24 @@ class PooledCollector(BaseCollector):
             start_forkserver(_preload(options))
 
     def _set_pre_collect_hook(self, hook: Callable[[], None] | None) -> None:
+        self._hook_for_workers("pre_collect_hook", hook)
+
+    def _set_post_collect_hook(self, hook: Callable[[TensorDictBase], None] | None) -> None:
+        if self._hooks_in_workers:
+            self._hook_for_workers("post_collect_hook", hook)
+        else:
+            super()._set_post_collect_hook(hook)
+
+    def _hook_for_workers(self, name: str, hook: Callable[..., None] | None) -> None:
+        """Check that a hook the workers run can still reach them, and be sent."""
         if self._pool.started:
-            raise RuntimeError(f"{type(self).__name__}.pre_collect_hook runs in the workers, which got "
-                               "theirs when they started: set it before the first batch, or pass "
-                               "pre_collect_hook= at construction")
+            raise RuntimeError(f"{type(self).__name__}.{name} runs in the workers, which got theirs when "
+                               f"they started: set it before the first batch, or pass {name}= at "
+                               "construction")
         try:
             cloudpickle.dumps(hook)
         except Exception as error:
-            raise TypeError(f"pre_collect_hook ({hook!r:.80}) cannot be sent to a worker process: {error}. "
+            raise TypeError(f"{name} ({hook!r:.80}) cannot be sent to a worker process: {error}. "
                             "Define it at module level") from None
         self._specs.clear()  # the workers' specs are made from the options again
 

@@ -74,6 +74,8 @@ class RolloutSpec:
             last frames are marked truncated too).
         exploration_type, policy_device, compile_policy: how the policy runs.
         pre_collect_hook: called before each batch, in the process that collects.
+        post_collect_hook: called with each batch a worker process collected, in that process
+            (the multi-process collectors' workers run it, as TorchRL's do); rollouts ignore it.
         check: ``"full"``, ``"batch"`` or ``"off"``: what is checked of the envs' and the policy's
             data (see :mod:`rlcollect.data.checks`).
         models: other modules by model id whose weights can be updated (share objects with the
@@ -100,6 +102,7 @@ class RolloutSpec:
     policy_device: torch.device | None = None
     compile_policy: bool | Mapping[str, Any] = False
     pre_collect_hook: Callable[[], None] | None = None
+    post_collect_hook: Callable[[Any], None] | None = None
     check: str = "full"
     obs_dtype: torch.dtype | None = None
     models: Mapping[str, torch.nn.Module] = field(default_factory=dict)

@@ -188,6 +188,7 @@ class Worker:
         envpool_env.POOL_THREADS = 1  # and one EnvPool thread per pool it builds (unless asked)
         spec: RolloutSpec = cloudpickle.loads(setup.spec)
         self.setup = setup = dataclasses.replace(setup, spec=b"")  # the policy's bytes are not kept
+        self.post_collect_hook = spec.post_collect_hook
         self.rollout = rollout = spec.engine(spec, setup) if spec.engine is not None else make_rollout(
             spec, env_offset=setup.env_offset, traj_stride=setup.num_workers, traj_offset=setup.worker_idx,
             traj_start=setup.traj_start, served_policy=setup.served_policy,
@@ -270,6 +271,8 @@ class Worker:
             batch = buffers.batch
         if self.profiler is not None:
             self.profiler.after_rollout()
+        if self.post_collect_hook is not None:
+            self.post_collect_hook(batch)
         sink = self.setup.replay_buffer
         if sink is not None:
             remote = getattr(sink.extend, "remote", None)  # a Ray actor: wait for its write
