@@ -66,7 +66,10 @@ class Collector(BaseCollector):
             ``[frames]``) and iteration yields ``None``; see also :meth:`start`.
         trajs_per_batch: yield exactly this many complete episodes per batch, holding partial
             ones across batches; ``traj_format`` ``"padded"`` (default, ``[n, max_len]`` with
-            ``("collector", "mask")``) or ``"cat"`` (``[sum of lengths]``).
+            ``("collector", "mask")``) or ``"cat"`` (``[sum of lengths]``). With
+            ``replay_buffer``, as TorchRL: each collected batch's complete episodes are written
+            (flat) in one ``extend`` (``rlcollect.torchrl``'s ``trajs_per_write`` splits it),
+            and one ``None`` is yielded per batch.
         weight_sync_schemes: ``{model_id: WeightSyncScheme}``; in one process every scheme
             applies updates in place, except :class:`~rlcollect.weights.NoWeightSyncScheme`
             (updates of that model change nothing).
