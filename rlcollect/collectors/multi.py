@@ -107,8 +107,9 @@ class MultiSyncCollector(_MultiProcessCollector):
         prefetch: workers collect the next batch while the current one is being used (one
             version of policy lag, stamped in ``policy_version``).
         update_at_each_batch: pull the policy's weights into the workers before each batch.
-        pre_collect_hook, post_collect_hook: run in each worker (as TorchRL's), the post hook
-            with that worker's batch in the collector's layout; both must pickle.
+        pre_collect_hook: called before each batch, in each worker (it must pickle).
+        post_collect_hook: called in each worker with that worker's batch, in the collector's
+            layout, as TorchRL's workers do (it must pickle).
         max_worker_restarts: restarts allowed per worker after a crash or an env error.
         timeout: seconds a worker may take to collect one batch (or answer another command)
             before it is deemed hung (and restarted); also the default bound of ``shutdown``.
