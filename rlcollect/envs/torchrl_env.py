@@ -122,11 +122,11 @@ def _prepare_policy(env: Any, policy: Any) -> None:
         set_exploration_modules_spec_from_env(policy, env)
 
 
-
 def _flag(value: torch.Tensor) -> torch.Tensor:
     """A done flag as bool (an env may declare its flags with a float or int spec, as TorchRL
     allows): set where non-zero."""
     return value if value.dtype is torch.bool else value != 0
+
 
 class TorchRLEnv(EnvBatch):
     """Wraps a TorchRL ``EnvBase``; an env with ``batch_size=[N]`` gives ``N`` envs.

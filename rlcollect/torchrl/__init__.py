@@ -53,15 +53,11 @@ TORCHRL_ARGUMENTS = ("cat_results", "extend_buffer", "use_buffers", "reset_when_
 def _idle_seconds(count: str) -> float:
     """TorchRL's ``MAX_IDLE_COUNT`` environment variable: how many of its 1 s polls a worker may
     stay silent; here the seconds a worker may take for a batch (the ``timeout`` argument)."""
-    try:
-        seconds = float(int(count))
-    except ValueError:
-        raise ValueError(f"MAX_IDLE_COUNT={count!r} must be a positive int (seconds a worker may take "
-                         "for a batch)") from None
+    seconds = int(count) if count.strip().isdigit() else 0
     if seconds <= 0:
         raise ValueError(f"MAX_IDLE_COUNT={count!r} must be a positive int (seconds a worker may take "
                          "for a batch)")
-    return seconds
+    return float(seconds)
 
 
 def _torchrl_init(collector: Any, cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -196,12 +192,11 @@ def _dispatch(args: tuple[Any, ...], kwargs: dict[str, Any], backend: str | None
             raise TypeError(f"num_collectors must be a positive integer, got {num_collectors!r}.")
         if num_collectors < 1:
             raise ValueError(f"num_collectors must be a positive integer, got {num_collectors!r}.")
-    from_context = backend is None and _context_backend() is not None
-    chosen = backend if backend is not None else (
-        _context_backend() or ("process" if num_collectors is not None else "direct"))
+    context = _context_backend() if backend is None else None
+    chosen = backend or context or ("process" if num_collectors is not None else "direct")
     chosen = _ALIASES.get(chosen, chosen)
     if chosen not in BACKENDS:
-        where = " (selected by an enclosing torchrl.service_backend context.)" if from_context else ""
+        where = " (selected by an enclosing torchrl.service_backend context.)" if context else ""
         raise ValueError(f"Collector does not support backend={chosen!r}. Expected one of "
                          f"{list(BACKENDS)}{where}")
     options = dict(backend_options or {})
