@@ -34,6 +34,7 @@ import rlcollect
 from rlcollect.cli.errors import CliError, one_line
 from rlcollect.cli.output import RunWriter, check_out, prepare_out
 from rlcollect.cli.policy import build_policy
+from rlcollect.cli.signals import StopSignals
 from rlcollect.collectors import Collector, CollectorStats, MultiSyncCollector
 from rlcollect.collectors.loggers import CollectorLogger, TensorBoardLogger, WandbLogger
 from rlcollect.data.checks import BadDataError
@@ -106,6 +107,8 @@ class CollectSummary:
         batch_shape: ``(num_envs, T)`` of one batch.
         seconds: wall-clock seconds of the collection loop, writing included.
         stats: the collector's own counters at the end (``fps`` counts collection time only).
+        signal: the signal that stopped the run, or came while it ended (SIGINT, SIGTERM);
+            ``None`` for none.
     """
 
     out: Path
@@ -115,6 +118,7 @@ class CollectSummary:
     batch_shape: tuple[int, int]
     seconds: float
     stats: CollectorStats
+    signal: int | None = None
 
     @property
     def complete(self) -> bool:
@@ -125,6 +129,13 @@ class CollectSummary:
     def fps(self) -> float:
         """Frames per wall-clock second of the loop, writing included."""
         return self.frames / self.seconds if self.seconds > 0 else 0.0
+
+
+class _Bar(tqdm):
+    """tqdm without its monitor thread: a thread in this process would make worker processes start
+    through a forkserver (seconds of imports) instead of a fork (milliseconds)."""
+
+    monitor_interval = 0
 
 
 def default_frames_per_batch(frames: int, num_envs: int) -> int:
@@ -199,13 +210,16 @@ def _progress_postfix(stats: CollectorStats) -> str:
 def run_collect(options: CollectOptions) -> CollectSummary:
     """Collect ``options.frames`` frames into ``options.out``; see the module docstring.
 
-    A Ctrl-C stops collection after the batch in progress: the batches collected so far stay in
-    the folder (``run.json`` says how many) and the summary has ``complete == False``.
+    A Ctrl-C (SIGINT) or SIGTERM stops collection; a batch being written is written and committed
+    first, so the batches collected so far stay in the folder (``run.json`` says how many), the
+    summary has ``complete == False`` and names the signal. A process killed outright (SIGKILL)
+    leaves a folder that :func:`rlcollect.load_run` reads up to the batch it was writing.
 
     Raises:
         CliError: an unknown env, a bad ``--policy``, a policy that does not fit the env, an
             unusable ``--out`` folder, or bad data from the env or the policy during the run (the
             batches before it stay in the folder).
+        Stopped: SIGINT or SIGTERM before the run folder was made.
     """
     frames_per_batch = options.frames_per_batch or default_frames_per_batch(options.frames, options.num_envs)
     check_out(options.out, force=options.force)  # refuse a bad --out before building anything
@@ -216,19 +230,57 @@ def run_collect(options: CollectOptions) -> CollectSummary:
     policy = None
     if options.policy is not None:
         policy = build_policy(options.policy, observation_space, action_space)
+    with StopSignals() as signals:
+        collector = _make_collector(options, policy, device, frames_per_batch, observation_space)
+        asked = options.frames_per_batch
+        if asked is not None and collector.frames_per_batch != asked:
+            print(f"rlcollect: note: --frames-per-batch {asked} rounded up to {collector.frames_per_batch}, "
+                  f"a multiple of --num-envs {options.num_envs}", file=sys.stderr)
+        try:
+            with signals.critical():  # the folder is made whole, or not at all
+                out = prepare_out(options.out, force=options.force)
+                observation_keys = [f.key for f in observation_fields(observation_space)]
+                writer = RunWriter(out, num_batches=len(collector), info=_setup_info(options, collector),
+                                   next_obs=options.next_obs, observation_keys=observation_keys)
+            seconds, bad_data = _collect_into(writer, collector, options, signals)
+        finally:
+            with signals.critical(raise_after=False):  # a second signal does not cut the shutdown
+                collector.shutdown()
+        with signals.critical(raise_after=False):
+            summary = CollectSummary(
+                out=out,
+                frames=writer.written * collector.frames_per_batch,
+                batches=writer.written,
+                batches_planned=writer.num_batches,
+                batch_shape=(collector.num_envs, collector.frames_per_batch // collector.num_envs),
+                seconds=seconds,
+                stats=collector.stats(),
+                signal=signals.received,
+            )
+            writer.finish(_result_info(summary))
+            _check_stored_frames(summary)
+    if bad_data is not None:
+        raise CliError(f"{one_line(str(bad_data))}; nothing of that batch was stored, {summary.out} holds "
+                       f"the first {summary.batches} batches")
+    return summary
+
+
+def _make_collector(
+    options: CollectOptions, policy: Any, device: Any, frames_per_batch: int,
+    observation_space: gym.Space[Any],
+) -> Collector | MultiSyncCollector:
+    """The collector ``options`` ask for: every env in this process, or split over ``--workers``."""
     try:
-        with warnings.catch_warnings():  # the collector rounds up to whole steps: said in a note below
+        with warnings.catch_warnings():  # the collector rounds up to whole steps: said in a note
             warnings.simplefilter("ignore")
             settings: dict[str, Any] = dict(
                 frames_per_batch=frames_per_batch, total_frames=options.frames, seed=options.seed,
                 create_env_kwargs=options.env_kwargs, policy_device=device, obs_dtype=options.obs_dtype)
-            collector: Collector | MultiSyncCollector
             if options.workers == 1:
-                collector = Collector(options.env, policy, num_envs=options.num_envs, **settings)
-            else:  # the same batches as one process's (same seed), its envs stepped in workers
-                collector = MultiSyncCollector(options.env, policy, num_workers=options.workers,
-                                               num_envs_per_worker=options.num_envs // options.workers,
-                                               **settings)
+                return Collector(options.env, policy, num_envs=options.num_envs, **settings)
+            # the same batches as one process's (same seed), its envs stepped in workers
+            return MultiSyncCollector(options.env, policy, num_workers=options.workers,
+                                      num_envs_per_worker=options.num_envs // options.workers, **settings)
     except (ValueError, TypeError) as error:  # the policy does not fit the env, or a bad setting
         prefix = f"--policy {options.policy!r}: " if options.policy is not None else ""
         raise CliError(prefix + one_line(str(error))) from None
@@ -240,63 +292,47 @@ def run_collect(options: CollectOptions) -> CollectSummary:
             f"--policy {options.policy!r} failed on {options.env}'s observations "
             f"({observation_space}): {type(error).__name__}: {one_line(str(error))}{notes}"
         ) from None
-    if options.frames_per_batch is not None and collector.frames_per_batch != options.frames_per_batch:
-        print(f"rlcollect: note: --frames-per-batch {options.frames_per_batch} rounded up to "
-              f"{collector.frames_per_batch}, a multiple of --num-envs {options.num_envs}", file=sys.stderr)
-    with collector:
-        out = prepare_out(options.out, force=options.force)
-        observation_keys = [f.key for f in observation_fields(observation_space)]
-        writer = RunWriter(out, num_batches=len(collector), info=_setup_info(options, collector),
-                           next_obs=options.next_obs,
-                           observation_keys=observation_keys)
-        bar = tqdm(
-            total=len(collector) * collector.frames_per_batch,
-            desc=options.env + " ",
-            unit="frame",
-            unit_scale=True,
-            bar_format=_BAR_FORMAT,
-            disable=None if options.progress else True,  # None: off when stderr is not a terminal
-            file=sys.stderr,
-        )
-        logger = _make_logger(options, out)
-        start = time.perf_counter()
-        bad_data: BadDataError | None = None
-        try:
-            for batch in collector:
-                assert batch is not None
-                if writer.written == 0:
-                    _warn_about_size(batch, len(collector), out, options.next_obs, observation_keys)
-                writer.write(batch)
-                if logger is not None:
-                    logger(collector)
-                bar.update(collector.frames_per_batch)
-                bar.set_postfix_str(_progress_postfix(collector.stats()), refresh=False)
-        except KeyboardInterrupt:  # Ctrl-C: keep the batches written so far; the summary says so
-            pass
-        except BadDataError as error:  # the env or the policy produced bad data: kept out, said in one line
-            bad_data = error
-        finally:
-            seconds = time.perf_counter() - start
-            bar.close()
-            if logger is not None:
-                logger.close()
-        stats = collector.stats()
-        num_envs, steps = collector.num_envs, collector.frames_per_batch // collector.num_envs
-    summary = CollectSummary(
-        out=out,
-        frames=writer.written * collector.frames_per_batch,
-        batches=writer.written,
-        batches_planned=writer.num_batches,
-        batch_shape=(num_envs, steps),
-        seconds=seconds,
-        stats=stats,
+
+
+def _collect_into(
+    writer: RunWriter, collector: Collector | MultiSyncCollector, options: CollectOptions,
+    signals: StopSignals,
+) -> tuple[float, BadDataError | None]:
+    """Write each batch of ``collector`` to the folder, with a progress bar and the logger, until
+    the run ends, a stop signal or Ctrl-C comes, or bad data is met; the loop's seconds and the
+    bad data (``None`` if none)."""
+    bar = _Bar(
+        total=len(collector) * collector.frames_per_batch,
+        desc=options.env + " ",
+        unit="frame",
+        unit_scale=True,
+        bar_format=_BAR_FORMAT,
+        disable=None if options.progress else True,  # None: off when stderr is not a terminal
+        file=sys.stderr,
     )
-    writer.finish(_result_info(summary))
-    _check_stored_frames(summary)
-    if bad_data is not None:
-        raise CliError(f"{one_line(str(bad_data))}; nothing of that batch was stored, {summary.out} holds "
-                       f"the first {summary.batches} batches")
-    return summary
+    logger = _make_logger(options, writer.out)
+    start = time.perf_counter()
+    try:
+        for batch in collector:
+            assert batch is not None
+            if writer.written == 0:
+                _warn_about_size(batch, len(collector), writer.out, options.next_obs,
+                                 writer.observation_keys)
+            with signals.critical():  # a signal now stops the run once the batch is committed
+                writer.write(batch)
+            if logger is not None:
+                logger(collector)
+            bar.update(collector.frames_per_batch)
+            bar.set_postfix_str(_progress_postfix(collector.stats()), refresh=False)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: keep the batches written so far; the summary says so
+        pass
+    except BadDataError as error:  # the env or the policy produced bad data: kept out, said in one line
+        return time.perf_counter() - start, error
+    finally:
+        bar.close()
+        if logger is not None:
+            logger.close()
+    return time.perf_counter() - start, None
 
 
 def estimated_bytes(

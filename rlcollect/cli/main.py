@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import argparse
 import ast
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 import rlcollect
 from rlcollect.cli.errors import CliError, one_line
+from rlcollect.cli.signals import Stopped, StopSignals
 
 # the commands import torch, tensordict and Gymnasium: only when they run (--help stays fast)
 
@@ -205,9 +207,10 @@ def _collect(args: argparse.Namespace) -> int:
     summary = run_collect(options)
     print(format_summary(summary, options))
     if not summary.complete:
-        print(f"rlcollect: interrupted; {summary.out} holds the first {summary.batches} batches",
+        by = f" by {signal.Signals(summary.signal).name}" if summary.signal is not None else ""
+        print(f"rlcollect: interrupted{by}; {summary.out} holds the first {summary.batches} batches",
               file=sys.stderr)
-        return 130
+        return 128 + (summary.signal or signal.SIGINT)
     if args.format == "minari":
         return _export(args, path=str(summary.out))
     return 0
@@ -247,7 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Returns:
         The exit status: 0 on success, 2 for a bad argument or input (reported on one line on
-        stderr), 130 for a run interrupted with Ctrl-C.
+        stderr), 130 for a run interrupted with Ctrl-C (SIGINT), 143 for one stopped by SIGTERM.
     """
     parser = build_parser()
     try:
@@ -256,13 +259,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exit_.code if isinstance(exit_.code, int) else 2
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
-        return handler(args)
+        with StopSignals():  # SIGTERM too ends in KeyboardInterrupt's clean path, as Stopped
+            return handler(args)
     except CliError as error:
         print(f"{_PREFIX}{one_line(str(error))}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("rlcollect: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as stop:  # before a run folder was made, or in another command
+        signum = stop.signum if isinstance(stop, Stopped) else signal.SIGINT
+        print(f"rlcollect: interrupted by {signal.Signals(signum).name}", file=sys.stderr)
+        return 128 + signum
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ from typing import Any
 from tensordict import TensorDictBase
 
 from rlcollect.cli.errors import CliError, one_line
-from rlcollect.data.run_folder import FINALS, RunFolderWriter
+from rlcollect.data.run_folder import COMMIT, FINALS, RunFolderWriter, replace_file
 from rlcollect.data.run_folder import load_run as load_run_folder
 
 __all__ = ["RUN_INFO", "RunWriter", "check_out", "load_run", "prepare_out"]
@@ -109,6 +109,7 @@ class RunWriter:
     ) -> None:
         self.out = out
         self.num_batches = num_batches
+        self.observation_keys = [tuple(key) for key in observation_keys or ()]
         self._folder = RunFolderWriter(out, next_obs=next_obs, observation_keys=observation_keys)
         self._info = {**info, "next_obs": "stored" if next_obs else f"rebuilt on load from {FINALS}/",
                       "complete": False}
@@ -133,7 +134,7 @@ class RunWriter:
 
     def _write_info(self) -> None:
         record = {**self._info, "batches_planned": self.num_batches, "batches_written": self.written}
-        (self.out / RUN_INFO).write_text(json.dumps(record, indent=2) + "\n")
+        replace_file(self.out / RUN_INFO, json.dumps(record, indent=2) + "\n")  # never half written
 
 
 def load_run(path: str | Path) -> tuple[TensorDictBase, dict[str, Any]]:
@@ -146,7 +147,7 @@ def load_run(path: str | Path) -> tuple[TensorDictBase, dict[str, Any]]:
     folder = Path(path)
     if not folder.is_dir():
         raise CliError(f"{str(folder)!r} is not a folder")
-    if not (folder / "meta.json").is_file():
+    if not (folder / "meta.json").is_file() and not (folder / COMMIT).is_file():
         raise CliError(f"{str(folder)!r} is not a saved TensorDict folder (no meta.json)")
     try:
         stored = load_run_folder(folder)

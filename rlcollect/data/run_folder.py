@@ -1,9 +1,22 @@
 """A run folder: batches appended to a memory-mapped TensorDict ``[batches, envs, T]`` as they come.
 
 The folder is TensorDict's own memmap format, so ``TensorDict.load_memmap(folder)`` opens it; it
-grows by one batch per :meth:`RunFolderWriter.append` (each leaf's file gets the batch's bytes at
-its end, then the ``meta.json`` files the new size), so nothing is allocated for batches that are
-never collected, and the folder loads at its written size at any moment, also after a crash.
+grows by one batch per :meth:`RunFolderWriter.append`, so nothing is allocated for batches that
+are never collected.
+
+A batch lands in three moves, and the folder loads at every instant between them:
+
+1. its bytes are written after the committed rows of each leaf's file (at a computed offset, so a
+   write cut short is overwritten by the next one, never appended after);
+2. the commit: ``committed.json`` (the number of batches, and of final-observation rows) is
+   written beside the old one and renamed over it, one atomic step;
+3. the ``meta.json`` files are brought up to the commit, each replaced atomically.
+
+:func:`load_run` reads ``committed.json`` and only the committed rows, whatever the state of the
+files after it: a process killed at any instant (SIGKILL included) leaves the batches committed
+before it, and loses at most the batch it was writing. ``TensorDict.load_memmap`` reads the
+``meta.json`` files: exact once step 3 is done, which is every moment but the few renames of
+step 3 itself.
 
 Without the next observations (``next_obs=False``) the folder holds each step's observation and,
 in ``final_observations/``, only the next observations the following step does not hold: those
@@ -18,73 +31,109 @@ Examples:
     ...     for i in range(3):
     ...         writer.append(TensorDict({"x": torch.full((2, 4), i)}, batch_size=[2, 4]))
     ...     writer.close()
-    ...     print(TensorDict.load_memmap(folder)["x"][:, 0, 0].tolist())
-    [0, 1, 2]
+    ...     print(TensorDict.load_memmap(folder)["x"][:, 0, 0].tolist(), load_run(folder).batch_size)
+    [0, 1, 2] torch.Size([3, 2, 4])
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
 
-__all__ = ["FINALS", "RunFolderWriter", "load_run", "rebuild_next_observations"]
+__all__ = ["COMMIT", "FINALS", "RunFolderWriter", "load_run", "read_commit", "rebuild_next_observations",
+           "replace_file"]
 
 #: The sub-folder of a run without next observations that holds the ones that cannot be rebuilt.
 FINALS = "final_observations"
+#: The file whose atomic replacement commits a batch: what a loader may read.
+COMMIT = "committed.json"
+_FORMAT = 1  # the version of committed.json's content
 _WHERE = ("batch", "env", "step")  # the index of each final observation in the run
+Key = tuple[str, ...]
+
+
+def replace_file(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` in one atomic step: a new file beside it, renamed over it."""
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
 
 
 class _AppendingMemmap:
-    """A memmap TensorDict folder grown along its first dim by appending each leaf's bytes."""
+    """A memmap TensorDict folder grown along its first dim: rows are written first
+    (:meth:`write`), then made visible (:meth:`commit`)."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self.length = 0
-        self._files: dict[tuple[str, ...], BinaryIO] = {}
-        self._metas: set[Path] = set()  # the meta.json of the folder and of each nested TensorDict
+        self.length = 0  # committed rows
+        self._leaves: dict[Key, tuple[Path, int]] = {}  # key -> (file, bytes per row)
+        self._metas: list[Path] = []  # the meta.json of the folder and of each nested TensorDict
 
-    def append(self, data: TensorDictBase) -> None:
-        """Add ``data`` (``[n, ...]``, the same keys, shapes and dtypes every time) at the end."""
-        if not self._files:
-            data.memmap(self.folder)  # the format and the first rows: tensordict's own writer
-            for key in data.keys(include_nested=True, leaves_only=True):
-                key = (key,) if isinstance(key, str) else tuple(key)
-                path = self.folder.joinpath(*key[:-1], f"{key[-1]}.memmap")
-                if not path.is_file():
-                    raise RuntimeError(f"tensordict wrote no {path} for {key}: its memmap format changed")
-                self._files[key] = path.open("ab")
-                self._metas.update(self.folder.joinpath(*key[:i], "meta.json") for i in range(len(key)))
-        else:
-            for key, file in self._files.items():
-                value = data.get(key)
-                file.write(np.ascontiguousarray(value.numpy(force=True)).data.cast("B"))
-            for file in self._files.values():
-                file.flush()
-        self.length += data.shape[0]
-        if self.length > data.shape[0]:
-            self._write_meta()  # after the data: the folder never claims rows it lacks
+    def write(self, data: TensorDictBase) -> int:
+        """Write ``data`` (``[n, ...]``, the same keys, shapes and dtypes every time) after the
+        committed rows; return the row count it makes, for :meth:`commit`."""
+        if not self._leaves:
+            self._create(data)
+        rows = data.shape[0]
+        for key, (path, row_bytes) in self._leaves.items():
+            value = np.ascontiguousarray(data.get(key).numpy(force=True)).data.cast("B")
+            if len(value) != rows * row_bytes:
+                raise ValueError(f"{key} has {len(value)} bytes for {rows} rows, the folder holds "
+                                 f"{row_bytes} bytes per row (every batch must have the same shapes)")
+            _write_at(path, self.length * row_bytes, value)
+        return self.length + rows
 
-    def _write_meta(self) -> None:
+    def _create(self, data: TensorDictBase) -> None:
+        """The folder's format from ``data`` without its rows (tensordict's own writer, which makes
+        no file for an empty leaf), and an empty file per leaf."""
+        data[:0].memmap(self.folder)
+        for key in data.keys(include_nested=True, leaves_only=True):
+            key = (key,) if isinstance(key, str) else tuple(key)
+            value = data.get(key)
+            path = self.folder.joinpath(*key[:-1], f"{key[-1]}.memmap")
+            path.touch()
+            self._leaves[key] = (path, value[:1].numel() * value.element_size())
+            for depth in range(len(key)):
+                meta = self.folder.joinpath(*key[:depth], "meta.json")
+                if meta not in self._metas:
+                    self._metas.append(meta)
+        missing = [meta for meta in self._metas if not meta.is_file()]
+        if missing:
+            raise RuntimeError(f"tensordict wrote no {missing[0]}: its memmap format changed")
+
+    def commit(self, length: int) -> None:
+        """Make ``length`` rows visible in the ``meta.json`` files (each replaced atomically)."""
+        self.length = length
         for meta in self._metas:
             record = json.loads(meta.read_text())
-            record["shape"][0] = self.length
+            record["shape"][0] = length
             for entry in record.values():
                 if isinstance(entry, dict) and "shape" in entry:
-                    entry["shape"][0] = self.length
-            temporary = meta.with_suffix(".tmp")
-            temporary.write_text(json.dumps(record))
-            os.replace(temporary, meta)
+                    entry["shape"][0] = length
+            replace_file(meta, json.dumps(record))
 
-    def close(self) -> None:
-        for file in self._files.values():
-            file.close()
-        self._files.clear()
+
+def _write_at(path: Path, offset: int, data: memoryview) -> None:
+    """``data`` into ``path`` from ``offset`` on; a full disk is an ``OSError`` naming both."""
+    descriptor = os.open(path, os.O_WRONLY)
+    try:
+        written = 0
+        while written < len(data):
+            written += os.pwrite(descriptor, data[written:], offset + written)
+    except OSError as error:
+        if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise OSError(error.errno, f"no space left for {path}: {len(data):,} bytes needed at offset "
+                                   f"{offset:,} ({os.strerror(error.errno)})", str(path)) from None
+    finally:
+        os.close(descriptor)
 
 
 class RunFolderWriter:
@@ -111,17 +160,22 @@ class RunFolderWriter:
         self.observation_keys = [tuple(k) for k in observation_keys or ()]
         self.batches = 0
         self._main = _AppendingMemmap(self.folder)
-        self._finals = _AppendingMemmap(self.folder / FINALS)
+        self._finals = _AppendingMemmap(self.folder / FINALS) if not next_obs else None
+        self._commit()  # zero batches: the folder is a run that loads from now on
 
     def append(self, batch: TensorDictBase) -> None:
-        """Store ``batch`` (``[envs, T]``) as the next index of the folder."""
-        if not self.next_obs:
-            self._append_finals(batch)
-            batch = batch.exclude(*[("next", *key) for key in self.observation_keys])
-        self._main.append(batch.unsqueeze(0))
+        """Store ``batch`` (``[envs, T]``) as the next index of the folder: its rows first, then
+        the commit (see the module docstring). An exception before the commit (a full disk)
+        leaves the folder at its previous batch, and the writer ready to append it again."""
+        main_rows = self._main.write(batch.exclude(*self._left_out()).unsqueeze(0))
+        final_rows = self._finals.write(self._final_observations(batch)) if self._finals else 0
         self.batches += 1
+        self._commit(main_rows, final_rows)
 
-    def _append_finals(self, batch: TensorDictBase) -> None:
+    def _left_out(self) -> list[tuple[str, ...]]:
+        return [] if self.next_obs else [("next", *key) for key in self.observation_keys]
+
+    def _final_observations(self, batch: TensorDictBase) -> TensorDictBase:
         keep = batch.get(("next", "done")).reshape(batch.shape).clone()
         keep[:, -1] = True  # a batch's last next observation is not in the folder either
         envs, steps = keep.nonzero(as_tuple=True)
@@ -129,12 +183,61 @@ class RunFolderWriter:
         finals = TensorDict(where, batch_size=[len(envs)])
         for key in self.observation_keys:
             finals.set(key, batch.get(("next", *key))[envs, steps])
-        self._finals.append(finals)
+        return finals
+
+    def _commit(self, main_rows: int = 0, final_rows: int = 0) -> None:
+        record = {"format": _FORMAT, "batches": self.batches, FINALS: final_rows if self._finals else None}
+        replace_file(self.folder / COMMIT, json.dumps(record))
+        if main_rows:
+            self._main.commit(main_rows)
+        if self._finals is not None and final_rows:
+            self._finals.commit(final_rows)
 
     def close(self) -> None:
-        """Close the files (the folder stays as written)."""
-        self._main.close()
-        self._finals.close()
+        """Nothing is held open between batches: the folder stays as written."""
+
+
+def read_commit(folder: str | Path) -> dict[str, Any] | None:
+    """The commit record of a run folder, or ``None`` for a folder without one (written by
+    ``TensorDict.memmap`` or before rlcollect committed its batches)."""
+    path = Path(folder) / COMMIT
+    if not path.is_file():
+        return None
+    record = json.loads(path.read_text())
+    if record.get("format") != _FORMAT:
+        raise ValueError(f"{path} has format {record.get('format')!r}; this rlcollect reads format {_FORMAT}")
+    return dict(record)
+
+
+def _load_rows(folder: Path, rows: int) -> TensorDictBase:
+    """The first ``rows`` rows of a memmap folder, from its ``meta.json`` files with the first dim
+    set to ``rows`` (they may say more or fewer while a batch is being committed)."""
+    if not (folder / "meta.json").is_file():  # no batch was ever written
+        if rows:
+            raise ValueError(f"{folder} commits {rows} rows but has no meta.json")
+        return TensorDict(batch_size=[0])
+    meta = json.loads((folder / "meta.json").read_text())
+    entries: dict[str, Any] = {}
+    for name, entry in meta.items():
+        if not isinstance(entry, dict):
+            continue
+        if entry.get("type") == "TensorDict":
+            entries[name] = _load_rows(folder / name, rows)
+        elif "dtype" in entry:
+            entries[name] = _load_leaf(folder / f"{name}.memmap", entry, rows)
+    return TensorDict(entries, batch_size=[rows, *meta["shape"][1:]])
+
+
+def _load_leaf(path: Path, entry: dict[str, Any], rows: int) -> torch.Tensor:
+    dtype = getattr(torch, entry["dtype"].removeprefix("torch."))
+    shape = torch.Size([rows, *entry["shape"][1:]])
+    needed = shape.numel() * torch.empty((), dtype=dtype).element_size()
+    held = path.stat().st_size if path.is_file() else 0
+    if held < needed:  # mapping past a file's end would crash on the first read
+        raise ValueError(f"{path} holds {held:,} bytes; the {rows} committed rows need {needed:,}")
+    if not needed:
+        return torch.empty(shape, dtype=dtype)
+    return MemoryMappedTensor.from_filename(path, dtype=dtype, shape=shape)
 
 
 def rebuild_next_observations(stored: TensorDictBase, finals: TensorDictBase) -> TensorDictBase:
@@ -155,10 +258,16 @@ def rebuild_next_observations(stored: TensorDictBase, finals: TensorDictBase) ->
 
 
 def load_run(folder: str | Path) -> TensorDictBase:
-    """The batches of a run folder, ``[batches, envs, T]``, with every key a collector writes.
+    """The committed batches of a run folder, ``[batches, envs, T]``, with every key a collector writes.
 
-    A folder with the next observations is memory-mapped as it is (``TensorDict.load_memmap``);
-    one written without them gets them rebuilt in memory (:func:`rebuild_next_observations`).
+    Only what ``committed.json`` commits is read (memory-mapped), so a folder whose writer was
+    killed at any instant loads with the batches before the one it was writing. A folder without
+    ``committed.json`` (any TensorDict memmap folder) is read with ``TensorDict.load_memmap``.
+    A folder written without the next observations gets them rebuilt in memory
+    (:func:`rebuild_next_observations`).
+
+    Raises:
+        ValueError: the folder's files hold fewer bytes than it commits (damaged after its run).
 
     Examples:
         >>> import tempfile, torch
@@ -176,7 +285,13 @@ def load_run(folder: str | Path) -> TensorDictBase:
         torch.Size([2, 1, 64]) True
     """
     folder = Path(folder)
-    stored = TensorDict.load_memmap(folder)
-    if not (folder / FINALS).is_dir():
+    record = read_commit(folder)
+    if record is None:
+        stored = TensorDict.load_memmap(folder)
+        if not (folder / FINALS).is_dir():
+            return stored
+        return rebuild_next_observations(stored, TensorDict.load_memmap(folder / FINALS))
+    stored = _load_rows(folder, record["batches"])
+    if record[FINALS] is None or not record["batches"]:
         return stored
-    return rebuild_next_observations(stored, TensorDict.load_memmap(folder / FINALS))
+    return rebuild_next_observations(stored, _load_rows(folder / FINALS, record[FINALS]))

@@ -1,0 +1,54 @@
+"""A process that runs ``rlcollect`` commands in forked children, for the kill test.
+
+It imports the CLI once, then reads one JSON argument list per line on stdin; for each it forks a
+child that becomes a process group of its own and runs ``rlcollect.cli.main.main(argv)``, prints
+``pid <pid>`` at once, and ``status <pid> <code>`` when the child ends (``code`` is the exit status,
+or ``-signum`` for a child a signal killed). Forking saves each run the seconds of importing torch,
+so a hundred runs fit in a test; the child is the CLI process a user's shell would start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import sys
+
+import gymnasium as gym
+import torch
+
+import rlcollect.cli.collect  # noqa: F401  (imported here, not in each child)
+from rlcollect.cli.main import main
+
+
+def _run_child(argv: list[str]) -> None:
+    os.setpgid(0, 0)  # the child and its workers: one group, as a shell's job
+    code = 1
+    try:
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            code = main(argv)
+        sys.stderr.write(out.getvalue())
+    finally:
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def serve() -> None:
+    torch.set_num_threads(1)
+    gym.make("CartPole-v1").close()  # its module imported too
+    for line in sys.stdin:
+        argv = json.loads(line)
+        stderr = argv.pop(0)  # where the child's output goes
+        pid = os.fork()
+        if pid == 0:
+            descriptor = os.open(stderr, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            os.dup2(descriptor, 2)
+            _run_child(argv)
+        print(f"pid {pid}", flush=True)
+        _, status = os.waitpid(pid, 0)
+        print(f"status {pid} {os.waitstatus_to_exitcode(status)}", flush=True)
+
+
+if __name__ == "__main__":
+    serve()
