@@ -12,10 +12,12 @@ from __future__ import annotations
 import abc
 import contextlib
 import dataclasses
+import inspect
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import weakref
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +45,7 @@ class BaseCollector(abc.ABC):
     _profile_config: ProfileConfig | None = None
     _iteration_started: bool = False
     _iterator: Iterator[TensorDictBase | None] | None = None
+    _stream_ref: weakref.ref[Generator[TensorDictBase | None, None, None]] | None = None
 
     # -- iteration -------------------------------------------------------------------------
     @abc.abstractmethod
@@ -52,10 +55,21 @@ class BaseCollector(abc.ABC):
     def __iter__(self) -> Iterator[TensorDictBase | None]:
         """Yield batches, going on from where the last iterator stopped.
 
-        An iterator that is dropped (``break``, ``next(iter(collector))``) leaves the collector as
-        it is, ready for the next loop; an error of collection (a Ctrl-C while it waits, too) shuts
-        it down before it propagates.
+        A collector has one stream of batches: while an iterator over it is alive (referenced and
+        not finished), ``iter(collector)`` returns that same iterator, so two of them share the
+        stream and every step is delivered once, to one of them. An iterator that is dropped
+        (``break``, ``next(iter(collector))``) leaves the collector as it is, ready for the next
+        loop; an error of collection (a Ctrl-C while it waits, too) shuts it down before it
+        propagates.
         """
+        live = self._stream_ref() if self._stream_ref is not None else None
+        if live is not None and inspect.getgeneratorstate(live) != inspect.GEN_CLOSED:
+            return live
+        stream = self._stream()
+        self._stream_ref = weakref.ref(stream)
+        return stream
+
+    def _stream(self) -> Generator[TensorDictBase | None, None, None]:
         self._iteration_started = True
         try:
             yield from self.iterator()

@@ -1,7 +1,8 @@
 """The ways people iterate a collector, in every collector: each gives the frames of one plain run.
 
 Peeking at one batch (``next(iter(collector))``), leaving a loop with ``break``, two loops in a
-row, ``collector.next()`` mixed with a loop: a dropped iterator is not a shutdown (as in TorchRL,
+row, ``collector.next()`` mixed with a loop, two live iterators used in turn (they share the
+collector's one stream): a dropped iterator is not a shutdown (as in TorchRL,
 whose ``__iter__`` shuts down on errors only), so the next loop goes on where the last one stopped.
 Every idiom's batches, put end to end, must equal an uninterrupted run's (compared as in
 ``test_parity``: synchronous collectors batch for batch, asynchronous ones per worker).
@@ -60,11 +61,23 @@ def next_mixed_with_loops(collector: Any) -> list[TensorDictBase]:
     return out
 
 
+def two_live_iterators(collector: Any) -> list[TensorDictBase]:
+    """Two iterators alive at once, used in turn: one stream, each batch to one of them."""
+    first, second = iter(collector), iter(collector)
+    out = []
+    while True:
+        try:
+            out.append(next(first if len(out) % 2 == 0 else second))
+        except StopIteration:
+            return out
+
+
 IDIOMS: dict[str, Callable[[Any], list[TensorDictBase]]] = {
     "peek_then_loop": peek_then_loop,
     "break_then_loop": break_then_loop,
     "two_loops": two_loops,
     "next_mixed_with_loops": next_mixed_with_loops,
+    "two_live_iterators": two_live_iterators,
 }
 
 
@@ -125,3 +138,11 @@ def test_a_collector_dropped_without_shutdown_leaves_no_process(kind: str) -> No
     del collector
     gc.collect()
     assert gone_within(pids, 5.0)
+
+
+def test_two_live_iterators_share_the_stream_with_prefetch() -> None:
+    """With ``prefetch=True`` the workers fill the next batch while one is handed out: two
+    iterators in turn still get each batch once (they delivered batches 1 and 2 alike before)."""
+    with build("sync", {"prefetch": True}, BATCHES) as collector:
+        got = two_live_iterators(collector)
+    compare("sync", "frames", got, reference_for("defaults"))
