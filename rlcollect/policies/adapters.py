@@ -224,6 +224,31 @@ def _on_device(module: Any, device: torch.device | None) -> Any:
     return copy.deepcopy(module).to(device)
 
 
+class _PrivateInput:
+    """The policy's own copy of one observation entry, refilled each step from the batch's view
+    of step ``t``: a policy that writes into its input changes its copy, never the stored frames.
+    The copy goes through numpy where it can (a fraction of a microsecond for small entries)."""
+
+    def __init__(self, views: list[torch.Tensor]) -> None:
+        self.views = views
+        self.scratch = torch.empty_like(views[0], memory_format=torch.contiguous_format)
+        self._scratch_np: np.ndarray | None = None
+        self._views_np: list[np.ndarray] = []
+        try:
+            self._views_np = [view.numpy() for view in views]
+            self._scratch_np = self.scratch.numpy()
+        except (TypeError, RuntimeError):  # a dtype numpy lacks (bfloat16), or not on the CPU
+            self._views_np = []
+
+    def take(self, t: int) -> torch.Tensor:
+        """The scratch tensor, holding step ``t``'s observation."""
+        if self._scratch_np is not None:
+            np.copyto(self._scratch_np, self._views_np[t])
+        else:
+            self.scratch.copy_(self.views[t])
+        return self.scratch
+
+
 class ModulePolicy(PolicyAdapter):
     """A module or callable mapping observations ``[N, *obs]`` to actions ``[N, *act]``.
 
@@ -237,6 +262,7 @@ class ModulePolicy(PolicyAdapter):
 
     # set by bind(): per-step views of observation slot t and action[:, t], the action's shape and dtype
     _obs_views: list[torch.Tensor]
+    _input: _PrivateInput  # the policy's own copy of slot t
     _action_views: list[torch.Tensor]
     _action_shape: torch.Size
     _action_dtype: torch.dtype
@@ -278,8 +304,10 @@ class ModulePolicy(PolicyAdapter):
     def _views(self, buffers: BatchBuffers) -> dict[str, Any]:
         obs = next(iter(buffers.obs_ext.values()))
         # one view per step, made once: indexing a tensor costs more than the copy itself
+        views = [obs[:, t] for t in range(buffers.num_steps)]
         return {
-            "_obs_views": [obs[:, t] for t in range(buffers.num_steps)],
+            "_obs_views": views,
+            "_input": _PrivateInput(views),
             "_action_views": [buffers.action[:, t] for t in range(buffers.num_steps)],
             "_action_shape": buffers.action[:, 0].shape,
             "_action_dtype": buffers.action.dtype,
@@ -287,9 +315,10 @@ class ModulePolicy(PolicyAdapter):
         }
 
     def act(self, t: int) -> None:
-        obs = self._obs_views[t]
-        if self._moves_obs:
-            obs = obs.to(self.device, non_blocking=True)
+        if self._moves_obs:  # a copy on the policy's device
+            obs = self._obs_views[t].to(self.device, non_blocking=True)
+        else:  # a copy all the same: what the policy does to it never reaches the batch
+            obs = self._input.take(t)
         out = self.callable(obs)
         self._outputs[t] = out  # checked by finish(), in one loop: cheaper than between env steps
         try:
@@ -346,6 +375,7 @@ class TensorDictPolicy(PolicyAdapter):
     # set by bind(): per-step input TensorDicts, (key, output view) pairs, (key, carried state
     # view) pairs, and (carry, extra) pairs copied at a batch's end
     _inputs: list[TensorDictBase]
+    _private: list[tuple[NestedKey, _PrivateInput]]  # the policy's own copy of each observation entry
     _outputs: list[list[tuple[tuple[str, ...], torch.Tensor]]]
     _carried: list[list[tuple[tuple[str, ...], torch.Tensor]]]
     _last: list[tuple[torch.Tensor, torch.Tensor]]
@@ -400,7 +430,8 @@ class TensorDictPolicy(PolicyAdapter):
         steps = buffers.num_steps
         # unbatched: env 0's entries, without the env dimension
         env, batch_size = (0, []) if self.unbatched else (slice(None), [buffers.num_envs])
-        inputs = [TensorDict({k: v[env, t] for k, v in buffers.obs_ext.items()}, batch_size=batch_size)
+        private = {k: _PrivateInput([v[env, t] for t in range(steps)]) for k, v in buffers.obs_ext.items()}
+        inputs = [TensorDict({k: p.scratch for k, p in private.items()}, batch_size=batch_size)
                   for t in range(steps)]
         outputs = [
             [(("action",), buffers.action[env, t])]
@@ -410,10 +441,13 @@ class TensorDictPolicy(PolicyAdapter):
         carried = [[(key, self.carry[key][env] if t == 0 else buffers.extras[key][env, t - 1])
                     for key in self.carried] for t in range(steps)]
         last = [(self.carry[key], buffers.extras[key]) for key in self.carried]
-        return {"_inputs": inputs, "_outputs": outputs, "_carried": carried, "_last": last}
+        return {"_inputs": inputs, "_private": list(private.items()), "_outputs": outputs,
+                "_carried": carried, "_last": last}
 
     def act(self, t: int) -> None:
         inputs = self._inputs[t]
+        for key, private in self._private:  # the policy's own copy, (re)set: it may have replaced it
+            inputs.set(key, private.take(t))
         for key, previous in self._carried[t]:  # (re)set: the policy may have replaced the entry
             inputs.set(key, previous)
         out = self._forward(inputs)

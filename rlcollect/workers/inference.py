@@ -244,7 +244,8 @@ class PolicyServer:
         keys = list(self._obs[0])
         if len(blocks) == 1:
             slot, rows, t = blocks[0]
-            obs = {key: self._obs[slot][key][rows, t] for key in keys}
+            # a copy: what the policy does to its input never reaches the workers' slots
+            obs = {key: self._obs[slot][key][rows, t].clone() for key in keys}
         else:
             obs = {key: torch.cat([self._obs[slot][key][rows, t] for slot, rows, t in blocks])
                    for key in keys}
