@@ -188,7 +188,10 @@ class AsyncBatchedCollector(PooledCollector):
 
     def _init_weights(self, options: CollectorOptions, transport: Transport) -> None:
         self._weight_sync_schemes = init_senders(options.weight_sync_schemes, self._models, "local", self)
-        self._weights = FrozenWeights(self.num_workers, version=lambda: self._server.version)  # no weights
+        # no weights to send; the version is the server's, read through a weak reference: a
+        # collector dropped without shutdown() is freed (and its workers stopped) at once
+        collector = weakref.ref(self)
+        self._weights = FrozenWeights(self.num_workers, version=lambda: _server_version(collector))
         self.weight_updater = options.weight_updater
 
     def _worker_spec(self, worker: int) -> RolloutSpec:
@@ -307,6 +310,11 @@ def _server_settings(max_batch_size: Any, min_batch_size: Any, server_timeout: A
         raise ValueError(f"server_timeout must be a finite number of seconds >= 0, got {server_timeout!r}")
     return {"max_batch_size": max_batch_size, "min_batch_size": min_batch_size,
             "server_timeout": float(server_timeout)}
+
+
+def _server_version(collector: weakref.ref[AsyncBatchedCollector]) -> int:
+    alive = collector()
+    return alive._server.version if alive is not None else 0
 
 
 def _stop(server: PolicyServer, pool: WorkerPool) -> None:
