@@ -19,6 +19,7 @@ Examples:
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -116,7 +117,10 @@ class MemmapStorage(Storage):
             if not one.batch_size[0]:  # no frame to copy the layout from: make one
                 one = one.apply(lambda t: torch.zeros((1, *t.shape[1:]), dtype=t.dtype), batch_size=[1])
             shutil.rmtree(self.path / "data", ignore_errors=True)  # left by a process that died here
-            self._adopt(one.expand(self.capacity).memmap_like(prefix=self.path / "data"))
+            _check_space(self.path, _bytes_per_frame(one) * self.capacity + 2 * 8 * self.capacity)
+            data = one.expand(self.capacity).memmap_like(prefix=self.path / "data")
+            _reserve(self.path / "data")  # blocks allocated now: a write through the map never faults
+            self._adopt(data)
             self._open_files(create=True)
             self._stamp.fill_(EMPTY)
             self._reserved.fill_(EMPTY)
@@ -140,3 +144,33 @@ def dump_storage(storage: Storage, folder: Path) -> None:
 def load_storage(storage: Storage, folder: Path) -> None:
     """Replace ``storage``'s contents with those of a folder written by :func:`dump_storage`."""
     storage.load_state_dict(MemmapStorage.open(folder).state_dict())
+
+
+def _bytes_per_frame(one: TensorDictBase) -> int:
+    return sum(t.numel() * t.element_size() for t in one.values(True, True))
+
+
+def _check_space(path: Path, needed: int) -> None:
+    """A disk too small for the storage is an ``OSError`` now, not a SIGBUS at the first write
+    past its free space (a mapped file's pages are only allocated when written)."""
+    free = shutil.disk_usage(path).free
+    if needed > free:
+        raise OSError(errno.ENOSPC, f"the memmap storage at {path} needs {needed:,} bytes; its disk has "
+                                    f"{free:,} free", str(path))
+
+
+def _reserve(folder: Path) -> None:
+    """Allocate every file's blocks under ``folder`` (``posix_fallocate``); a full disk raises
+    ``OSError`` naming the file and the bytes."""
+    for path in sorted(folder.rglob("*.memmap")):
+        size = path.stat().st_size
+        descriptor = os.open(path, os.O_RDWR)
+        try:
+            os.posix_fallocate(descriptor, 0, size)
+        except OSError as error:
+            if error.errno in (errno.EOPNOTSUPP, errno.EINVAL):  # a filesystem that cannot: the check above
+                return
+            raise OSError(error.errno, f"cannot reserve {size:,} bytes for {path} "
+                                       f"({os.strerror(error.errno or errno.EIO)})", str(path)) from None
+        finally:
+            os.close(descriptor)

@@ -12,6 +12,7 @@ import pickle
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -117,3 +118,37 @@ def test_a_lock_copy_opens_its_own_file_and_only_the_creator_removes_it() -> Non
     assert not lock.path.exists()
     with pytest.raises(RuntimeError, match="lock file .* is gone"):
         pickle.loads(pickle.dumps(lock))
+
+
+def test_a_memmap_storage_too_big_for_its_disk_is_an_oserror_before_anything_is_mapped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil as real_shutil
+
+    import rlcollect.replay.memmap as memmap
+
+    usage = real_shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(memmap.shutil, "disk_usage", lambda path: usage._replace(free=4096))
+    buffer = ReplayBuffer(1000, storage="memmap", path=tmp_path / "rb")
+    with pytest.raises(OSError, match=r"storage at .*rb needs 24,000 bytes; its disk has 4,096 free"):
+        buffer.extend(frames(0, 4))
+    assert not list((tmp_path / "rb").rglob("*.memmap"))  # nothing mapped
+
+
+def test_a_memmap_storage_reserves_its_blocks_and_names_a_file_it_cannot_reserve(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import rlcollect.replay.memmap as memmap
+
+    def full(descriptor: int, offset: int, length: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(memmap.os, "posix_fallocate", full)
+    buffer = ReplayBuffer(1000, storage="memmap", path=tmp_path / "rb")
+    with pytest.raises(OSError, match=r"cannot reserve [0-9,]+ bytes for .*\.memmap \(No space left"):
+        buffer.extend(frames(0, 4))
+    monkeypatch.undo()
+    buffer = ReplayBuffer(1000, storage="memmap", path=tmp_path / "rb2")
+    buffer.extend(frames(0, 4))  # with room: every data file's blocks allocated, not sparse
+    for path in (tmp_path / "rb2").rglob("*.memmap"):
+        assert os.stat(path).st_blocks * 512 >= path.stat().st_size
