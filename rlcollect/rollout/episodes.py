@@ -15,33 +15,50 @@ __all__ = ["EPISODE_FIELDS", "EpisodeRecords", "EpisodeTracker", "episode_table"
 #: The fields of an episode record, and their dtypes.
 EPISODE_FIELDS = {"return": np.float64, "length": np.int64, "env": np.int64, "traj_id": np.int64,
                   "policy_version": np.int64, "worker": np.int64}
-#: Records kept for :meth:`EpisodeRecords.drain` at most (the oldest go first).
-MAX_RECORDS = 1_000_000
+#: Records kept for :meth:`EpisodeRecords.drain` at most: the most recent ones. Their memory is
+#: allocated once (under 0.5 MB), so a collector whose records are never drained stays bounded.
+MAX_RECORDS = 10_000
 
 
 class EpisodeRecords:
-    """Episode records (arrays of :data:`EPISODE_FIELDS`) kept until drained, at most
-    :data:`MAX_RECORDS` of them."""
+    """Episode records (arrays of :data:`EPISODE_FIELDS`) kept until drained: the last
+    ``capacity`` of them, in preallocated arrays used as a ring (older ones are dropped and
+    counted in :attr:`dropped`).
 
-    def __init__(self) -> None:
-        self._records: deque[dict[str, np.ndarray]] = deque()
-        self._held = 0  # records in self._records
+    Examples:
+        >>> records = EpisodeRecords(capacity=3)
+        >>> for first in (0, 2):
+        ...     records.add({name: np.arange(first, first + 2, dtype=dtype)
+        ...                  for name, dtype in EPISODE_FIELDS.items()})
+        >>> records.drain()["traj_id"].tolist(), records.dropped
+        ([1, 2, 3], 1)
+    """
+
+    def __init__(self, capacity: int = MAX_RECORDS) -> None:
+        self.capacity = capacity
+        self._rings = {name: np.zeros(capacity, dtype) for name, dtype in EPISODE_FIELDS.items()}
+        self._start = self._held = 0  # the oldest record's index in the ring, and the records held
+        self.dropped = 0  # records dropped unread since this object was made
 
     def add(self, records: dict[str, np.ndarray]) -> None:
-        """Keep ``records`` for :meth:`drain`."""
+        """Keep ``records`` for :meth:`drain` (the oldest kept ones go when the ring is full)."""
         count = len(records["return"])
         if not count:
             return
-        self._records.append(records)
-        self._held += count
-        while self._held - len(self._records[0]["return"]) >= MAX_RECORDS:
-            self._held -= len(self._records.popleft()["return"])
+        skip = max(0, count - self.capacity)  # more than the ring holds: only the last ones
+        positions = (self._start + self._held + np.arange(skip, count)) % self.capacity
+        for name, ring in self._rings.items():
+            ring[positions] = records[name][skip:]
+        overflow = max(0, self._held + count - self.capacity)
+        self.dropped += overflow
+        self._start = (self._start + overflow) % self.capacity
+        self._held = min(self.capacity, self._held + count)
 
     def drain(self) -> dict[str, np.ndarray]:
         """The records kept since the last call, oldest first, as one array per field."""
-        records, self._records, self._held = list(self._records), deque(), 0
-        return {name: np.concatenate([r[name] for r in records]) if records else np.zeros(0, dtype)
-                for name, dtype in EPISODE_FIELDS.items()}
+        positions = (self._start + np.arange(self._held)) % self.capacity
+        self._start = self._held = 0
+        return {name: ring[positions] for name, ring in self._rings.items()}
 
 
 class EpisodeTracker:

@@ -119,3 +119,73 @@ def test_soak_multisync_with_kills_and_weight_updates() -> None:
     assert growth < RSS_GROWTH_MB, figures
     assert fds <= FD_GROWTH, figures
     assert threads == {base_threads}, figures
+
+
+def rss_of(pid: int) -> float:
+    """Process ``pid``'s resident memory in MB (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def slope_mb_per_minute(samples: list[tuple[float, float]]) -> float:
+    """The least-squares slope of ``(seconds, MB)`` samples, in MB per minute."""
+    times = torch.tensor([s[0] for s in samples], dtype=torch.float64)
+    values = torch.tensor([s[1] for s in samples], dtype=torch.float64)
+    centred = times - times.mean()
+    return float((centred * (values - values.mean())).sum() / (centred**2).sum()) * 60.0
+
+
+SLOPE_LIMIT = 0.5  # MB per minute, for this process and for each worker
+
+
+def test_soak_memory_is_bounded_with_updates_every_batch_and_background_collection() -> None:
+    """MultiAsync with a weight update every batch, beside a MultiSync collector writing a shared
+    buffer in the background, nobody calling ``episodes()``: the resident memory of this process
+    and of every worker grows by at most ``SLOPE_LIMIT`` MB a minute after the warm-up."""
+    from rlcollect import MultiAsyncCollector, ReplayBuffer
+
+    env = functools.partial(CountingEnv, episode_length=20, step_sleep=0.0005)
+    policy = WeightedPolicy(scale=1.0)
+    buffer = ReplayBuffer(20_000, storage="shared")
+    background = MultiSyncCollector(env, WeightedPolicy(scale=1.0), num_workers=1, frames_per_batch=64,
+                                    seed=1, replay_buffer=buffer)
+    collector = MultiAsyncCollector(env, policy, num_workers=2, frames_per_batch=64, seed=0)
+    warmup = min(60.0, SECONDS / 4)
+    parent: list[tuple[float, float]] = []
+    workers: dict[int, list[tuple[float, float]]] = {}
+    start, batches = time.monotonic(), 0
+    try:
+        background.start()
+        for batch in collector:
+            assert batch is not None
+            batches += 1
+            with torch.no_grad():
+                policy.scale.fill_(1.0 if batches % 2 else -1.0)
+            collector.update_policy_weights_()
+            now = time.monotonic() - start
+            if now >= warmup and (not parent or now - parent[-1][0] >= 2.0):
+                parent.append((now, rss_mb()))
+                for pid in [*collector.worker_pids, *background.worker_pids]:
+                    if pid is not None:
+                        workers.setdefault(pid, []).append((now, rss_of(pid)))
+            if now >= SECONDS:
+                break
+    finally:
+        background.async_shutdown()
+        collector.shutdown()
+    slopes = {"parent": slope_mb_per_minute(parent)}
+    slopes.update({f"worker {pid}": slope_mb_per_minute(s) for pid, s in workers.items() if len(s) >= 3})
+    figures = {"seconds": round(time.monotonic() - start, 1), "batches": batches,
+               "buffer_frames": len(buffer),
+               "rss_start_mb": round(parent[0][1], 1), "rss_end_mb": round(parent[-1][1], 1),
+               "slopes_mb_per_min": {k: round(v, 3) for k, v in slopes.items()}}
+    record("soak_memory", **figures)
+    print("soak memory figures:", figures)
+    assert len(parent) >= 3 and len(slopes) == 4, figures  # this process and three workers
+    assert all(slope <= SLOPE_LIMIT for slope in slopes.values()), figures

@@ -80,3 +80,27 @@ def test_stream_tracker_equals_a_step_by_step_count(
     assert tracker.count == len(expected) and sorted(got) == sorted(expected)
     for k, (value, n) in expected.items():
         assert got[k][0] == pytest.approx(value) and got[k][1] == n
+
+
+def numbered(first: int, count: int) -> dict[str, np.ndarray]:
+    from rlcollect.rollout.episodes import EPISODE_FIELDS
+
+    return {name: np.arange(first, first + count).astype(dtype) for name, dtype in EPISODE_FIELDS.items()}
+
+
+def test_episode_records_keep_the_last_ones_in_memory_allocated_once() -> None:
+    from rlcollect.rollout.episodes import MAX_RECORDS, EpisodeRecords
+
+    records = EpisodeRecords()
+    allocated = sum(ring.nbytes for ring in records._rings.values())
+    assert allocated < 500_000
+    for first in range(0, 100_000, 37):  # never drained: 100,000 episodes in batches of 37
+        count = min(37, 100_000 - first)
+        records.add(numbered(first, count))
+    assert sum(ring.nbytes for ring in records._rings.values()) == allocated  # nothing grew
+    drained = records.drain()
+    assert drained["traj_id"].tolist() == list(range(100_000 - MAX_RECORDS, 100_000))  # the last, in order
+    assert records.dropped == 100_000 - MAX_RECORDS
+    assert len(records.drain()["traj_id"]) == 0
+    records.add(numbered(0, 5 * MAX_RECORDS // 2))  # more than the ring holds, at once
+    assert records.drain()["length"].tolist() == list(range(3 * MAX_RECORDS // 2, 5 * MAX_RECORDS // 2))
