@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent / "rlcollect"
 #: Top to bottom; a module imports only from its own layer and those below it.
 LAYERS = ("cli", "torchrl", "distributed", "collectors", "workers", "weights", "rollout", "envs",
-          "policies", "data", "replay")
+          "policies", "data", "replay", "common")
 
 
 def _module_name(path: Path) -> str:

@@ -184,6 +184,9 @@ def _kwargs_text(kwargs: dict[str, Any]) -> str:
     return " ".join(f"{key}={value!r}" for key, value in kwargs.items())
 
 
+_DEVICE_TYPES = ("cpu", "cuda", "mps")
+
+
 def _device(text: str | None) -> Any:
     """``--device`` as a ``torch.device`` this machine has, or ``None``."""
     if text is None:
@@ -192,9 +195,17 @@ def _device(text: str | None) -> Any:
         device = torch.device(text)
     except RuntimeError:
         raise CliError(f"--device {text!r} is not a torch device (e.g. cpu, cuda, cuda:1)") from None
+    if device.type not in _DEVICE_TYPES:  # meta holds no data; others are not built for the CLI
+        raise CliError(f"--device {text!r}: the CLI stores what the policy computes; it runs policies on "
+                       f"{', '.join(_DEVICE_TYPES)}")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise CliError(f"--device {text!r}: this machine has no CUDA device "
                        "(torch.cuda.is_available() is False)")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise CliError(f"--device {text!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise CliError(f"--device {text!r}: this machine has no MPS device "
+                       "(torch.backends.mps.is_available() is False)")
     return device
 
 

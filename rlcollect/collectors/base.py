@@ -207,6 +207,15 @@ class BaseCollector(abc.ABC):
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume collection where it stands."""
 
+    @property
+    def _state_kind(self) -> str:
+        """The collector class a state belongs to: the first of rlcollect's own in this class's
+        bases (a subclass, TorchRL's names included, loads the states of the class it extends)."""
+        for cls in type(self).__mro__:
+            if cls.__module__.startswith("rlcollect.collectors"):
+                return cls.__name__
+        return type(self).__name__
+
     @abc.abstractmethod
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Resume from :meth:`state_dict`."""

@@ -93,6 +93,7 @@ class AsyncBatchedCollector(PooledCollector):
     """
 
     _policy_in_workers = False
+    _state_keys = (*PooledCollector._state_keys, "server")
 
     def __init__(
         self,
@@ -239,7 +240,7 @@ class AsyncBatchedCollector(PooledCollector):
         return {**state, "server": {"version": self._server.version, "policy": weights}}
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        super().load_state_dict(state_dict)
+        super().load_state_dict(state_dict)  # checks every key, "server" included, first
         server = state_dict["server"]
         with self._server.lock:
             if self._server.policy.module is not None:

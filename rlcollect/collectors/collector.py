@@ -16,6 +16,7 @@ from tensordict.nn import InteractionType
 from rlcollect.collectors.base import BaseCollector
 from rlcollect.collectors.options import CollectorOptions, check_seed
 from rlcollect.collectors.stats import CollectorStats
+from rlcollect.common.state import checked_state, stamped
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.envs.factory import EnvSource
 from rlcollect.rollout.build import make_rollout
@@ -285,12 +286,18 @@ class Collector(BaseCollector):
 
     def state_dict(self) -> dict[str, Any]:
         """Counters, trajectory ids, episode sums, RNG states, weights and envs."""
-        return {"policy_version": self._policy_version, "rollout": self._rollout.state_dict()}
+        return stamped(self._state_kind, {"policy_version": self._policy_version,
+                                          "rollout": self._rollout.state_dict()})
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Continue from :meth:`state_dict`: the next batches equal the uninterrupted run's."""
-        self._policy_version = int(state_dict["policy_version"])
-        self._rollout.load_state_dict(state_dict["rollout"])
+        """Continue from :meth:`state_dict`: the next batches equal the uninterrupted run's.
+
+        Raises:
+            TypeError, ValueError: not this collector class's state, or one of other envs (named).
+        """
+        state = checked_state(self._state_kind, state_dict, ["policy_version", "rollout"])
+        self._rollout.load_state_dict(state["rollout"])
+        self._policy_version = int(state["policy_version"])
 
     def _drain_episodes(self) -> dict[str, np.ndarray]:
         return self._rollout.episodes.records.drain()

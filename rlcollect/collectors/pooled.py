@@ -41,6 +41,7 @@ from rlcollect.collectors.base import BaseCollector
 from rlcollect.collectors.delivery import WorkerHook
 from rlcollect.collectors.options import CollectorOptions
 from rlcollect.collectors.stats import CollectorStats
+from rlcollect.common.state import checked_state, stamped
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.envs.envpool_env import ENVPOOL_PREFIX
 from rlcollect.envs.factory import source_modules
@@ -77,6 +78,8 @@ class PooledCollector(BaseCollector):
 
     sync: bool  # a batch is all workers' rows of a slot (sync) or one worker's rows (async)
     _policy_in_workers = True  # False: the policy runs in this process (a policy server)
+    #: What this collector's state holds (checked by load_state_dict before anything changes).
+    _state_keys: tuple[str, ...] = ("frames", "batches", "weights", "next_traj_id", "pending", "workers")
     _hooks_in_workers = False  # True: post_collect_hook runs in each worker on its batch (TorchRL's)
 
     def _build(self, options: CollectorOptions, make_transport: Callable[[], Transport]) -> None:
@@ -483,20 +486,27 @@ class PooledCollector(BaseCollector):
             if report.data is None and report.batch is None and not self._delivery.written_elsewhere:
                 report = dataclasses.replace(report, data=pack(self._rows(report.slot, worker).clone()))
             pending.append((worker, report))
-        return {
+        return stamped(self._state_kind, {
             "frames": self._frames,
             "batches": self._batches,
             "weights": self._weights.state_dict(),
             "next_traj_id": list(self._pool.next_traj_id),
             "pending": pending,
             "workers": [self._pool.request(w, "state_dict") for w in range(self.num_workers)],
-        }
+        })
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Restore every worker, the batches in flight and the counters from :meth:`state_dict`."""
+        """Restore every worker, the batches in flight and the counters from :meth:`state_dict`.
+
+        Raises:
+            TypeError, ValueError: not this collector class's state, or one of another number of
+                workers (each named); nothing is changed then.
+        """
+        state_dict = checked_state(self._state_kind, state_dict, self._state_keys)
         workers = list(state_dict["workers"])
-        if len(workers) != self.num_workers:
-            raise ValueError(f"the state holds {len(workers)} workers, this collector has {self.num_workers}")
+        if len(workers) != self.num_workers or len(state_dict["next_traj_id"]) != self.num_workers:
+            raise ValueError(f"{self._state_kind}.load_state_dict: the state holds {len(workers)} workers, "
+                             f"this collector has num_workers={self.num_workers}")
         self._ensure_started()
         self._pool.drain()
         self._frames, self._batches = int(state_dict["frames"]), int(state_dict["batches"])

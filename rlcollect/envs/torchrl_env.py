@@ -33,6 +33,7 @@ from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 
 from rlcollect.data.buffers import BatchBuffers
+from rlcollect.data.checks import BadDataError
 from rlcollect.envs.base import EnvBatch
 from rlcollect.envs.gym_envs import GymEnvs
 from rlcollect.envs.vector import GymVectorEnv
@@ -151,6 +152,7 @@ class TorchRLEnv(EnvBatch):
         per_env = (lambda spec: spec[0]) if self._batched else (lambda spec: spec)
         obs_spec = per_env(env.observation_spec)
         self._obs_keys = list(obs_spec.keys())
+        self._step_keys = [*self._obs_keys, "reward", "terminated"]  # what every step must return
         self._obs_keys_nested = {(key,) if isinstance(key, str) else tuple(key) for key in self._obs_keys}
         obs_space = _space(obs_spec, "observation_spec")
         assert isinstance(obs_space, spaces.Dict)
@@ -192,6 +194,12 @@ class TorchRLEnv(EnvBatch):
             self._root.set(next_key, extra[:, t] if self._batched else extra[0, t])
         out = self.env.step(self._root)
         nxt = out.get("next")
+        for key in self._step_keys:  # a key the step dropped: never the previous value again
+            if nxt.get(key, None) is None:
+                returned = sorted(map(str, nxt.keys()))
+                raise BadDataError(f"entry ('next', {key!r})", None, t,
+                                   f"is missing from the env's step, which returned {returned}: a TorchRL "
+                                   "env must return its observations, reward and terminated at every step")
         reward = nxt.get("reward").reshape(self.num_envs)
         terminated = _flag(nxt.get("terminated")).reshape(self.num_envs)
         truncated = _flag(nxt.get("truncated", torch.zeros_like(terminated))).reshape(self.num_envs)

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
+from rlcollect.common.state import checked_state, stamped
 from rlcollect.replay.config import ReplayConfig, is_int
 from rlcollect.replay.memmap import MemmapStorage, dump_storage, load_storage
 from rlcollect.replay.samplers import PrioritizedSampler, Sampler, SliceSampler, UniformSampler
@@ -301,12 +302,17 @@ class ReplayBuffer:
         Raises:
             ValueError: the sampler is not prioritized, shapes differ, an index is out of range, or a
                 priority is negative or not finite.
+            TypeError: indices that are not integers (floats would be truncated to other slots).
         """
         sampler = self._sampler
         if not isinstance(sampler, PrioritizedSampler):
             raise ValueError(f"update_priority needs sampler='prioritized', this buffer has "
                              f"sampler={self.config.sampler!r}")
-        slots = torch.as_tensor(indices).reshape(-1).long().numpy()
+        given = torch.as_tensor(indices)
+        if given.dtype == torch.bool or given.is_floating_point() or given.is_complex():
+            raise TypeError(f"update_priority: indices must be integers (a sample's \"index\"), got dtype "
+                            f"{given.dtype}")
+        slots = given.reshape(-1).long().numpy()
         values = torch.as_tensor(priorities).detach().reshape(-1).to("cpu", torch.float64).numpy()
         if values.size == 1:
             values = np.full(slots.shape, values[0])
@@ -324,12 +330,21 @@ class ReplayBuffer:
     def state_dict(self) -> dict[str, Any]:
         """A snapshot of the contents and the sampler (generator, priorities); the settings are not in it."""
         self._sampler.sync(self._storage.reserved_count)
-        return {"storage": self._storage.state_dict(), "sampler": self._sampler.state_dict()}
+        return stamped("ReplayBuffer", {"storage": self._storage.state_dict(),
+                                        "sampler": self._sampler.state_dict()})
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a :meth:`state_dict` of a buffer with the same capacity and sampler kind."""
+        """Restore a :meth:`state_dict` of a buffer with the same capacity and sampler kind.
+
+        Raises:
+            TypeError, ValueError: not a buffer's state, another capacity or sampler kind (named);
+                nothing is changed then.
+        """
+        checked_state("ReplayBuffer", state, ["storage", "sampler"])
+        sampler = state["sampler"]
+        checked_state(type(self._sampler).__name__, sampler, ["rng"])  # the kind, before the contents
         self._storage.load_state_dict(state["storage"])
-        self._sampler.load_state_dict(state["sampler"])
+        self._sampler.load_state_dict(sampler)
 
     def dumps(self, path: str | os.PathLike[str]) -> None:
         """Save contents, sampler state and batch size in folder ``path`` (as TorchRL's ``dumps``).

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
+from rlcollect.common.state import check_tensor, checked_state, stamped
 from rlcollect.replay.storage import Key, Storage
 from rlcollect.replay.sum_tree import SumTree
 
@@ -91,12 +92,20 @@ class Sampler:
         fresh.reset()
         return fresh
 
+    #: The keys of this sampler kind's state besides ``"rng"``.
+    _state_keys: tuple[str, ...] = ()
+
     def state_dict(self) -> dict[str, Any]:
-        """The generator state (and per-frame state, in subclasses)."""
-        return {"rng": self._generator.get_state()}
+        """The generator state (and per-frame state, in subclasses), stamped with the sampler's kind."""
+        return stamped(type(self).__name__, {"rng": self._generator.get_state()})
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s ``state``."""
+        """Restore :meth:`state_dict`'s ``state``.
+
+        Raises:
+            TypeError, ValueError: the state of another sampler kind, or an incomplete one (named).
+        """
+        checked_state(type(self).__name__, state, ("rng", *self._state_keys))
         self._generator.set_state(state["rng"])
 
     def no_sample_message(self, size: int) -> str:
@@ -186,7 +195,12 @@ class PrioritizedSampler(Sampler):
             "leaves": torch.from_numpy(self.tree.values()),
         }
 
+    _state_keys = ("seen", "max_priority", "leaves")
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        checked_state(type(self).__name__, state, ("rng", *self._state_keys))
+        check_tensor("the sampler state's 'leaves' (one priority per slot)", state["leaves"],
+                     torch.from_numpy(self.tree.values()))
         super().load_state_dict(state)
         self.reset()
         leaves = state["leaves"].numpy()
@@ -245,6 +259,8 @@ class SliceSampler(Sampler):
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "accept_rate": self._accept_rate}  # it sets how many are drawn
+
+    _state_keys = ("accept_rate",)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)

@@ -56,6 +56,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from rlcollect.common.state import check_tensor, checked_state
 from rlcollect.replay._locks import Lock, pid_alive
 
 __all__ = ["EMPTY", "Key", "MemoryStorage", "SharedStorage", "Storage", "assemble"]
@@ -312,12 +313,18 @@ class Storage:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Replace the contents with those of :meth:`state_dict`'s ``state`` (same capacity)."""
+        checked_state("Storage", state, ["capacity", "write_count", "stamps", "data"])
         if state["capacity"] != self.capacity:
             raise ValueError(
                 f"state holds a storage of capacity {state['capacity']}, "
                 f"this one has capacity={self.capacity}"
             )
+        check_tensor("the storage state's 'stamps'", state["stamps"], self._stamp if self.initialized else
+                     torch.empty(self.capacity, dtype=torch.int64))
         data: TensorDictBase | None = state["data"]
+        if data is not None and not isinstance(data, TensorDictBase):
+            raise TypeError(f"Storage.load_state_dict: state['data'] must be a TensorDict or None, "
+                            f"got {type(data).__name__}")
         if data is None:
             self.clear()
             return

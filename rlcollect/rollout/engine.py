@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from tensordict.nn import InteractionType
 
+from rlcollect.common.state import check_tensor, checked_state, stamped
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.data.checks import BadDataError, BatchValueCheck
 from rlcollect.data.layout import BatchLayout, action_fields, observation_fields, stored_observation_space
@@ -42,6 +43,8 @@ from rlcollect.rollout.loop import collect_batch
 from rlcollect.rollout.stream import StreamLoop
 
 __all__ = ["Rollout", "RolloutSpec", "copy_weights", "find_module"]
+
+_ROLLOUT_KEYS = ("frames", "batches", "traj_ids", "episodes", "envs", "pending_obs", "models", "rng")
 
 
 def find_module(models: Mapping[str, torch.nn.Module], model_id: str) -> torch.nn.Module:
@@ -294,7 +297,7 @@ class Rollout:
     # -- state -----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Counters, ids, episode sums, pending observations, RNG states, weights and envs."""
-        return {
+        return stamped("Rollout", {
             "frames": self.frames,
             "batches": self.batches,
             "traj_ids": self.traj_ids.state_dict(),
@@ -303,15 +306,27 @@ class Rollout:
             "pending_obs": {k: v.clone() for k, v in self.pending_obs.items()},
             "models": copy_weights(self.models),
             "rng": {"torch": torch.get_rng_state(), "random_policy": self.random_policy.state_dict()},
-        }
+        })
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue from :meth:`state_dict`: the next batches equal the uninterrupted run's."""
+        """Continue from :meth:`state_dict`: the next batches equal the uninterrupted run's.
+
+        Raises:
+            TypeError, ValueError: not a rollout's state, or one of other envs (each named).
+        """
+        state = checked_state("Rollout", state, _ROLLOUT_KEYS)
+        pending = state["pending_obs"]
+        if not isinstance(pending, Mapping) or set(pending) != set(self.pending_obs):
+            raise ValueError(f"Rollout.load_state_dict: the state's observations are "
+                             f"{sorted(map(str, pending)) if isinstance(pending, Mapping) else pending!r}, "
+                             f"these envs' are {sorted(map(str, self.pending_obs))}")
+        for key, value in pending.items():  # the envs' count and spaces, before anything changes
+            check_tensor(f"the state's observation {key} (one row per env)", value, self.pending_obs[key])
         self.frames, self.batches = int(state["frames"]), int(state["batches"])
         self.traj_ids.load_state_dict(state["traj_ids"])
         self.episodes.load_state_dict(state["episodes"])
         self.envs.load_state_dict(state["envs"])
-        for key, value in state["pending_obs"].items():
+        for key, value in pending.items():
             self.pending_obs[key].copy_(value)
         for model_id, weights in state["models"].items():
             self.module(model_id).load_state_dict(weights)

@@ -135,6 +135,7 @@ def check_weights(model_id: str, weights: TensorDictBase, reference: TensorDictB
         UnknownKeyError: a key that the model does not have (its keys are listed; a ``KeyError`` and a
             ``ValueError``).
         ValueError: a tensor whose shape differs from the model's (the key and both shapes named).
+        TypeError: a tensor of another kind of dtype (bool, integer, floating-point, complex).
     """
     known = set(reference.keys(True, True))
     unknown = set(weights.keys(True, True)) - known
@@ -142,10 +143,24 @@ def check_weights(model_id: str, weights: TensorDictBase, reference: TensorDictB
         raise UnknownKeyError(f"weights for {model_id!r} hold {_dotted(unknown)} which the module does "
                               f"not have (it has {_dotted(known)})")
     for key in weights.keys(True, True):
-        given, expected = weights.get(key).shape, reference.get(key).shape
-        if given != expected:
-            raise ValueError(f"weights for {model_id!r}: {_dotted([key])[0]!r} has shape {tuple(given)}, "
-                             f"the module's has {tuple(expected)}")
+        value, target = weights.get(key), reference.get(key)
+        if value.shape != target.shape:
+            raise ValueError(f"weights for {model_id!r}: {_dotted([key])[0]!r} has shape "
+                             f"{tuple(value.shape)}, the module's has {tuple(target.shape)}")
+        if _dtype_kind(value.dtype) != _dtype_kind(target.dtype):
+            raise TypeError(f"weights for {model_id!r}: {_dotted([key])[0]!r} has dtype {value.dtype}, the "
+                            f"module's has {target.dtype}: a {_dtype_kind(value.dtype)} tensor cannot "
+                            f"update a {_dtype_kind(target.dtype)} one")
+
+
+def _dtype_kind(dtype: torch.dtype) -> str:
+    """``"bool"``, ``"complex"``, ``"floating-point"`` or ``"integer"``: an update keeps its weight's kind
+    (float64 weights may update float32 ones; a bool or an integer one may not)."""
+    if dtype == torch.bool:
+        return "bool"
+    if dtype.is_complex:
+        return "complex"
+    return "floating-point" if dtype.is_floating_point else "integer"
 
 
 def check_update(weights: Mapping[str, TensorDictBase], reference: Mapping[str, TensorDictBase]) -> None:

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
+from rlcollect.common.state import checked_per_worker
 from rlcollect.weights.forms import apply_weights, as_weights, check_update
 
 __all__ = ["ObjectStoreReceiver", "ObjectStoreWeights"]
@@ -148,10 +149,11 @@ class ObjectStoreWeights:
             values = dict(zip(refs, fetch(list(refs.values())), strict=True))
             newest.append({m: (from_arrays(values[id(ref)][m]).clone(), v)
                            for m, (ref, v) in entries.items()})
-        return {"versions": list(self.versions), "entries": newest}
+        return {"kind": "ObjectStoreWeights", "versions": list(self.versions), "entries": newest}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict` (each worker's weights put again)."""
+        checked_per_worker("ObjectStoreWeights", state, ("versions", "entries"), len(self.versions))
         self.versions = [int(v) for v in state["versions"]]
         self._entries = [
             {m: (self._put({m: to_arrays(weights)}), int(v)) for m, (weights, v) in entries.items()}

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
+from rlcollect.common.state import checked_per_worker
 from rlcollect.weights.forms import apply_weights, as_weights, check_update
 
 __all__ = ["PipeReceiver", "PipeWeights"]
@@ -114,10 +115,12 @@ class PipeWeights:
 
     def state_dict(self) -> dict[str, Any]:
         """Versions and each worker's entries, for a resumed collector."""
-        return {"versions": list(self.versions), "entries": [dict(e) for e in self._entries]}
+        return {"kind": "PipeWeights", "versions": list(self.versions),
+                "entries": [dict(e) for e in self._entries]}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict`; every worker gets its entries with its next request."""
+        checked_per_worker("PipeWeights", state, ("versions", "entries"), len(self.versions))
         with self._lock:
             self.versions = [int(v) for v in state["versions"]]
             self._entries = [dict(e) for e in state["entries"]]

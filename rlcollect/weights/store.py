@@ -52,6 +52,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
+from rlcollect.common.state import check_tensor, checked_state
 from rlcollect.weights.forms import apply_weights, as_weights, check_update
 
 __all__ = ["Snapshot", "WeightStore", "WorkerWeights"]
@@ -223,14 +224,27 @@ class WeightStore:
         """Versions, pointers and the copies, for a resumed collector."""
         with self._lock:
             counters = self._counters
-            return {"versions": self.versions.clone(), "pointers": counters["pointers"].clone(),
-                    "written_at": counters["written_at"].clone(),
+            return {"kind": "WeightStore", "versions": self.versions.clone(),
+                    "pointers": counters["pointers"].clone(), "written_at": counters["written_at"].clone(),
                     "copies": {m: [td.clone() for td in tds] for m, tds in self._copies.items()}}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict` (between batches: no worker runs); new copies reach the
         workers with their next batch request."""
+        state = checked_state("WeightStore", state, ["versions", "pointers", "written_at", "copies"])
         counters = self._counters
+        for name, like in (("versions", self.versions), ("pointers", counters["pointers"]),
+                           ("written_at", counters["written_at"])):
+            check_tensor(f"the weight state's {name!r}", state[name], like)
+        unknown = set(state["copies"]) - set(self._copies)
+        if unknown:
+            raise ValueError(f"WeightStore.load_state_dict: the state has weights of model ids "
+                             f"{sorted(unknown)}; this collector's are {sorted(self._copies)}")
+        for model_id, saved in state["copies"].items():
+            for td in saved:
+                for key, value in td.items(include_nested=True, leaves_only=True):
+                    check_tensor(f"the weight state's {model_id!r} entry {key!r}", value,
+                                 self._copies[model_id][0].get(key))
         with self._lock:
             counters["sequence"] += 1
             try:

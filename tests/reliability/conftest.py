@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-_DEFAULT_RUN = ("test_bad_input.py",)
+_DEFAULT_RUN = ("test_bad_input.py", "test_bad_state.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -1,0 +1,2 @@
+"""What every layer shares, below all of them: the checks a ``load_state_dict`` makes
+(:mod:`rlcollect.common.state`)."""
