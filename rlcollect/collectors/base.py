@@ -1,9 +1,10 @@
 """The API every collector shares (TorchRL's ``BaseCollector`` surface).
 
 Subclasses implement :meth:`BaseCollector.iterator`, :meth:`~BaseCollector.shutdown`,
-:meth:`~BaseCollector.set_seed`, :meth:`~BaseCollector.state_dict`,
-:meth:`~BaseCollector.load_state_dict`, :meth:`~BaseCollector.stats` and
-:meth:`~BaseCollector._update_weights`; iteration, ``next()``, ``len()``, the context manager,
+:meth:`~BaseCollector.set_seed`, :meth:`~BaseCollector.state_dict` and
+:meth:`~BaseCollector.load_state_dict` (the reference's abstract methods); rlcollect's own
+collectors also implement :meth:`~BaseCollector.stats` and :meth:`~BaseCollector._update_weights`,
+which have defaults here; iteration, ``next()``, ``len()``, the context manager,
 profiling settings and the many forms of ``update_policy_weights_`` live here.
 """
 
@@ -24,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
+from torch.utils.data import IterableDataset
 
 from rlcollect.collectors.stats import CollectorStats
 from rlcollect.data.attributes import call_path, resolve_path
@@ -36,8 +38,16 @@ from rlcollect.weights.updater import WeightUpdaterBase
 __all__ = ["BaseCollector"]
 
 
-class BaseCollector(abc.ABC):
-    """Base class of the collectors: an iterable of ``[N, T]`` TensorDict batches."""
+class BaseCollector(IterableDataset, metaclass=abc.ABCMeta):
+    """Base class of the collectors: an iterable of ``[N, T]`` TensorDict batches, and a torch
+    ``IterableDataset``: ``DataLoader(collector, batch_size=None, collate_fn=lambda batch: batch)``
+    hands out its batches.
+
+    A subclass implements the reference's abstract methods, :meth:`iterator`, :meth:`shutdown`,
+    :meth:`set_seed`, :meth:`state_dict` and :meth:`load_state_dict`; everything else has a
+    working default (:meth:`stats` counts the batches handed out, weight updates go to
+    ``self.policy``).
+    """
 
     total_frames: int
     frames_per_batch: int
@@ -71,8 +81,11 @@ class BaseCollector(abc.ABC):
 
     def _stream(self) -> Generator[TensorDictBase | None, None, None]:
         self._iteration_started = True
+        batches = self.iterator()
+        if type(self).stats is BaseCollector.stats:  # a subclass with the reference's methods only
+            batches = self._counted(batches)
         try:
-            yield from self.iterator()
+            yield from batches
         except GeneratorExit:  # the loop was left, or the iterator dropped: not an error
             raise
         except BaseException as error:
@@ -220,9 +233,33 @@ class BaseCollector(abc.ABC):
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Resume from :meth:`state_dict`."""
 
-    @abc.abstractmethod
     def stats(self) -> CollectorStats:
-        """Frames, batches, fps, episodes, mean return, restarts, policy lag."""
+        """Frames, batches, fps, episodes, mean return, restarts, policy lag.
+
+        rlcollect's collectors count all of them where the batches are made; this default (for a
+        subclass that implements only the reference's abstract methods) counts the frames and
+        batches handed out, and their rate since the first one was asked for.
+        """
+        frames, batches, started = self._handed_out
+        seconds = time.perf_counter() - started if started else 0.0
+        return CollectorStats(frames=frames, batches=batches, fps=frames / seconds if seconds > 0 else 0.0)
+
+    _handed_out: tuple[int, int, float] = (0, 0, 0.0)  # frames, batches, when the first was asked for
+
+    def _counted(self, batches: Iterator[TensorDictBase | None]) -> Iterator[TensorDictBase | None]:
+        """``batches``, counted for the default :meth:`stats`."""
+        frames, count, started = self._handed_out
+        self._handed_out = (frames, count, started or time.perf_counter())
+        try:
+            for batch in batches:
+                if batch is not None:
+                    frames, count, started = self._handed_out
+                    self._handed_out = (frames + batch.numel(), count + 1, started)
+                yield batch
+        finally:
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()
 
     @property
     def policy_version(self) -> int | None:
@@ -397,9 +434,24 @@ class BaseCollector(abc.ABC):
                 raise TypeError(f"worker_ids must be ints or devices, got {item!r} ({type(item).__name__})")
         return sorted(ids)
 
-    @abc.abstractmethod
     def _update_weights(self, forms: dict[str, Any], worker_ids: list[int] | None) -> None:
-        """Apply ``{model_id: weights or None}`` to the given workers (all if ``None``)."""
+        """Apply ``{model_id: weights or None}`` to the given workers (all if ``None``).
+
+        rlcollect's collectors send the weights to their workers; this default (for a subclass
+        that implements only the reference's abstract methods) copies the ``"policy"`` weights into
+        the module it holds as ``self.policy``.
+
+        Raises:
+            NotImplementedError: another model id, or no ``self.policy`` module to update.
+        """
+        policy = self.__dict__.get("policy")
+        for model_id, weights in forms.items():
+            if model_id != "policy" or not isinstance(policy, torch.nn.Module):
+                raise NotImplementedError(
+                    f"{type(self).__name__} cannot take weights for {model_id!r}: override _update_weights, "
+                    "or hold the policy module as self.policy")
+            if weights is not None:
+                apply_weights(policy, as_weights(weights))
 
     def _update_in_process(self, forms: dict[str, Any], user_policy: Any) -> None:
         """``_update_weights`` of a collector whose models run in this process: every scheme

@@ -1,0 +1,109 @@
+"""``BaseCollector`` is the reference's base: a user's subclass that implements only the reference's
+abstract methods (``iterator``, ``shutdown``, ``set_seed``, ``state_dict``, ``load_state_dict``)
+builds, iterates, counts its batches, takes weight updates into its ``policy``, and is a torch
+``IterableDataset`` that a ``DataLoader`` reads; so is every rlcollect collector."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import gymnasium as gym
+import pytest
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torch.utils.data import DataLoader, IterableDataset
+
+from rlcollect import AsyncBatchedCollector, BaseCollector, Collector, MultiAsyncCollector, MultiSyncCollector
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class PlainLoopCollector(BaseCollector):
+    """A hand-written collector: one CartPole, a linear policy, ``T`` steps per batch."""
+
+    def __init__(self, frames_per_batch: int, total_frames: int, seed: int = 0) -> None:
+        self.env = gym.make("CartPole-v1")
+        self.policy = torch.nn.Linear(4, 1, bias=False)
+        torch.nn.init.constant_(self.policy.weight, 0.1)  # the same actions in every instance
+        self.frames_per_batch, self.total_frames = frames_per_batch, total_frames
+        self.requested_frames_per_batch = frames_per_batch
+        self.seed = seed
+        self.closed = False
+
+    def iterator(self) -> Iterator[TensorDictBase]:
+        obs, _ = self.env.reset(seed=self.seed)
+        for _ in range(self.total_frames // self.frames_per_batch):
+            rows = []
+            for _ in range(self.frames_per_batch):
+                with torch.no_grad():
+                    action = int(self.policy(torch.as_tensor(obs)).item() > 0)
+                next_obs, reward, terminated, truncated, _ = self.env.step(action)
+                rows.append({"observation": torch.as_tensor(obs), "action": torch.tensor(action),
+                             "reward": torch.tensor(float(reward))})
+                obs = next_obs if not (terminated or truncated) else self.env.reset()[0]
+            yield TensorDict({k: torch.stack([r[k] for r in rows]) for k in rows[0]}, batch_size=[len(rows)])
+
+    def shutdown(
+        self, timeout: float | None = None, close_env: bool = True, raise_on_error: bool = True
+    ) -> None:
+        self.closed = True
+        self.env.close()
+
+    def set_seed(self, seed: int, static_seed: bool = False) -> int:
+        self.seed = seed
+        return seed + 1
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"seed": self.seed}
+
+    def load_state_dict(self, state_dict: Any) -> None:
+        self.seed = state_dict["seed"]
+
+
+def as_is(batch: TensorDictBase) -> TensorDictBase:
+    """The DataLoader's collate function for TensorDict batches (its default converts mappings)."""
+    return batch
+
+
+def test_a_subclass_with_the_references_abstract_methods_builds_and_iterates() -> None:
+    collector = PlainLoopCollector(frames_per_batch=16, total_frames=64)
+    assert isinstance(collector, IterableDataset)
+    with collector:
+        batches = list(collector)
+        assert len(batches) == len(collector) == 4
+        assert all(batch.batch_size == torch.Size([16]) for batch in batches)
+        stats = collector.stats()
+        assert (stats.frames, stats.batches) == (64, 4) and stats.fps > 0
+        weights = {"weight": torch.ones(1, 4)}
+        collector.update_policy_weights_(weights=weights)
+        assert torch.equal(collector.policy.weight, torch.ones(1, 4))
+        with pytest.raises(NotImplementedError, match="cannot take weights for 'critic'"):
+            collector.update_policy_weights_(weights_dict={"critic": weights})
+    assert collector.closed
+
+
+def test_a_dataloader_reads_the_same_batches_as_a_loop() -> None:
+    expected = list(PlainLoopCollector(frames_per_batch=8, total_frames=32, seed=3))
+    collector = PlainLoopCollector(frames_per_batch=8, total_frames=32, seed=3)
+    loaded = list(DataLoader(collector, batch_size=None, collate_fn=as_is))
+    assert len(loaded) == len(expected) == 4
+    for got, want in zip(loaded, expected, strict=True):
+        for key in want.keys():  # noqa: SIM118 (a TensorDict's keys)
+            assert torch.equal(got[key], want[key]), key
+
+
+@pytest.mark.parametrize("cls", [Collector, MultiSyncCollector, MultiAsyncCollector, AsyncBatchedCollector])
+def test_every_collector_is_an_iterable_dataset(cls: type) -> None:
+    assert issubclass(cls, IterableDataset) and issubclass(cls, BaseCollector)
+
+
+def test_a_dataloader_reads_a_collector() -> None:
+    with Collector("CartPole-v1", frames_per_batch=32, total_frames=96, seed=0) as collector:
+        batches = list(DataLoader(collector, batch_size=None, collate_fn=as_is))
+    with Collector("CartPole-v1", frames_per_batch=32, total_frames=96, seed=0) as collector:
+        expected = list(collector)
+    assert len(batches) == 3
+    for got, want in zip(batches, expected, strict=True):
+        assert torch.equal(got["observation"], want["observation"])
+        assert torch.equal(got["next", "reward"], want["next", "reward"])
