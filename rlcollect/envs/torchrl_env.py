@@ -154,6 +154,8 @@ class TorchRLEnv(EnvBatch):
         self._obs_keys = list(obs_spec.keys())
         self._step_keys = [*self._obs_keys, "reward", "terminated"]  # what every step must return
         self._obs_keys_nested = {(key,) if isinstance(key, str) else tuple(key) for key in self._obs_keys}
+        # the leaves, as the batch buffers name them: ("delta", "observation") of a nested entry
+        self._obs_leaves = [_tuple(key) for key in obs_spec.keys(include_nested=True, leaves_only=True)]
         obs_space = _space(obs_spec, "observation_spec")
         assert isinstance(obs_space, spaces.Dict)
         single = self._obs_keys == ["observation"]
@@ -174,9 +176,9 @@ class TorchRLEnv(EnvBatch):
 
     def _write_root(self, slot: int) -> None:
         assert self._buffers is not None
-        for key in self._obs_keys:
+        for key in self._obs_leaves:
             value = self._root.get(key)
-            self._buffers.obs_ext[(key,)][:, slot] = value if self._batched else value.unsqueeze(0)
+            self._buffers.obs_ext[key][:, slot] = value if self._batched else value.unsqueeze(0)
 
     def reset(self, slot: int, seeds: list[int] | None = None) -> None:
         if seeds is not None:

@@ -38,9 +38,10 @@ import warnings
 from typing import Any
 
 from rlcollect import collectors
-from rlcollect.collectors import BaseCollector, CollectorStats, ProfileConfig
+from rlcollect.collectors import AsyncBatchedCollector, BaseCollector, CollectorStats, ProfileConfig
 from rlcollect.collectors.options import check_flag, check_int
 from rlcollect.collectors.pooled import PooledCollector
+from rlcollect.torchrl.arguments import idle_seconds, none_means_default
 from rlcollect.weights import WeightUpdaterBase
 
 #: TorchRL's own arguments the collectors here take (validated by ``CollectorOptions``).
@@ -50,18 +51,12 @@ TORCHRL_ARGUMENTS = ("cat_results", "extend_buffer", "use_buffers", "reset_when_
                      "interruptor", "weight_recv_schemes", "worker_idx")
 
 
-def _idle_seconds(count: str) -> float:
-    """TorchRL's ``MAX_IDLE_COUNT`` environment variable: how many of its 1 s polls a worker may
-    stay silent; here the seconds a worker may take for a batch (the ``timeout`` argument)."""
-    seconds = int(count) if count.strip().isdigit() else 0
-    if seconds <= 0:
-        raise ValueError(f"MAX_IDLE_COUNT={count!r} must be a positive int (seconds a worker may take "
-                         "for a batch)")
-    return float(seconds)
-
-
 def _torchrl_init(collector: Any, cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """Build ``collector`` as ``cls`` with TorchRL's layout by default and TorchRL's own arguments."""
+    """Build ``collector`` as ``cls`` with TorchRL's layout by default and TorchRL's own arguments.
+
+    ``None`` means the default for every argument whose default is not ``None``, as in TorchRL
+    (whose trainers pass ``None`` for each argument they leave unset)."""
+    none_means_default(cls, kwargs)
     collector._extra_options = {name: kwargs.pop(name) for name in TORCHRL_ARGUMENTS if name in kwargs}
     if kwargs.get("trajs_per_batch") is not None and kwargs.get("traj_format") is None \
             and kwargs.get("replay_buffer") is None:
@@ -71,7 +66,7 @@ def _torchrl_init(collector: Any, cls: Any, args: tuple[Any, ...], kwargs: dict[
     kwargs.setdefault("layout", "torchrl")
     idle = os.environ.get("MAX_IDLE_COUNT")
     if idle is not None and cls is not collectors.Collector and "timeout" not in kwargs:
-        kwargs["timeout"] = _idle_seconds(idle)
+        kwargs["timeout"] = idle_seconds(idle)
     cls.__init__(collector, *args, **kwargs)
     options = collector.options
     if options.worker_idx is not None:  # this collector is worker ``worker_idx`` of another one
@@ -410,6 +405,7 @@ aSyncDataCollector = AsyncCollector
 DataCollectorBase = BaseCollector
 
 __all__ = [
+    "AsyncBatchedCollector",
     "AsyncCollector",
     "BaseCollector",
     "Collector",

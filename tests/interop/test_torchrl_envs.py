@@ -434,3 +434,102 @@ def test_auto_register_policy_transforms_gives_a_recurrent_policy_its_env_transf
                                 total_frames=20, auto_register_policy_transforms=True) as workers:
         batch = next(iter(workers))  # each worker appended the transforms to its own env
     assert batch.shape == (2, 10) and bool(batch["is_init"][:, 0].all())
+
+
+class NextObservationDelta(torchrl.envs.Transform):
+    """Writes ``("delta", "observation")``: the step's change of observation (zeros at a reset),
+    declared in the observation spec as a nested entry."""
+
+    def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
+        delta = next_tensordict.get("observation") - tensordict.get("observation")
+        next_tensordict.set(("delta", "observation"), delta)
+        return next_tensordict
+
+    def _reset(self, tensordict: TensorDictBase, tensordict_reset: TensorDictBase) -> TensorDictBase:
+        tensordict_reset.set(("delta", "observation"), torch.zeros_like(tensordict_reset.get("observation")))
+        return tensordict_reset
+
+    def transform_observation_spec(self, observation_spec: Any) -> Any:
+        from torchrl.data import Unbounded
+
+        observation = observation_spec["observation"]
+        delta = Unbounded(shape=observation.shape, dtype=observation.dtype)
+        observation_spec[("delta", "observation")] = delta
+        return observation_spec
+
+
+def make_delta_env() -> TransformedEnv:
+    return TransformedEnv(make_env(), NextObservationDelta())
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("collector_class", [Collector, TorchRLLayoutCollector, TorchRLCollector],
+                         ids=["native", "torchrl-layout", "torchrl-itself"])
+def test_a_nested_observation_an_env_transform_writes_is_stored(collector_class: type) -> None:
+    collector = collector_class(make_delta_env, policy(), frames_per_batch=60, total_frames=60)
+    try:
+        batch = next(iter(collector))
+    finally:
+        collector.shutdown()
+    keys = set(batch.keys(True, True))
+    assert {("delta", "observation"), ("next", "delta", "observation")} <= keys
+    delta = batch["next", "delta", "observation"]
+    expected = batch["next", "observation"] - batch["observation"]  # what the transform computes
+    assert delta.abs().sum() > 0 and torch.allclose(delta, expected)
+    # the root entry is the delta that led to each observation: the step before's, 0 after a reset
+    assert torch.allclose(batch["delta", "observation"][..., 1:, :], delta[..., :-1, :] *
+                          (~batch["next", "done"][..., :-1, :]).float())
+
+
+def _none_cases() -> list[str]:
+    import inspect
+
+    skip = {"self", "create_env_fn", "frames_per_batch", "total_frames"}
+    parameters = inspect.signature(TorchRLCollector.__init__).parameters.values()
+    kinds = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return [p.name for p in parameters if p.name not in skip and p.kind in kinds]
+
+
+@pytest.mark.timeout(120)
+def test_none_means_the_default_for_every_argument_torchrl_accepts_it_for() -> None:
+    """TorchRL's trainers pass ``None`` for each collector argument they leave unset; every
+    argument of TorchRL's ``Collector`` that TorchRL builds with ``None`` builds here too."""
+    import warnings
+
+    names, refused = _none_cases(), []
+    assert len(names) > 30
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name in names:
+            try:
+                TorchRLCollector(make_env, frames_per_batch=10, total_frames=10, **{name: None}).shutdown()
+            except Exception:
+                continue  # TorchRL refuses it too
+            try:
+                ours = TorchRLLayoutCollector(make_env, frames_per_batch=10, total_frames=10, **{name: None})
+            except Exception as error:
+                refused.append(f"{name}: {type(error).__name__}: {error}")
+                continue
+            assert next(iter(ours)).batch_size == torch.Size([10]), name
+            ours.shutdown()
+    assert refused == []
+
+
+@pytest.mark.timeout(120)
+def test_a_trainer_config_of_nones_builds_a_multi_process_collector() -> None:
+    with TorchRLLayoutMultiSync([make_env, make_env], policy(), frames_per_batch=20, total_frames=20,
+                                split_trajs=None, compile_policy=None, max_frames_per_traj=None,
+                                init_random_frames=None, reset_at_each_iter=None) as collector:
+        (batch,) = list(collector)
+    assert batch.batch_size == torch.Size([2, 10])
+
+
+def test_the_torchrl_module_exports_async_batched_collector_as_torchrl_does() -> None:
+    import torchrl.collectors
+
+    import rlcollect.torchrl
+    from rlcollect import AsyncBatchedCollector
+
+    assert "AsyncBatchedCollector" in dir(torchrl.collectors)
+    assert rlcollect.torchrl.AsyncBatchedCollector is AsyncBatchedCollector
+    assert "AsyncBatchedCollector" in rlcollect.torchrl.__all__
