@@ -252,15 +252,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         The exit status: 0 on success, 2 for a bad argument or input (reported on one line on
         stderr), 130 for a run interrupted with Ctrl-C (SIGINT), 143 for one stopped by SIGTERM.
     """
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exit_:  # --help, --version and argument errors
-        return exit_.code if isinstance(exit_.code, int) else 2
-    handler: Callable[[argparse.Namespace], int] = args.handler
     try:
         with StopSignals():  # SIGTERM too ends in KeyboardInterrupt's clean path, as Stopped
-            return handler(args)
+            return _run(argv)
     except CliError as error:
         print(f"{_PREFIX}{one_line(str(error))}", file=sys.stderr)
         return 2
@@ -268,6 +262,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         signum = stop.signum if isinstance(stop, Stopped) else signal.SIGINT
         print(f"rlcollect: interrupted by {signal.Signals(signum).name}", file=sys.stderr)
         return 128 + signum
+
+
+def _run(argv: Sequence[str] | None) -> int:
+    """Parse ``argv`` and run its command."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # --help, --version and argument errors
+        return exit_.code if isinstance(exit_.code, int) else 2
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    return handler(args)
 
 
 if __name__ == "__main__":

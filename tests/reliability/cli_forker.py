@@ -13,6 +13,7 @@ import contextlib
 import io
 import json
 import os
+import signal
 import sys
 
 import gymnasium as gym
@@ -22,13 +23,18 @@ import rlcollect.cli.collect  # noqa: F401  (imported here, not in each child)
 from rlcollect.cli.main import main
 
 
-def _run_child(argv: list[str]) -> None:
+def _run_child(argv: list[str], stderr: str) -> None:
     os.setpgid(0, 0)  # the child and its workers: one group, as a shell's job
     code = 1
     try:
+        os.dup2(os.open(stderr, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
         with contextlib.redirect_stdout(io.StringIO()) as out:
             code = main(argv)
         sys.stderr.write(out.getvalue())
+    except KeyboardInterrupt:  # before main() caught signals: Python dies by the signal then
+        sys.stderr.flush()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
     finally:
         sys.stderr.flush()
         os._exit(code)
@@ -42,9 +48,12 @@ def serve() -> None:
         stderr = argv.pop(0)  # where the child's output goes
         pid = os.fork()
         if pid == 0:
-            descriptor = os.open(stderr, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-            os.dup2(descriptor, 2)
-            _run_child(argv)
+            try:
+                _run_child(argv, stderr)
+            finally:
+                os._exit(1)  # never back into this loop, whatever happened
+        with contextlib.suppress(OSError):  # as a shell does: the group exists before it is signalled
+            os.setpgid(pid, pid)
         print(f"pid {pid}", flush=True)
         _, status = os.waitpid(pid, 0)
         print(f"status {pid} {os.waitstatus_to_exitcode(status)}", flush=True)
