@@ -400,10 +400,6 @@ class BaseCollector(IterableDataset, metaclass=abc.ABCMeta):
         self._update_weights(forms, self._worker_ids(worker_ids))
 
     num_workers: int = 1
-    #: Options a subclass sets before calling the constructor, on top of its arguments
-    #: (``rlcollect.torchrl``'s collectors: TorchRL's own arguments).
-    _extra_options: Mapping[str, Any] = {}
-
     def _worker_ids(self, worker_ids: Any) -> list[int] | None:
         """``worker_ids`` as a sorted list of ints (devices: the workers whose policy runs there)."""
         if worker_ids is None:

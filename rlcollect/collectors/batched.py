@@ -14,13 +14,18 @@ import dataclasses
 import math
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Unpack
 
 import numpy as np
-from tensordict import TensorDictBase
-from tensordict.nn import InteractionType
 
+from rlcollect.collectors.arguments import (
+    EnvArguments,
+    WorkerArguments,
+    argument_names,
+    check_accepted,
+    named_as,
+)
 from rlcollect.collectors.options import CollectorOptions, check_int
 from rlcollect.collectors.pooled import PooledCollector, worker_processes
 from rlcollect.collectors.stats import CollectorStats
@@ -36,6 +41,10 @@ from rlcollect.workers.transport import Transport
 from rlcollect.workers.worker import WorkerSetup
 
 __all__ = ["AsyncBatchedCollector"]
+
+
+class BatchedArguments(EnvArguments, WorkerArguments, total=False):
+    """The keyword arguments of :class:`AsyncBatchedCollector` besides those it names."""
 
 
 class AsyncBatchedCollector(PooledCollector):
@@ -58,6 +67,7 @@ class AsyncBatchedCollector(PooledCollector):
             two passes. ``policy_factory`` builds the policy instead.
         frames_per_batch: frames per yielded batch (one worker's; rounded up to a multiple of
             ``envs_per_worker``).
+        total_frames: frames to collect before iteration stops; -1 for no end.
         num_envs: envs in all (default: the length of the ``create_env_fn`` list, else
             ``envs_per_worker``); a multiple of ``envs_per_worker``.
         envs_per_worker: envs ``M`` per env worker; there are ``num_envs / M`` worker processes.
@@ -72,9 +82,9 @@ class AsyncBatchedCollector(PooledCollector):
             weight_sync}``); the policy runs in this process, so every scheme but
             :class:`~rlcollect.weights.NoWeightSyncScheme` updates it in place.
 
-    The other arguments are as for :class:`~rlcollect.MultiAsyncCollector` (``timeout``,
-    ``start_timeout``, ``start_method``, ``max_worker_restarts``, ``replay_buffer``, ``seed``,
-    ``check``, ``obs_dtype``, ...).
+        **arguments: the :class:`~rlcollect.collectors.arguments.EnvArguments` and
+            :class:`~rlcollect.collectors.arguments.WorkerArguments` (``seed``, ``timeout``,
+            ``replay_buffer``, ``check``, ...).
 
     Frames are reproducible for a deterministic policy: the batches then equal
     :class:`~rlcollect.MultiAsyncCollector`'s with the same seed. A policy that samples draws in the
@@ -95,6 +105,9 @@ class AsyncBatchedCollector(PooledCollector):
     _policy_in_workers = False
     _state_keys = (*PooledCollector._state_keys, "server")
 
+    #: The keyword arguments the constructor takes besides those it names.
+    accepted_arguments: ClassVar[frozenset[str]] = argument_names(EnvArguments, WorkerArguments)
+
     def __init__(
         self,
         create_env_fn: EnvSource | Sequence[EnvSource],
@@ -104,59 +117,34 @@ class AsyncBatchedCollector(PooledCollector):
         total_frames: int = -1,
         num_envs: int | None = None,
         envs_per_worker: int = 1,
-        policy_factory: Callable[[], Any] | None = None,
         max_batch_size: int | None = None,
         min_batch_size: int = 1,
         server_timeout: float = 0.01,
         device: Any = None,
-        create_env_kwargs: Mapping[str, Any] | None = None,
-        init_random_frames: int | None = 0,
-        max_frames_per_traj: int | None = None,
-        reset_at_each_iter: bool = False,
-        set_truncated: bool = False,
-        postproc: Callable[[TensorDictBase], TensorDictBase] | None = None,
-        split_trajs: bool = False,
-        exploration_type: str | InteractionType = InteractionType.RANDOM,
-        return_same_td: bool = False,
-        storing_device: Any = None,
-        pre_collect_hook: Callable[[], None] | None = None,
-        post_collect_hook: Callable[[TensorDictBase], None] | None = None,
-        seed: int | None = None,
-        max_worker_restarts: int = 3,
-        timeout: float = 60.0,
-        start_timeout: float = 120.0,
-        start_method: str = "auto",
-        replay_buffer: Any = None,
-        trajs_per_batch: int | None = None,
-        traj_format: str | None = None,
         yield_completed_trajectories: bool = False,
         weight_sync: WeightSyncScheme | None = None,
-        weight_sync_schemes: Mapping[str, WeightSyncScheme] | None = None,
-        weight_updater: Any = None,
-        check: str = "full",
-        obs_dtype: Any = None,
-        layout: str = "rlcollect",
-        track_policy_version: bool = False,
+        **arguments: Unpack[BatchedArguments],
     ) -> None:
-        if policy is None and policy_factory is None:
+        check_accepted(type(self), arguments)
+        if policy is None and arguments.get("policy_factory") is None:
             raise TypeError("AsyncBatchedCollector serves a policy: give policy or policy_factory")
-        if policy is not None and policy_factory is not None:
+        if policy is not None and arguments.get("policy_factory") is not None:
             raise TypeError("AsyncBatchedCollector serves one policy, in this process: give policy or "
                             "policy_factory, not both")
         sources, num_workers = _group_envs(create_env_fn, num_envs, envs_per_worker)
         if weight_sync is not None:
-            if weight_sync_schemes is not None:
+            if arguments.get("weight_sync_schemes") is not None:
                 raise ValueError("give weight_sync or weight_sync_schemes, not both")
-            weight_sync_schemes = {"policy": weight_sync}
+            arguments["weight_sync_schemes"] = {"policy": weight_sync}
         if yield_completed_trajectories:
-            if trajs_per_batch is not None:
+            if arguments.get("trajs_per_batch") is not None:
                 raise ValueError("give yield_completed_trajectories or trajs_per_batch, not both")
-            trajs_per_batch, traj_format = 1, "cat"
-        options = CollectorOptions.from_arguments(
-            {**locals(), "create_env_fn": sources, "device": None, "policy_device": device,
-             "num_workers": num_workers, "sync": False},
-            {"envs_per_worker": "num_envs_per_worker"},
-        )
+            arguments["trajs_per_batch"], arguments["traj_format"] = 1, "cat"
+        with named_as({"num_envs_per_worker": "envs_per_worker", "policy_device": "device"}):
+            options = CollectorOptions(
+                create_env_fn=sources, policy=policy, frames_per_batch=frames_per_batch,
+                total_frames=total_frames, num_workers=num_workers, num_envs_per_worker=envs_per_worker,
+                policy_device=device, sync=False, **arguments)
         self._server_settings = _server_settings(max_batch_size, min_batch_size, server_timeout,
                                                  envs_per_worker, num_workers * envs_per_worker)
         self._build(options, worker_processes(options))

@@ -6,13 +6,13 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, ClassVar, Self, Unpack
 
 import numpy as np
 import torch
 from tensordict import TensorDictBase
-from tensordict.nn import InteractionType
 
+from rlcollect.collectors.arguments import CollectorArguments, argument_names, check_accepted, named_as
 from rlcollect.collectors.base import BaseCollector
 from rlcollect.collectors.options import CollectorOptions, check_seed
 from rlcollect.collectors.stats import CollectorStats
@@ -23,7 +23,7 @@ from rlcollect.rollout.build import make_rollout
 from rlcollect.rollout.profiling import RolloutProfiler
 from rlcollect.rollout.tensordict_loop import TensorDictRollout
 from rlcollect.weights.forms import UnknownKeyError
-from rlcollect.weights.schemes import WeightSyncScheme, init_senders
+from rlcollect.weights.schemes import init_senders
 
 __all__ = ["Collector"]
 
@@ -35,63 +35,14 @@ class Collector(BaseCollector):
         create_env_fn: an env id, a callable returning a ``gymnasium.Env`` or ``VectorEnv``, or a
             ``VectorEnv``.
         policy: ``None`` (uniform random actions), an ``nn.Module`` / callable from observations
-            ``[N, *obs]`` to actions ``[N, *act]``, or a TensorDict policy.
-        policy_factory: builds the policy instead (excludes ``policy``).
+            ``[N, *obs]`` to actions ``[N, *act]``, or a TensorDict policy (``policy_factory``
+            builds it instead).
         frames_per_batch: frames per batch, summed over envs; rounded up to a multiple of the
             number of envs (with a warning).
         total_frames: frames to collect before iteration stops; -1 for no end.
         num_envs: copies of a single env stepped in this process.
-        create_env_kwargs: keyword arguments for the env factory.
-        init_random_frames: frames collected with random actions before the policy is used.
-        max_frames_per_traj: truncate episodes after this many steps (None or negative: never).
-        reset_at_each_iter: reset every env before each batch (the previous batch's last frames
-            are marked truncated).
-        set_truncated: mark the last frame of each batch truncated.
-        postproc: applied to each batch before it is yielded.
-        split_trajs: yield batches regrouped by trajectory, see :func:`split_trajectories`.
-        exploration_type: ``"random"``, ``"deterministic"``, ``"mode"`` or ``"mean"``.
-        return_same_td: yield the collector's own buffer (no copy), valid until the next batch.
-        device: default for the three devices below.
-        env_device: where env outputs live (CPU for Gymnasium envs).
-        policy_device: where the policy runs; a copy is made there once if needed.
-        storing_device: where yielded batches live (default: ``device``; else ``env_device`` when
-            ``policy_device`` is the same; else where they are made).
-        compile_policy: ``torch.compile`` the policy (``True`` or compile kwargs).
-        pre_collect_hook: called before each batch.
-        post_collect_hook: called with each batch before it is yielded.
-        seed: env ``i`` is reset with ``seed + i`` first; actions spaces, the random policy and
-            torch are seeded from it.
-        models: other modules, by model id, whose weights ``update_policy_weights_`` may update
-            (``"policy"`` is always known).
-        replay_buffer: anything with ``extend(TensorDict)``: batches are written to it (flat,
-            ``[frames]``) and iteration yields ``None``; see also :meth:`start`.
-        trajs_per_batch: yield exactly this many complete episodes per batch, holding partial
-            ones across batches; ``traj_format`` ``"padded"`` (default, ``[n, max_len]`` with
-            ``("collector", "mask")``) or ``"cat"`` (``[sum of lengths]``). With
-            ``replay_buffer``, as TorchRL: each collected batch's complete episodes are written
-            (flat) in one ``extend`` (``rlcollect.torchrl``'s ``trajs_per_write`` splits it),
-            and one ``None`` is yielded per batch.
-        weight_sync_schemes: ``{model_id: WeightSyncScheme}``; in one process every scheme
-            applies updates in place, except :class:`~rlcollect.weights.NoWeightSyncScheme`
-            (updates of that model change nothing).
-        weight_updater: a legacy :class:`~rlcollect.weights.WeightUpdaterBase` (or its class)
-            called by ``update_policy_weights_`` instead of the schemes.
-        check: what is checked of the envs' and the policy's data: ``"full"`` (default: every
-            value's shape and type before it is written, every batch's values against the
-            spaces), ``"batch"`` (only the values, per batch) or ``"off"``; a failed check raises
-            :class:`~rlcollect.data.checks.BadDataError` naming the env, the step and the value.
-        obs_dtype: store floating-point observations in this dtype (``"float32"``, ``"float64"``,
-            ``"float16"`` or the torch / numpy dtype), cast once as they are written; the policy
-            sees them so (MuJoCo's float64 observations for a float32 network). Integer and
-            boolean observations (images, discrete states) are kept. ``None`` (default): the
-            space's dtype.
-        layout: ``"rlcollect"`` (default: the layout in the README, ``[num_envs, T]``) or
-            ``"torchrl"``, TorchRL's (:mod:`rlcollect.data.torchrl_layout`: root ``done`` /
-            ``terminated`` / ``truncated``, ``[T]`` for one unbatched TorchRL env, the policy
-            version only with ``track_policy_version``); ``rlcollect.torchrl``'s collectors
-            default to it.
-        track_policy_version: with ``layout="torchrl"``, stamp ``policy_version`` at the root
-            and in ``"next"`` (the native layout always stamps it at the root).
+        **arguments: the :class:`~rlcollect.collectors.arguments.CollectorArguments`
+            (``seed``, ``device``, ``replay_buffer``, ``check``, ...).
 
     Examples:
         >>> collector = Collector("CartPole-v1", frames_per_batch=8, total_frames=16,
@@ -102,6 +53,9 @@ class Collector(BaseCollector):
         16
     """
 
+    #: The keyword arguments the constructor takes besides those it names.
+    accepted_arguments: ClassVar[frozenset[str]] = argument_names(CollectorArguments)
+
     def __init__(
         self,
         create_env_fn: EnvSource,
@@ -110,37 +64,31 @@ class Collector(BaseCollector):
         frames_per_batch: int,
         total_frames: int = -1,
         num_envs: int = 1,
-        policy_factory: Callable[[], Any] | None = None,
-        create_env_kwargs: dict[str, Any] | None = None,
-        init_random_frames: int | None = 0,
-        max_frames_per_traj: int | None = None,
-        reset_at_each_iter: bool = False,
-        set_truncated: bool = False,
-        postproc: Callable[[TensorDictBase], TensorDictBase] | None = None,
-        split_trajs: bool = False,
-        exploration_type: str | InteractionType = InteractionType.RANDOM,
-        return_same_td: bool = False,
-        device: Any = None,
-        env_device: Any = None,
-        policy_device: Any = None,
-        storing_device: Any = None,
-        compile_policy: bool | dict[str, Any] = False,
-        pre_collect_hook: Callable[[], None] | None = None,
-        post_collect_hook: Callable[[TensorDictBase], None] | None = None,
-        seed: int | None = None,
-        models: Mapping[str, torch.nn.Module] | None = None,
-        replay_buffer: Any = None,
-        trajs_per_batch: int | None = None,
-        traj_format: str | None = None,
-        weight_sync_schemes: Mapping[str, WeightSyncScheme] | None = None,
-        weight_updater: Any = None,
-        check: str = "full",
-        obs_dtype: Any = None,
-        layout: str = "rlcollect",
-        track_policy_version: bool = False,
+        **arguments: Unpack[CollectorArguments],
     ) -> None:
-        options = CollectorOptions.from_arguments({**locals(), **self._extra_options},
-                                                 {"num_envs": "num_envs_per_worker"})
+        check_accepted(type(self), arguments)
+        with named_as({"num_envs_per_worker": "num_envs"}):
+            options = CollectorOptions(create_env_fn=create_env_fn, policy=policy,
+                                       frames_per_batch=frames_per_batch, total_frames=total_frames,
+                                       num_envs_per_worker=num_envs, **arguments)
+        self._start(options)
+
+    @classmethod
+    def from_options(cls, options: CollectorOptions) -> Self:
+        """A collector of ``options`` (checked once, by :class:`CollectorOptions`): how another
+        collector, or :mod:`rlcollect.torchrl`, builds one from options it made.
+
+        Examples:
+            >>> options = CollectorOptions(create_env_fn="CartPole-v1", frames_per_batch=4)
+            >>> with Collector.from_options(options) as collector:
+            ...     collector.next().shape
+            torch.Size([1, 4])
+        """
+        collector = cls.__new__(cls)
+        collector._start(options)
+        return collector
+
+    def _start(self, options: CollectorOptions) -> None:
         if options.policy is not None and options.policy_factory is not None:
             raise TypeError(f"{type(self).__name__} runs one policy, in this process: give policy or "
                             "policy_factory, not both (the multi-process collectors take both: the "

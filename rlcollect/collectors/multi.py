@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Self, Unpack, cast
 
-import torch
-from tensordict import TensorDictBase
-from tensordict.nn import InteractionType
-
+from rlcollect.collectors.arguments import (
+    CollectorArguments,
+    WorkerArguments,
+    argument_names,
+    check_accepted,
+    named_as,
+)
 from rlcollect.collectors.nested import nested_spec
 from rlcollect.collectors.options import CollectorOptions
 from rlcollect.collectors.pooled import PooledCollector, worker_processes
 from rlcollect.envs.factory import EnvSource
 from rlcollect.rollout.engine import RolloutSpec
-from rlcollect.weights.schemes import WeightSyncScheme
 
 __all__ = ["MultiAsyncCollector", "MultiSyncCollector"]
+
+
+class MultiProcessArguments(CollectorArguments, WorkerArguments, total=False):
+    """The keyword arguments of the multi-process collectors besides those they name."""
 
 
 class _MultiProcessCollector(PooledCollector):
@@ -25,60 +31,57 @@ class _MultiProcessCollector(PooledCollector):
     _sync: bool
     _hooks_in_workers = True
 
+    #: The keyword arguments the constructor takes besides those it names.
+    accepted_arguments: ClassVar[frozenset[str]] = argument_names(CollectorArguments, WorkerArguments)
+
     def __init__(
         self,
         create_env_fn: EnvSource | Sequence[EnvSource],
         policy: Any = None,
         *,
-        num_workers: int | None = None,
-        num_envs_per_worker: int = 1,
         frames_per_batch: int | Sequence[int],
         total_frames: int = -1,
-        policy_factory: Callable[[], Any] | None = None,
-        create_env_kwargs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
-        init_random_frames: int | None = 0,
-        max_frames_per_traj: int | None = None,
-        reset_at_each_iter: bool = False,
-        set_truncated: bool = False,
-        postproc: Callable[[TensorDictBase], TensorDictBase] | None = None,
-        split_trajs: bool = False,
-        exploration_type: str | InteractionType = InteractionType.RANDOM,
-        return_same_td: bool = False,
-        device: Any = None,
-        env_device: Any = None,
-        policy_device: Any = None,
-        storing_device: Any = None,
-        compile_policy: bool | dict[str, Any] = False,
-        pre_collect_hook: Callable[[], None] | None = None,
-        post_collect_hook: Callable[[TensorDictBase], None] | None = None,
-        seed: int | None = None,
-        models: Mapping[str, torch.nn.Module] | None = None,
+        num_workers: int | None = None,
+        num_envs_per_worker: int = 1,
         preemptive_threshold: float | None = None,
         prefetch: bool = False,
         update_at_each_batch: bool = False,
-        max_worker_restarts: int = 3,
-        timeout: float = 60.0,
-        start_timeout: float = 120.0,
-        start_method: str = "auto",
-        replay_buffer: Any = None,
-        trajs_per_batch: int | None = None,
-        traj_format: str | None = None,
-        weight_sync_schemes: Mapping[str, WeightSyncScheme] | None = None,
-        weight_updater: Any = None,
-        check: str = "full",
-        obs_dtype: Any = None,
-        layout: str = "rlcollect",
-        track_policy_version: bool = False,
         collector_class: type | None = None,
         collector_kwargs: Mapping[str, Any] | None = None,
+        **arguments: Unpack[MultiProcessArguments],
     ) -> None:
+        check_accepted(type(self), arguments)
         if num_workers is None:
             if not isinstance(create_env_fn, (list, tuple)):
                 raise ValueError("num_workers is required unless create_env_fn is a list (one per worker)")
             num_workers = len(create_env_fn)
-        nested_workers = _nested_workers(collector_class, collector_kwargs)
-        options = CollectorOptions.from_arguments({**locals(), "sync": self._sync, **self._extra_options})
+        with named_as({"nested_workers": "num_workers"}):
+            options = CollectorOptions(
+                create_env_fn=create_env_fn, policy=policy,
+                frames_per_batch=cast(int, frames_per_batch),  # a per-worker list: their sum, when checked
+                total_frames=total_frames, num_workers=num_workers, num_envs_per_worker=num_envs_per_worker,
+                preemptive_threshold=preemptive_threshold, prefetch=prefetch,
+                update_at_each_batch=update_at_each_batch, sync=self._sync,
+                nested_workers=_nested_workers(collector_class, collector_kwargs), **arguments)
         self._build(options, worker_processes(options))
+
+    @classmethod
+    def from_options(cls, options: CollectorOptions) -> Self:
+        """A collector of ``options`` (checked once, by :class:`CollectorOptions`; ``options.sync``
+        must be this class's): how another collector, or :mod:`rlcollect.torchrl`, builds one.
+
+        Examples:
+            >>> options = CollectorOptions(create_env_fn="CartPole-v1", frames_per_batch=4, num_workers=2)
+            >>> with MultiSyncCollector.from_options(options) as collector:
+            ...     collector.next().shape
+            torch.Size([2, 2])
+        """
+        if options.sync != cls._sync:
+            raise ValueError(f"{cls.__name__}.from_options needs options.sync={cls._sync}, got "
+                             f"{options.sync}")
+        collector = cls.__new__(cls)
+        collector._build(options, worker_processes(options))
+        return collector
 
     def _worker_spec(self, worker: int) -> RolloutSpec:
         """As the pool's, with a :class:`NestedRollout` engine when each worker runs processes."""
@@ -96,53 +99,31 @@ class MultiSyncCollector(_MultiProcessCollector):
     Args:
         create_env_fn: an env source for all workers, or a list with one per worker.
         policy: as for :class:`Collector`; ``policy_factory`` builds it in each worker instead.
-        num_workers: worker processes (defaults to ``len(create_env_fn)`` for a list).
-        num_envs_per_worker: envs ``M`` stepped by each worker (every worker must have as many).
         frames_per_batch: frames per batch over all workers (rounded up to a multiple of
             ``num_workers * M``, with a warning); or a list of one (equal) count per worker.
-        create_env_kwargs: keyword arguments of the env factory, or a list with one per worker.
+        total_frames: frames to collect before iteration stops; -1 for no end.
+        num_workers: worker processes (defaults to ``len(create_env_fn)`` for a list).
+        num_envs_per_worker: envs ``M`` stepped by each worker (every worker must have as many).
         preemptive_threshold: once this fraction of workers finished a batch, the others stop
             at their next step (``0``: once the first one finished); their missing frames are
             masked in ``("collector", "mask")``.
         prefetch: workers collect the next batch while the current one is being used (one
             version of policy lag, stamped in ``policy_version``).
         update_at_each_batch: pull the policy's weights into the workers before each batch.
-        pre_collect_hook: called before each batch, in each worker (it must pickle).
-        post_collect_hook: called in each worker with that worker's batch, in the collector's
-            layout, as TorchRL's workers do (it must pickle).
-        max_worker_restarts: restarts allowed per worker after a crash or an env error.
-        timeout: seconds a worker may take to collect one batch (or answer another command)
-            before it is deemed hung (and restarted); also the default bound of ``shutdown``.
-        start_timeout: seconds a worker may take to start or restart (import torch, build its
-            envs) before it is deemed hung; generous (120 s) so that a loaded machine does not
-            fail at start-up. A positive number, like ``timeout``.
-        start_method: ``"auto"`` (default: fork while this process has no other thread and no
-            CUDA, else a forkserver that preloads torch, tensordict and Gymnasium once),
-            ``"spawn"``, ``"forkserver"`` or ``"fork"``.
-        models: other modules by model id for ``update_policy_weights_(weights_dict=...)``;
-            they are pickled together with the env factory and policy, so shared objects stay
-            shared in the worker.
-        weight_sync_schemes: ``{model_id: WeightSyncScheme}``: how weights reach the workers
-            (default :class:`~rlcollect.weights.SharedMemWeightSyncScheme`; also
-            ``MultiProcessWeightSyncScheme`` and ``NoWeightSyncScheme``).
-        weight_updater: a legacy :class:`~rlcollect.weights.WeightUpdaterBase` (or its class)
-            called by ``update_policy_weights_`` instead of the schemes.
         collector_class: ``MultiSyncCollector`` (with ``collector_kwargs={"num_workers": K}``)
             makes each worker a collector of ``K`` processes of its own (``M`` envs each); weight
             updates cascade to them and each frame keeps the version that chose it. Default:
             each worker steps its envs itself.
         collector_kwargs: the arguments of each worker's ``collector_class``.
-        check: what is checked of the envs' and the policy's data: ``"full"`` (default: every
-            value's shape and type before it is written, every batch's values against the
-            spaces), ``"batch"`` (only the values, per batch) or ``"off"``; a failed check raises
-            :class:`~rlcollect.data.checks.BadDataError` naming the env, the step and the value.
-        obs_dtype: store floating-point observations in this dtype (``"float32"``, ``"float64"``,
-            ``"float16"`` or the torch / numpy dtype), cast once as they are written; the policy
-            sees them so (MuJoCo's float64 observations for a float32 network). Integer and
-            boolean observations (images, discrete states) are kept. ``None`` (default): the
-            space's dtype.
+        **arguments: the :class:`~rlcollect.collectors.arguments.CollectorArguments` and
+            :class:`~rlcollect.collectors.arguments.WorkerArguments` (``seed``, ``timeout``,
+            ``start_method``, ...). ``weight_sync_schemes`` default to
+            :class:`~rlcollect.weights.SharedMemWeightSyncScheme` (also
+            ``MultiProcessWeightSyncScheme`` and ``NoWeightSyncScheme``); ``pre_collect_hook``
+            and ``post_collect_hook`` run in each worker (on that worker's batch, in the
+            collector's layout, as TorchRL's workers do) and must pickle.
 
-    The other arguments are as for :class:`Collector`. Each worker process runs torch with one
+    Each worker process runs torch with one
     thread; this process's settings are left alone.
     Scripts that create it must guard their entry point with ``if __name__ == "__main__":``
     (a forkserver or spawned worker imports the main module again).

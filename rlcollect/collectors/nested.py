@@ -20,7 +20,6 @@ from typing import Any
 import torch
 
 from rlcollect.collectors.options import CollectorOptions
-from rlcollect.collectors.pooled import worker_processes
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.rollout.engine import RolloutSpec
 from rlcollect.rollout.episodes import EpisodeTracker
@@ -40,17 +39,17 @@ class NestedRollout:
             num_envs_per_worker=spec.num_envs, frames_per_batch=setup.num_steps * spec.num_envs * num_workers,
             return_same_td=True, placement=(setup.worker_idx, setup.num_workers, setup.traj_start),
         )
-        self.collector = collector = collector_class.__new__(collector_class)
-        collector._build(options, worker_processes(options))
-        if collector._tensordict:
-            collector._pool.shutdown(0.0)
+        self.collector = collector = collector_class.from_options(options)
+        layout = collector.batch_layout
+        if layout is None:
+            collector.shutdown(0.0)
             raise ValueError("collector_class= runs the actor's envs in processes of its own through the "
                              "batch buffers, which this TorchRL env's data does not fit: leave "
                              "collector_class unset (each actor then collects tensordict by tensordict)")
         collector.worker_idx = setup.worker_idx
         self.num_envs = collector.num_envs
-        self.layout = collector._slots[0].layout
-        self.models: dict[str, torch.nn.Module] = collector._models
+        self.layout = layout
+        self.models: dict[str, torch.nn.Module] = collector.weight_sources
         self.episodes = EpisodeTracker(self.num_envs, env_offset=setup.worker_idx * self.num_envs)
         self.traj_ids = self  # Worker reads traj_ids.next_local_id
         self.frames, self.collect_seconds = 0, 0.0
@@ -60,7 +59,7 @@ class NestedRollout:
     @property
     def next_local_id(self) -> int:
         """The first local trajectory id no inner worker used yet (a restart starts there)."""
-        return max(self.collector._pool.next_traj_id)
+        return self.collector.next_trajectory_id
 
     def collect(self, buffers: BatchBuffers, *, random: bool = False, policy_version: int = 0,
                 stop: Any = None) -> int:

@@ -467,24 +467,6 @@ class CollectorOptions:
                              "rlcollect does not capture the policy in CUDA graphs (compile_policy=True "
                              "compiles it)")
 
-    @classmethod
-    def from_arguments(cls, arguments: Mapping[str, Any], aliases: Mapping[str, str] | None = None
-                       ) -> CollectorOptions:
-        """Options from a constructor's ``locals()``: the entries named like a field, and the
-        ``aliases`` ``{argument: field}`` (errors then name the argument the user wrote)."""
-        aliases = dict(aliases or {})
-        names = {f.name for f in dataclasses.fields(cls)}
-        values = {name: value for name, value in arguments.items() if name in names}
-        values.update({field: arguments[name] for name, field in aliases.items() if name in arguments})
-        try:
-            return cls(**values)
-        except (TypeError, ValueError) as error:
-            message = str(error)
-            for name, field_name in aliases.items():
-                if message.startswith(field_name):
-                    raise type(error)(name + message[len(field_name):]) from None
-            raise
-
     def replace(self, **changes: Any) -> CollectorOptions:
         """A copy with ``changes`` (validated again)."""
         return dataclasses.replace(self, **changes)

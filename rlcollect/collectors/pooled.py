@@ -43,6 +43,7 @@ from rlcollect.collectors.options import CollectorOptions
 from rlcollect.collectors.stats import CollectorStats
 from rlcollect.common.state import checked_state, stamped
 from rlcollect.data.buffers import BatchBuffers
+from rlcollect.data.layout import BatchLayout
 from rlcollect.envs.envpool_env import ENVPOOL_PREFIX
 from rlcollect.envs.factory import source_modules
 from rlcollect.rollout.build import make_rollout
@@ -196,6 +197,23 @@ class PooledCollector(BaseCollector):
         self._weight_sync_schemes = init_senders(schemes, self._models, transport.kind, self)
         self._weights = channel_for(self._weight_sync_schemes, self._models, self.num_workers)
         self.weight_updater = options.weight_updater
+
+    # -- what another collector built from these options reads ------------------------------------
+    @property
+    def batch_layout(self) -> BatchLayout | None:
+        """The layout of the slots the workers fill (``None``: a TorchRL env's data, which each
+        worker sends back whole)."""
+        return self._slots[0].layout if self._slots else None
+
+    @property
+    def weight_sources(self) -> dict[str, torch.nn.Module]:
+        """The modules, by model id, that ``update_policy_weights_()`` reads the weights from."""
+        return self._models
+
+    @property
+    def next_trajectory_id(self) -> int:
+        """The first local trajectory id no worker used yet (where a restart starts)."""
+        return max(self._pool.next_traj_id)
 
     # -- workers ----------------------------------------------------------------------------------
     def _worker_setup(self, worker: int) -> WorkerSetup:

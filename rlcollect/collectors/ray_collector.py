@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar, Unpack
 
-from tensordict import TensorDictBase
-
+from rlcollect.collectors.arguments import SharedArguments, argument_names, check_accepted, named_as
 from rlcollect.collectors.collector import Collector
 from rlcollect.collectors.multi import MultiSyncCollector
 from rlcollect.collectors.nested import nested_spec
@@ -14,10 +13,27 @@ from rlcollect.collectors.options import CollectorOptions
 from rlcollect.collectors.pooled import PooledCollector
 from rlcollect.envs.factory import EnvSource
 from rlcollect.rollout.engine import RolloutSpec
-from rlcollect.weights.schemes import WeightSyncScheme
 from rlcollect.workers.ray_transport import RayTransport
 
 __all__ = ["RayCollector"]
+
+
+def _actor_arguments(collector_class: Any, collector_kwargs: Any, nested: bool) -> dict[str, Any]:
+    """``collector_kwargs`` checked: the arguments of each actor's ``collector_class``."""
+    if not (nested or isinstance(collector_class, type) and issubclass(collector_class, Collector)):
+        raise TypeError(f"collector_class must be Collector or MultiSyncCollector (or a subclass), "
+                        f"got {collector_class!r}")
+    if collector_kwargs is not None and not isinstance(collector_kwargs, Mapping):
+        raise TypeError(f"collector_kwargs must be a dict, got {type(collector_kwargs).__name__}")
+    kwargs = dict(collector_kwargs or {})
+    other_class = {"num_envs"} if nested else {"num_workers", "num_envs_per_worker"}
+    reserved = sorted(set(kwargs) & (set(_RESERVED) | other_class))
+    if reserved:
+        raise ValueError(f"collector_kwargs must not set {reserved}: give them to RayCollector itself")
+    unknown = sorted(set(kwargs) - set(CollectorOptions.__dataclass_fields__) - {"num_envs"})
+    if unknown:
+        raise TypeError(f"collector_kwargs has unknown arguments {unknown}")
+    return kwargs
 
 # RayCollector's own arguments: collector_kwargs may not set them
 _RESERVED = ("frames_per_batch", "total_frames", "seed", "replay_buffer", "return_same_td", "split_trajs",
@@ -60,19 +76,13 @@ class RayCollector(PooledCollector):
             ``timeout``); past them the original error is raised here.
         timeout: seconds an actor may take to collect one batch before it is deemed hung.
         start_timeout: seconds an actor may take to start or restart (placement, imports, envs).
-        seed: env ``i`` over all actors is reset with ``seed + i`` (``None``: unseeded).
-        replay_buffer: a Ray actor with ``extend`` (the actors write to it themselves, only a small
-            report comes back) or any local object with ``extend`` (this process writes); iteration
-            then yields ``None``; see :meth:`start`.
-        weight_sync_schemes: ``{model_id: WeightSyncScheme}``:
-            :class:`~rlcollect.weights.RayWeightSyncScheme` (default) or ``NoWeightSyncScheme``.
-        weight_updater: a legacy :class:`~rlcollect.weights.WeightUpdaterBase` (or its class).
-        check: the data checks each actor runs, as for :class:`~rlcollect.Collector`.
-        obs_dtype: the dtype floating-point observations are stored in, as for
-            :class:`~rlcollect.Collector`.
-        postproc: applied here to each batch, as for :class:`~rlcollect.Collector`; so are
-            ``split_trajs``, ``return_same_td``, ``storing_device``, ``post_collect_hook``,
-            ``trajs_per_batch`` and ``traj_format``.
+        **arguments: the :class:`~rlcollect.collectors.arguments.SharedArguments`: ``seed``,
+            ``check`` and ``obs_dtype`` apply in each actor; ``postproc``, ``split_trajs``,
+            ``return_same_td``, ``storing_device``, ``post_collect_hook``, ``trajs_per_batch`` and
+            ``traj_format`` in this process. ``replay_buffer`` may be a Ray actor with ``extend``
+            (the actors write to it themselves, only a small report comes back);
+            ``weight_sync_schemes`` are :class:`~rlcollect.weights.RayWeightSyncScheme` (default)
+            or ``NoWeightSyncScheme``.
 
     The env is built once in this process to learn its spaces and check the policy; the actors
     build their own.
@@ -93,16 +103,19 @@ class RayCollector(PooledCollector):
         torch.Size([8, 100]) 1
     """
 
+    #: The keyword arguments the constructor takes besides those it names.
+    accepted_arguments: ClassVar[frozenset[str]] = argument_names(SharedArguments)
+
     def __init__(
         self,
         create_env_fn: EnvSource,
         policy: Any = None,
         *,
+        frames_per_batch: int,
+        total_frames: int = -1,
         num_collectors: int,
         collector_class: type[Collector] = Collector,
         collector_kwargs: Mapping[str, Any] | None = None,
-        frames_per_batch: int,
-        total_frames: int = -1,
         sync: bool = True,
         prefetch: bool = False,
         ray_init_config: Mapping[str, Any] | None = None,
@@ -110,46 +123,28 @@ class RayCollector(PooledCollector):
         max_actor_restarts: int = 3,
         timeout: float = 120.0,
         start_timeout: float = 120.0,
-        seed: int | None = None,
-        replay_buffer: Any = None,
-        postproc: Callable[[TensorDictBase], TensorDictBase] | None = None,
-        split_trajs: bool = False,
-        return_same_td: bool = False,
-        storing_device: Any = None,
-        post_collect_hook: Callable[[TensorDictBase], None] | None = None,
-        trajs_per_batch: int | None = None,
-        traj_format: str | None = None,
-        weight_sync_schemes: Mapping[str, WeightSyncScheme] | None = None,
-        weight_updater: Any = None,
-        check: str = "full",
-        obs_dtype: Any = None,
-        layout: str = "rlcollect",
-        track_policy_version: bool = False,
+        **arguments: Unpack[SharedArguments],
     ) -> None:
+        check_accepted(type(self), arguments)
         nested = isinstance(collector_class, type) and issubclass(collector_class, MultiSyncCollector)
-        if not (nested or isinstance(collector_class, type) and issubclass(collector_class, Collector)):
-            raise TypeError(f"collector_class must be Collector or MultiSyncCollector (or a subclass), "
-                            f"got {collector_class!r}")
-        if collector_kwargs is not None and not isinstance(collector_kwargs, Mapping):
-            raise TypeError(f"collector_kwargs must be a dict, got {type(collector_kwargs).__name__}")
-        kwargs = dict(collector_kwargs or {})
-        other_class = {"num_envs"} if nested else {"num_workers", "num_envs_per_worker"}
-        reserved = sorted(set(kwargs) & (set(_RESERVED) | other_class))
-        if reserved:
-            raise ValueError(f"collector_kwargs must not set {reserved}: give them to RayCollector itself")
+        inner = _actor_arguments(collector_class, collector_kwargs, nested)
         if ray_init_config is not None and not isinstance(ray_init_config, Mapping):
             raise TypeError(f"ray_init_config must be a dict, got {type(ray_init_config).__name__}")
         if remote_config is not None and not isinstance(remote_config, Mapping):
             raise TypeError(f"remote_config must be a dict, got {type(remote_config).__name__}")
-        unknown = sorted(set(kwargs) - set(CollectorOptions.__dataclass_fields__) - {"num_envs"})
-        if unknown:
-            raise TypeError(f"collector_kwargs has unknown arguments {unknown}")
-        aliases = {"num_collectors": "num_workers", "max_actor_restarts": "max_worker_restarts",
-                   **({"num_workers": "nested_workers"} if nested else {"num_envs": "num_envs_per_worker"})}
-        options = CollectorOptions.from_arguments({**locals(), **kwargs, **self._extra_options}, aliases)
         clash = sorted({"max_restarts", "max_task_retries"} & set(remote_config or {}))
         if clash:
             raise ValueError(f"remote_config must not set {clash}: use max_actor_restarts")
+        inner_names = {"num_workers": "nested_workers"} if nested else {"num_envs": "num_envs_per_worker"}
+        inner = {inner_names.get(name, name): value for name, value in inner.items()}
+        renamed = {"num_workers": "num_collectors", "max_worker_restarts": "max_actor_restarts",
+                   **{option: argument for argument, option in inner_names.items()}}
+        with named_as(renamed):
+            options = CollectorOptions(
+                create_env_fn=create_env_fn, policy=policy, frames_per_batch=frames_per_batch,
+                total_frames=total_frames, num_workers=num_collectors, sync=sync, prefetch=prefetch,
+                max_worker_restarts=max_actor_restarts, timeout=timeout, start_timeout=start_timeout,
+                **inner, **arguments)
         self.num_collectors = options.num_workers
         remote = {"num_cpus": options.nested_workers, **(remote_config or {})}
         self._build(options, lambda: RayTransport(dict(ray_init_config or {}), remote, options.num_workers))

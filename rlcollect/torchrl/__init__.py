@@ -45,10 +45,10 @@ from rlcollect.torchrl.arguments import idle_seconds, none_means_default
 from rlcollect.weights import WeightUpdaterBase
 
 #: TorchRL's own arguments the collectors here take (validated by ``CollectorOptions``).
-TORCHRL_ARGUMENTS = ("cat_results", "extend_buffer", "use_buffers", "reset_when_done",
-                     "auto_register_policy_transforms", "compact_obs", "trust_policy", "cudagraph_policy",
-                     "track_traj_ids", "trajs_per_write", "no_cuda_sync", "num_threads", "num_sub_threads",
-                     "interruptor", "weight_recv_schemes", "worker_idx")
+TORCHRL_ARGUMENTS = frozenset({
+    "cat_results", "extend_buffer", "use_buffers", "reset_when_done", "auto_register_policy_transforms",
+    "compact_obs", "trust_policy", "cudagraph_policy", "track_traj_ids", "trajs_per_write", "no_cuda_sync",
+    "num_threads", "num_sub_threads", "interruptor", "weight_recv_schemes", "worker_idx"})
 
 
 def _torchrl_init(collector: Any, cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -57,7 +57,6 @@ def _torchrl_init(collector: Any, cls: Any, args: tuple[Any, ...], kwargs: dict[
     ``None`` means the default for every argument whose default is not ``None``, as in TorchRL
     (whose trainers pass ``None`` for each argument they leave unset)."""
     none_means_default(cls, kwargs)
-    collector._extra_options = {name: kwargs.pop(name) for name in TORCHRL_ARGUMENTS if name in kwargs}
     if kwargs.get("trajs_per_batch") is not None and kwargs.get("traj_format") is None \
             and kwargs.get("replay_buffer") is None:
         warnings.warn("trajs_per_batch without traj_format yields 'padded' batches ([n, max_len] with a "
@@ -280,6 +279,8 @@ class Collector(_PrivateKeys, collectors.Collector, metaclass=_CollectorType):
     / ``DistributedCollector`` (rlcollect has no such transport): TorchRL collects then.
     """
 
+    accepted_arguments = collectors.Collector.accepted_arguments | TORCHRL_ARGUMENTS
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         _torchrl_init(self, collectors.Collector, args, kwargs)
 
@@ -313,6 +314,8 @@ class MultiSyncCollector(_PrivateKeys, collectors.MultiSyncCollector, MultiColle
     grouped by worker as ``cat_results`` says (``"stack"`` by default, as in TorchRL).
     ``frames_per_batch`` may be a list, one (equal) count per worker: a batch holds their sum."""
 
+    accepted_arguments = collectors.MultiSyncCollector.accepted_arguments | TORCHRL_ARGUMENTS
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         _torchrl_init(self, collectors.MultiSyncCollector, args, kwargs)
 
@@ -334,6 +337,8 @@ class MultiAsyncCollector(_PrivateKeys, collectors.MultiAsyncCollector, MultiCol
                 check_int(f"frames_per_batch[{i}]", count, minimum=1, allowed="a positive int")
                 for i, count in enumerate(frames))
         _torchrl_init(self, collectors.MultiAsyncCollector, args, kwargs)
+
+    accepted_arguments = collectors.MultiAsyncCollector.accepted_arguments | TORCHRL_ARGUMENTS
 
     stats = _worker_stats  # type: ignore[assignment]  # TorchRL's signature and dict
     state_dict = _worker_state_dict
@@ -393,6 +398,8 @@ class RayCollector(_PrivateKeys, collectors.RayCollector):
         if inner:
             kwargs["collector_kwargs"] = inner
         _torchrl_init(self, collectors.RayCollector, (create_env_fn, policy), kwargs)
+
+    accepted_arguments = collectors.RayCollector.accepted_arguments | TORCHRL_ARGUMENTS
 
     stats = _worker_stats  # type: ignore[assignment]  # TorchRL's signature and dict
 
