@@ -12,7 +12,7 @@ unexpected keyword argument.
 Examples:
     >>> from rlcollect import Collector
     >>> sorted(SharedArguments.__optional_keys__)[:3]
-    ['check', 'layout', 'obs_dtype']
+    ['batch_steps', 'check', 'layout']
     >>> "num_envs" in Collector.accepted_arguments  # named by Collector itself, not a shared one
     False
     >>> Collector("CartPole-v1", frames_per_batch=4, prefetch=True)
@@ -30,6 +30,9 @@ from typing import Any, TypedDict
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import InteractionType
+
+from rlcollect.collectors.delivery import ReplayWriter
+from rlcollect.data.formats import BatchStep, NativeLayout, TorchRLLayout
 
 __all__ = ["CollectorArguments", "EnvArguments", "SharedArguments", "WorkerArguments", "argument_names",
            "check_accepted", "named_as"]
@@ -74,10 +77,16 @@ class SharedArguments(TypedDict, total=False):
         layout: ``"rlcollect"`` (default: the layout in the README, ``[num_envs, T]``) or
             ``"torchrl"``, TorchRL's (:mod:`rlcollect.data.torchrl_layout`: root ``done`` /
             ``terminated`` / ``truncated``, ``[T]`` for one unbatched TorchRL env, the policy
-            version only with ``track_policy_version``); ``rlcollect.torchrl``'s collectors
-            default to it.
+            version only with ``track_policy_version``), or a layout object of
+            :mod:`rlcollect.data.formats`; ``rlcollect.torchrl``'s collectors default to TorchRL's.
         track_policy_version: with ``layout="torchrl"``, stamp ``policy_version`` at the root
             and in ``"next"`` (the native layout always stamps it at the root).
+        batch_steps: callables ``step(batch, shape) -> batch`` applied in order to each batch
+            after its layout, before ``storing_device`` and ``postproc``
+            (:class:`~rlcollect.data.formats.BatchStep`; they must pickle).
+        replay_writer: how batches reach ``replay_buffer``
+            (:class:`~rlcollect.collectors.delivery.ReplayWriter`: env by env or step by step,
+            and how many complete trajectories per ``extend``); default env by env.
     """
 
     seed: int | None
@@ -93,8 +102,10 @@ class SharedArguments(TypedDict, total=False):
     weight_updater: Any
     check: str
     obs_dtype: Any
-    layout: str
+    layout: str | NativeLayout | TorchRLLayout
     track_policy_version: bool
+    batch_steps: Sequence[BatchStep]
+    replay_writer: ReplayWriter | None
 
 
 class EnvArguments(SharedArguments, total=False):

@@ -279,7 +279,7 @@ class BaseCollector(IterableDataset, metaclass=abc.ABCMeta):
             1
         """
         options = getattr(self, "options", None)
-        if options is not None and options.layout == "torchrl" and not options.track_policy_version:
+        if options is not None and not options.layout.reports_policy_version(options.track_policy_version):
             return None
         return self.stats().policy_version
 

@@ -1,9 +1,10 @@
 """What happens to a collected batch before the user (or the replay buffer) gets it.
 
 One pipeline for every collector: copy (unless ``return_same_td``), regroup (``split_trajs``, or
-``trajs_per_batch`` complete episodes), the layout (``layout="torchrl"``: a view in TorchRL's
-layout), move to ``storing_device``, ``postproc``, the post-collect hook, then either yield the
-batch or write it to the replay buffer and yield ``None``.
+``trajs_per_batch`` complete episodes), the layout (:mod:`rlcollect.data.formats`: the native one,
+or TorchRL's), the batch steps (``batch_steps``), move to ``storing_device``, ``postproc``, the
+post-collect hook, then either yield the batch or write it to the replay buffer (as its
+:class:`ReplayWriter` says) and yield ``None``.
 """
 
 from __future__ import annotations
@@ -15,15 +16,30 @@ from typing import Any, Literal
 import torch
 from tensordict import TensorDictBase
 
-from rlcollect.data.layout import is_private_key
-from rlcollect.data.torchrl_layout import LAYOUTS, torchrl_layout
+from rlcollect.data.formats import BatchShape, BatchStep, NativeLayout, TorchRLLayout
 from rlcollect.data.trajectories import TrajectoryAssembler, pad_trajectories, split_trajectories
 from rlcollect.replay import flatten_batch
 
-__all__ = ["Delivery", "make_delivery"]
+__all__ = ["Delivery", "ReplayWriter", "make_delivery"]
 
-#: What ``compact_obs`` keeps in ``"next"``.
-_NEXT_KEPT = frozenset({"reward", "done", "terminated", "truncated", "policy_version"})
+
+@dataclass(frozen=True)
+class ReplayWriter:
+    """How batches reach the replay buffer (the ``replay_writer`` option).
+
+    Attributes:
+        time_major: write each batch step by step (every env's frame of a step, then the next
+            step's) instead of env by env.
+        trajectories_per_extend: with ``trajs_per_batch``, the complete trajectories written per
+            ``extend`` (``None``: all those a collected batch completed, in one).
+
+    Examples:
+        >>> ReplayWriter() == ReplayWriter(time_major=False)  # rlcollect's way
+        True
+    """
+
+    time_major: bool = False
+    trajectories_per_extend: int | None = None
 
 
 @dataclass
@@ -37,22 +53,16 @@ class Delivery:
         trajs_per_batch: yield exactly this many complete episodes per batch
             (``traj_format="padded"``: ``[n, max_len]`` with a mask; ``"cat"``: ``[sum of lengths]``).
             With a replay buffer, as TorchRL: after each collected batch every episode it
-            completed is written (flat), ``trajs_per_write`` episodes per ``extend`` (default:
-            all in one), and one ``None`` is yielded.
-        layout: ``"rlcollect"`` (native) or ``"torchrl"`` (:mod:`rlcollect.data.torchrl_layout`).
-        cat_results: how TorchRL's layout groups a synchronous batch of ``workers`` workers.
-        extend_buffer: ``False``: the replay buffer receives the frames step by step (time-major),
-            as TorchRL writes them; ``True``: env by env.
-        compact_obs: drop the next observations (every ``("next", key)`` but the reward, the
-            flags and the policy version): a frame's next observation is the following frame's
-            observation, except at an episode's end.
+            completed is written (flat), ``writer.trajectories_per_extend`` episodes per
+            ``extend``, and one ``None`` is yielded.
+        layout: the native layout or TorchRL's (:mod:`rlcollect.data.formats`).
+        steps: the batch steps after the layout.
+        writer: how batches reach the replay buffer.
         unbatched: each env has no batch size of its own (set by the collector once its env is
             built): in TorchRL's layout their batches are ``[T]``.
         workers: the workers whose rows a batch holds (set by synchronous multi-worker collectors).
-        track_traj_ids: ``False``: batches leave out ``("collector", "traj_ids")`` (TorchRL's
-            option; the ids are still kept inside, for episode statistics).
-        exclude_private: in TorchRL's layout, leave out the keys with a part that starts with
-            ``_`` (a policy's private state, such as an exploration module's noise), as TorchRL does.
+        whole: a batch of several workers is their whole TensorDicts, stacked (set by the
+            collectors whose workers send a TorchRL env's data back whole).
     """
 
     return_same_td: bool = False
@@ -64,16 +74,13 @@ class Delivery:
     written_elsewhere: bool = False
     trajs_per_batch: int | None = None
     traj_format: Literal["padded", "cat"] = "padded"
-    trajs_per_write: int | None = None
-    layout: str = "rlcollect"
+    layout: NativeLayout | TorchRLLayout = field(default_factory=NativeLayout)
     track_policy_version: bool = False
-    cat_results: str | int | None = None
-    extend_buffer: bool = True
-    compact_obs: bool = False
-    track_traj_ids: bool = True
+    steps: tuple[BatchStep, ...] = ()
+    writer: ReplayWriter = ReplayWriter()
     unbatched: bool = False
     workers: int = 1
-    exclude_private: bool = True
+    whole: bool = False
     _assembler: TrajectoryAssembler = field(default_factory=TrajectoryAssembler, repr=False)
 
     def outputs(self, batch: TensorDictBase) -> Iterator[TensorDictBase | None]:
@@ -85,7 +92,7 @@ class Delivery:
             self._assembler.add(batch.clone())  # pieces outlive the collector's buffer
             if self.replay_buffer is not None:  # as TorchRL: written as they complete, one None per batch
                 complete = self._assembler.pop_all()
-                size = self.trajs_per_write or max(len(complete), 1)
+                size = self.writer.trajectories_per_extend or max(len(complete), 1)
                 for start in range(0, len(complete), size):
                     self._write(self.formatted(torch.cat(complete[start:start + size], 0)))
                 yield None
@@ -121,20 +128,13 @@ class Delivery:
     def formatted(self, out: TensorDictBase) -> TensorDictBase:
         """``out`` as the user receives it: the layout, the keys left out, ``storing_device``,
         ``postproc`` (no hook, no replay buffer)."""
-        if self.layout == "torchrl":
-            regrouped = self.split_trajs or self.trajs_per_batch is not None
-            out = torchrl_layout(out, unbatched=self.unbatched and not regrouped,
-                                 track_policy_version=self.track_policy_version,
-                                 workers=1 if regrouped else self.workers, cat_results=self.cat_results)
-            if self.exclude_private:
-                out = out.exclude(*[key for key in out.keys(True) if is_private_key(key)])
-        if not self.track_traj_ids:
-            out = out.exclude(("collector", "traj_ids"))
-            if out.get("collector", None) is not None and out.get("collector").is_empty():  # nothing left
-                out = out.exclude("collector")
-        if self.compact_obs:
-            next_keys = out.get("next").keys()  # noqa: SIM118 (iterating a TensorDict gives rows)
-            out = out.exclude(*[("next", key) for key in next_keys if key not in _NEXT_KEPT])
+        regrouped = self.split_trajs or self.trajs_per_batch is not None
+        workers = 1 if regrouped else self.workers
+        shape = BatchShape(workers, stacked=self.whole and workers > 1,
+                           unbatched=self.unbatched and not regrouped)
+        out, shape = self.layout.format(out, shape, track_policy_version=self.track_policy_version)
+        for step in self.steps:
+            out = step(out, shape)
         if self.storing_device is not None:
             out = out.to(self.storing_device)
         if self.postproc is not None:
@@ -142,8 +142,8 @@ class Delivery:
         return out
 
     def _for_buffer(self, out: TensorDictBase) -> TensorDictBase:
-        """What the replay buffer is extended with: flat frames, env by env (time-major without
-        ``extend_buffer``); a TorchRL storage of ``ndim`` dims (``LazyTensorStorage(n, ndim=2)``)
+        """What the replay buffer is extended with: flat frames, env by env (step by step with
+        ``writer.time_major``); a TorchRL storage of ``ndim`` dims (``LazyTensorStorage(n, ndim=2)``)
         gets rows of the last ``ndim - 1`` dims (``[envs, T]``, the last dim named ``"time"``), as
         TorchRL's collectors extend it; the frames are on the storage's device where it has one."""
         storage = getattr(self.replay_buffer, "storage", None)
@@ -155,7 +155,7 @@ class Delivery:
             rows = out.reshape(-1, *out.batch_size[out.batch_dims - storage_dims + 1:])
             rows.names = [None] * (rows.batch_dims - 1) + ["time"]  # TorchRL's storage cycles along time
             return rows
-        if not self.extend_buffer and out.batch_dims == 2:
+        if self.writer.time_major and out.batch_dims == 2:
             out = out.transpose(0, 1)  # step by step: every env's frame of a step, then the next
         return flatten_batch(out)
 
@@ -183,18 +183,15 @@ def make_delivery(
     trajs_per_batch: int | None,
     traj_format: str | None,
     workers_write: bool = False,
-    layout: str = "rlcollect",
+    layout: NativeLayout | TorchRLLayout | None = None,
     track_policy_version: bool = False,
-    cat_results: str | int | None = None,
-    extend_buffer: bool = True,
-    compact_obs: bool = False,
-    track_traj_ids: bool = True,
-    trajs_per_write: int | None = None,
+    steps: tuple[BatchStep, ...] = (),
+    writer: ReplayWriter | None = None,
 ) -> Delivery:
     """Check the delivery arguments (one clear error each) and build the pipeline.
 
     ``workers_write``: the collector's workers can extend ``replay_buffer`` themselves (they do
-    unless whole trajectories are assembled here).
+    for batches written as collected: no regrouping, the native layout, no steps, env by env).
     """
     if replay_buffer is not None and not callable(getattr(replay_buffer, "extend", None)):
         raise TypeError(
@@ -208,11 +205,10 @@ def make_delivery(
     if split_trajs and trajs_per_batch is not None:
         raise ValueError("split_trajs and trajs_per_batch exclude each other: trajs_per_batch already "
                          "yields whole trajectories")
-    if not isinstance(layout, str) or layout not in LAYOUTS:
-        raise ValueError(f"layout={layout!r:.80} is not one of {LAYOUTS} (see rlcollect.data.torchrl_layout)")
-    # the workers write native frames; TorchRL's layout is made here
-    in_workers = (workers_write and trajs_per_batch is None and layout == "rlcollect" and extend_buffer
-                  and track_traj_ids)
+    layout = NativeLayout() if layout is None else layout
+    writer = ReplayWriter() if writer is None else writer
+    as_collected = isinstance(layout, NativeLayout) and not steps and writer == ReplayWriter()
+    in_workers = workers_write and trajs_per_batch is None and as_collected
     return Delivery(
         return_same_td=return_same_td,
         storing_device=storing_device,
@@ -223,11 +219,8 @@ def make_delivery(
         written_elsewhere=in_workers,
         trajs_per_batch=trajs_per_batch,
         traj_format="cat" if traj_format == "cat" else "padded",
-        trajs_per_write=trajs_per_write,
         layout=layout,
         track_policy_version=track_policy_version,
-        cat_results=cat_results,
-        extend_buffer=extend_buffer,
-        compact_obs=compact_obs,
-        track_traj_ids=track_traj_ids,
+        steps=steps,
+        writer=writer,
     )

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,10 +28,10 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.nn import InteractionType
 
-from rlcollect.collectors.delivery import Delivery, make_delivery
+from rlcollect.collectors.delivery import Delivery, ReplayWriter, make_delivery
 from rlcollect.data.buffers import physical_memory
 from rlcollect.data.checks import CHECK_LEVELS, short_repr
-from rlcollect.data.torchrl_layout import CAT_RESULTS
+from rlcollect.data.formats import NativeLayout, TorchRLLayout, layout_of
 from rlcollect.policies.adapters import interaction_type
 from rlcollect.rollout.engine import RolloutSpec
 from rlcollect.weights import schemes as schemes_module
@@ -257,25 +257,12 @@ class CollectorOptions:
     weight_updater: Any = None
     check: str = "full"
     obs_dtype: Any = None
-    layout: str = "rlcollect"
+    layout: str | NativeLayout | TorchRLLayout = "rlcollect"  # becomes a layout object
     track_policy_version: bool = False
-    # TorchRL's arguments (rlcollect.torchrl's collectors take them; see torchrl_layout)
-    cat_results: Any = None
-    extend_buffer: bool = True
-    use_buffers: bool | None = None
-    reset_when_done: bool = True
+    batch_steps: Sequence[Any] = ()  # becomes a tuple
+    replay_writer: ReplayWriter | None = None
+    # a TorchRL env's policy transforms (rlcollect.torchrl's collectors take it)
     auto_register_policy_transforms: bool | None = None
-    compact_obs: bool = False
-    trust_policy: bool | None = None
-    cudagraph_policy: Any = None
-    track_traj_ids: bool = True
-    trajs_per_write: int | None = None
-    no_cuda_sync: bool | None = None
-    num_threads: int | None = None
-    num_sub_threads: int = 1
-    interruptor: Any = None
-    weight_recv_schemes: Any = None
-    worker_idx: int | None = None
     # worker processes and actors
     preemptive_threshold: float | None = None
     prefetch: bool = False
@@ -326,8 +313,7 @@ class CollectorOptions:
             raise TypeError(f"policy must be None, an nn.Module, a TensorDictModule or a callable; got "
                             f"{type(self.policy).__name__} {short_repr(self.policy)}")
         for name in ("reset_at_each_iter", "set_truncated", "split_trajs", "return_same_td", "prefetch",
-                     "update_at_each_batch", "track_policy_version", "extend_buffer", "reset_when_done",
-                     "compact_obs", "track_traj_ids"):
+                     "update_at_each_batch", "track_policy_version"):
             put(name, check_flag(name, getattr(self, name)))
         compile_policy = self.compile_policy
         if not isinstance(compile_policy, (bool, np.bool_, Mapping)):
@@ -347,7 +333,7 @@ class CollectorOptions:
         if not isinstance(self.check, str) or self.check not in CHECK_LEVELS:
             raise ValueError(f"check={self.check!r} is not one of {CHECK_LEVELS} (see rlcollect.data.checks)")
         put("obs_dtype", _obs_dtype(self.obs_dtype))
-        self._check_torchrl_arguments()  # layout itself: by the delivery, below
+        self._check_steps()
         device = _device("device", self.device)
         raw_env_device = self.env_device if self.env_device is not None else device
         env_device = _device("env_device", raw_env_device)
@@ -420,52 +406,21 @@ class CollectorOptions:
                            f"frames_per_batch={self.frames_per_batch} over {envs} envs")
         self.delivery(workers_write=False)  # its arguments are checked now, not at the first batch
 
-    def _check_torchrl_arguments(self) -> None:
-        """TorchRL's own arguments: those rlcollect gives the same way, refused where it cannot."""
-        cat = self.cat_results
-        if isinstance(cat, (bool, np.bool_)) or not (
-                cat is None or cat == "stack" or (isinstance(cat, (int, np.integer)) and cat in (0, -1))):
-            raise ValueError(f"cat_results={short_repr(cat)} is not one of {CAT_RESULTS} (how TorchRL's "
-                             "layout groups a synchronous batch of several workers)")
-        object.__setattr__(self, "cat_results", cat if cat is None or isinstance(cat, str) else int(cat))
-        if cat not in (None, 0) and self.layout != "torchrl":
-            raise ValueError(f"cat_results={cat!r} groups the workers' batches in TorchRL's layout: pass "
-                             "layout='torchrl' (rlcollect's layout puts the workers' envs one after the "
-                             "other along dim 0, which is cat_results=0)")
-        if not self.track_traj_ids and (self.split_trajs or self.trajs_per_batch is not None):
-            raise ValueError("track_traj_ids=False leaves out the trajectory ids that split_trajs and "
-                             "trajs_per_batch group frames by: keep track_traj_ids=True")
-        if self.trajs_per_write is not None:
-            object.__setattr__(self, "trajs_per_write", check_int(
-                "trajs_per_write", self.trajs_per_write, minimum=1, allowed="a positive int or None"))
-            if self.trajs_per_batch is None or self.replay_buffer is None:
-                raise ValueError("trajs_per_write groups the complete trajectories written to replay_buffer "
-                                 "under trajs_per_batch: give both (or leave trajs_per_write=None)")
-        for name, minimum in (("num_threads", 1), ("worker_idx", 0)):
-            if getattr(self, name) is not None:
-                object.__setattr__(self, name, check_int(name, getattr(self, name), minimum=minimum,
-                                                         allowed=f"an int >= {minimum} or None"))
-        if check_int("num_sub_threads", self.num_sub_threads, minimum=1, allowed="1") != 1:
-            raise ValueError(f"num_sub_threads={self.num_sub_threads} is not supported: each worker process "
-                             "runs one torch thread (more workers use more cores)")
-        if self.interruptor is not None:
-            raise ValueError(f"interruptor={short_repr(self.interruptor)} is not supported (TorchRL's "
-                             "internal plumbing): preemptive_threshold= stops the slow workers")
-        receivers = self.weight_recv_schemes
-        if receivers is not None and not isinstance(receivers, Mapping):
-            raise TypeError(f"weight_recv_schemes must be a dict {{model_id: scheme}} or None, got "
-                            f"{type(receivers).__name__} {short_repr(receivers)}")
-        for name in ("use_buffers", "auto_register_policy_transforms", "trust_policy", "no_cuda_sync"):
-            value = getattr(self, name)
-            if value is not None:
-                object.__setattr__(self, name, check_flag(name, value))
-        if not self.reset_when_done:
-            raise ValueError("reset_when_done=False is not supported: rlcollect resets an env that is "
-                             "done in the same step, always (see the batch rules)")
-        if self.cudagraph_policy not in (None, False):
-            raise ValueError(f"cudagraph_policy={short_repr(self.cudagraph_policy)} is not supported: "
-                             "rlcollect does not capture the policy in CUDA graphs (compile_policy=True "
-                             "compiles it)")
+    def _check_steps(self) -> None:
+        """The layout, the batch steps and the replay writer: objects, checked here."""
+        object.__setattr__(self, "layout", layout_of(self.layout))
+        steps = self.batch_steps
+        if not isinstance(steps, (list, tuple)) or not all(callable(step) for step in steps):
+            raise TypeError(f"batch_steps must be a list of callables step(batch, shape) -> batch, got "
+                            f"{short_repr(steps)}")
+        object.__setattr__(self, "batch_steps", tuple(steps))
+        writer = self.replay_writer
+        if writer is not None and not isinstance(writer, ReplayWriter):
+            raise TypeError(f"replay_writer must be a ReplayWriter or None, got {type(writer).__name__} "
+                            f"{short_repr(writer)}")
+        if self.auto_register_policy_transforms is not None:
+            name = "auto_register_policy_transforms"
+            object.__setattr__(self, name, check_flag(name, getattr(self, name)))
 
     def replace(self, **changes: Any) -> CollectorOptions:
         """A copy with ``changes`` (validated again)."""
@@ -502,7 +457,7 @@ class CollectorOptions:
             check=self.check,
             obs_dtype=self.obs_dtype,
             models=dict(self.models or {}),
-            action_dtype="policy" if self.layout == "torchrl" else "space",
+            action_dtype=layout_of(self.layout).action_dtype,
             register_policy_transforms=self.auto_register_policy_transforms,
         )
 
@@ -513,9 +468,9 @@ class CollectorOptions:
             split_trajs=self.split_trajs, postproc=self.postproc,
             post_collect_hook=self.post_collect_hook, replay_buffer=self.replay_buffer,
             trajs_per_batch=self.trajs_per_batch, traj_format=self.traj_format,
-            workers_write=workers_write, layout=self.layout, track_policy_version=self.track_policy_version,
-            cat_results=self.cat_results, extend_buffer=self.extend_buffer, compact_obs=self.compact_obs,
-            track_traj_ids=self.track_traj_ids, trajs_per_write=self.trajs_per_write,
+            workers_write=workers_write, layout=layout_of(self.layout),
+            track_policy_version=self.track_policy_version, steps=tuple(self.batch_steps),
+            writer=self.replay_writer,
         )
 
     def unpicklable(self, *, with_policy: bool = True) -> None:

@@ -93,8 +93,6 @@ class PooledCollector(BaseCollector):
             raise ValueError("prefetch=True applies to synchronous collection only: asynchronous "
                              "workers never wait anyway")
         options.unpicklable(with_policy=self._policy_in_workers)
-        if options.num_threads is not None:  # TorchRL's: the torch threads of this process
-            torch.set_num_threads(options.num_threads)
         self.requested_frames_per_batch = options.frames_per_batch
         self.total_frames, self.init_random_frames = options.total_frames, options.init_random_frames
         self.replay_buffer = options.replay_buffer
@@ -157,8 +155,8 @@ class PooledCollector(BaseCollector):
         self._delivery.unbatched = probe.envs.unbatched
         if self._hooks_in_workers:
             self._delivery.post_collect_hook = None  # each worker runs it (see _worker_spec)
-        # (a TensorDict batch is grouped here, as cat_results says: the delivery leaves it as it is)
-        self._delivery.workers = workers if sync and not self._tensordict else 1
+        self._delivery.workers = workers if sync else 1
+        self._delivery.whole = self._tensordict  # whole TensorDict batches: stacked here (_slot_batch)
         written_elsewhere = self._delivery.written_elsewhere
         self._num_slots = num_slots = 2 if (options.prefetch or not sync) else 1
         self._num_steps = steps
@@ -306,12 +304,6 @@ class PooledCollector(BaseCollector):
         return self.options.preemptive_threshold
 
     @property
-    def interruptor(self) -> None:
-        """TorchRL's interruptor object: rlcollect builds none (preemption is a flag per batch slot
-        the workers read at each step)."""
-        return None
-
-    @property
     def worker_pids(self) -> list[int | None]:
         """Process ids of the workers (they start with the first batch, ``set_seed`` or a state)."""
         return [info.pid if info else None for info in self._pool.infos]
@@ -355,16 +347,11 @@ class PooledCollector(BaseCollector):
 
     def _slot_batch(self, slot: int) -> TensorDictBase:
         """Every worker's rows of ``slot``: a synchronous batch. Whole TensorDict batches are
-        grouped as ``cat_results`` says (``"stack"``, the default: ``[workers, *batch, T]``; ``0``:
-        one after the other along the first dim; ``-1``: along time)."""
+        stacked, ``[workers, *batch, T]``."""
         if not self._tensordict:
             return self._slots[slot].batch
         parts = [self._whole[slot, worker] for worker in range(self.num_workers)]
-        cat = self.options.cat_results
-        if cat in (None, "stack"):
-            out = LazyStackedTensorDict.maybe_dense_stack(parts, 0)
-        else:
-            out = torch.cat(parts, 0 if cat == 0 or parts[0].batch_dims == 1 else -1)
+        out = LazyStackedTensorDict.maybe_dense_stack(parts, 0)
         out.names = [None] * (out.batch_dims - 1) + ["time"]
         return out
 

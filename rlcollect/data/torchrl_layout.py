@@ -11,10 +11,9 @@ collectors differ:
   absent otherwise (the native layout always stamps it at the root);
 - a batch of one env without a batch size of its own (a TorchRL env with ``batch_size=[]``) is
   ``[T]`` instead of ``[1, T]``;
-- a synchronous multi-worker batch is grouped by worker as ``cat_results`` says: ``"stack"``
-  (TorchRL's default) ``[workers, envs, T]`` (``[workers, T]`` for unbatched envs), ``0`` the
-  workers' envs one after the other (``[workers * envs, T]``, ``[workers * T]`` for unbatched
-  envs), ``-1`` the workers' steps one after the other (``[envs, workers * T]``).
+- a synchronous multi-worker batch is stacked by worker, as TorchRL's default:
+  ``[workers, envs, T]`` (``[workers, T]`` for unbatched envs); :mod:`rlcollect.torchrl` groups
+  it otherwise when asked.
 
 Examples:
     >>> import torch
@@ -31,12 +30,8 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDictBase
 
-__all__ = ["CAT_RESULTS", "LAYOUTS", "ROOT_FLAGS", "torchrl_layout"]
+__all__ = ["ROOT_FLAGS", "torchrl_layout"]
 
-#: The values of the collectors' ``layout`` option.
-LAYOUTS = ("rlcollect", "torchrl")
-#: The values of ``cat_results`` (``None``: ``"stack"``).
-CAT_RESULTS = (None, "stack", 0, -1)
 #: The flags TorchRL keeps at the root as well as in ``"next"``.
 ROOT_FLAGS = ("done", "terminated", "truncated")
 
@@ -47,7 +42,6 @@ def torchrl_layout(
     unbatched: bool,
     track_policy_version: bool,
     workers: int = 1,
-    cat_results: str | int | None = None,
 ) -> TensorDictBase:
     """``batch`` (native layout) in TorchRL's layout; see the module docstring.
 
@@ -56,7 +50,7 @@ def torchrl_layout(
         unbatched: each env has no batch size of its own: ``[1, T]`` is given as ``[T]``.
         track_policy_version: keep ``policy_version`` (at the root and in ``"next"``).
         workers: the batch is ``workers`` workers' rows, one after the other (a synchronous
-            multi-worker batch), grouped as ``cat_results`` says; 1: one env batch.
+            multi-worker batch), stacked ``[workers, envs, T]``; 1: one env batch.
     """
     out = batch.copy() if track_policy_version else batch.exclude("policy_version")
     for key in ROOT_FLAGS:  # (a flag the env does not have, as a TorchRL env's own keys, is not added)
@@ -69,12 +63,7 @@ def torchrl_layout(
         return out
     if workers > 1:
         envs, steps = out.batch_size[0] // workers, out.batch_size[1]
-        if cat_results in (None, "stack"):
-            out = out.reshape(workers, steps) if unbatched else out.reshape(workers, envs, steps)
-        elif unbatched:
-            return out.reshape(workers * steps)
-        elif cat_results == -1:
-            out = out.reshape(workers, envs, steps).permute(1, 0, 2).reshape(envs, workers * steps)
+        out = out.reshape(workers, steps) if unbatched else out.reshape(workers, envs, steps)
         out.names = [None] * (out.batch_dims - 1) + ["time"]
         return out
     if unbatched and out.batch_size[0] == 1:

@@ -37,18 +37,19 @@ import sys
 import warnings
 from typing import Any
 
+import torch
+
 from rlcollect import collectors
 from rlcollect.collectors import AsyncBatchedCollector, BaseCollector, CollectorStats, ProfileConfig
 from rlcollect.collectors.options import check_flag, check_int
 from rlcollect.collectors.pooled import PooledCollector
+from rlcollect.data.formats import TorchRLLayout
 from rlcollect.torchrl.arguments import idle_seconds, none_means_default
+from rlcollect.torchrl.translate import TORCHRL_ARGUMENTS, take_torchrl_arguments  # noqa: F401 (documented)
 from rlcollect.weights import WeightUpdaterBase
 
-#: TorchRL's own arguments the collectors here take (validated by ``CollectorOptions``).
-TORCHRL_ARGUMENTS = frozenset({
-    "cat_results", "extend_buffer", "use_buffers", "reset_when_done", "auto_register_policy_transforms",
-    "compact_obs", "trust_policy", "cudagraph_policy", "track_traj_ids", "trajs_per_write", "no_cuda_sync",
-    "num_threads", "num_sub_threads", "interruptor", "weight_recv_schemes", "worker_idx"})
+#: The core option only the collectors here take (a TorchRL env's policy transforms).
+_CORE_OPTIONS = frozenset({"auto_register_policy_transforms"})
 
 
 def _torchrl_init(collector: Any, cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -57,21 +58,24 @@ def _torchrl_init(collector: Any, cls: Any, args: tuple[Any, ...], kwargs: dict[
     ``None`` means the default for every argument whose default is not ``None``, as in TorchRL
     (whose trainers pass ``None`` for each argument they leave unset)."""
     none_means_default(cls, kwargs)
+    translation = take_torchrl_arguments(kwargs)
     if kwargs.get("trajs_per_batch") is not None and kwargs.get("traj_format") is None \
             and kwargs.get("replay_buffer") is None:
         warnings.warn("trajs_per_batch without traj_format yields 'padded' batches ([n, max_len] with a "
                       "mask); as in TorchRL, the default will change to 'cat' in torchrl v0.16: pass "
                       "traj_format='padded' or 'cat'", FutureWarning, stacklevel=4)
-    kwargs.setdefault("layout", "torchrl")
+    layout = kwargs.setdefault("layout", "torchrl")
+    collector._torchrl_layout = None
+    if layout == "torchrl":  # an object of this collector's own: _exclude_private_keys switches it
+        kwargs["layout"] = collector._torchrl_layout = TorchRLLayout()
+    kwargs.update(translation.core_arguments())
     idle = os.environ.get("MAX_IDLE_COUNT")
     if idle is not None and cls is not collectors.Collector and "timeout" not in kwargs:
         kwargs["timeout"] = idle_seconds(idle)
+    if translation.num_threads is not None:  # TorchRL's: the torch threads of this process
+        torch.set_num_threads(translation.num_threads)
     cls.__init__(collector, *args, **kwargs)
-    options = collector.options
-    if options.worker_idx is not None:  # this collector is worker ``worker_idx`` of another one
-        collector.worker_idx = options.worker_idx
-    if options.weight_recv_schemes is not None:
-        collector.register_scheme_receiver(options.weight_recv_schemes)
+    translation.apply(collector)
 
 
 class TorchRLStats(dict[str, Any]):
@@ -133,18 +137,26 @@ def _worker_stats(self: Any, workers: str = "aggregate", *, timeout: float | Non
 
 
 class _PrivateKeys:
-    """TorchRL's ``_exclude_private_keys`` switch: batches leave out the keys with a part that
-    starts with ``_`` (a policy's private state) unless it is set to False."""
+    """TorchRL's attributes: the ``_exclude_private_keys`` switch (batches in TorchRL's layout
+    leave out the keys with a part that starts with ``_``, a policy's private state, unless it is
+    set to False) and the ``interruptor``."""
 
-    _delivery: Any
+    _torchrl_layout: TorchRLLayout | None = None
+
+    @property
+    def interruptor(self) -> None:
+        """TorchRL's interruptor object: rlcollect builds none (``preemptive_threshold`` is a flag
+        per batch slot the workers read at each step)."""
+        return None
 
     @property
     def _exclude_private_keys(self) -> bool:
-        return bool(self._delivery.exclude_private)
+        return self._torchrl_layout is None or not self._torchrl_layout.private_keys
 
     @_exclude_private_keys.setter
     def _exclude_private_keys(self, value: bool) -> None:
-        self._delivery.exclude_private = bool(value)
+        if self._torchrl_layout is not None:
+            self._torchrl_layout.private_keys = not value
 
 
 def _worker_state_dict(self: Any) -> dict[str, Any]:
@@ -279,7 +291,7 @@ class Collector(_PrivateKeys, collectors.Collector, metaclass=_CollectorType):
     / ``DistributedCollector`` (rlcollect has no such transport): TorchRL collects then.
     """
 
-    accepted_arguments = collectors.Collector.accepted_arguments | TORCHRL_ARGUMENTS
+    accepted_arguments = collectors.Collector.accepted_arguments | _CORE_OPTIONS
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         _torchrl_init(self, collectors.Collector, args, kwargs)
@@ -314,7 +326,7 @@ class MultiSyncCollector(_PrivateKeys, collectors.MultiSyncCollector, MultiColle
     grouped by worker as ``cat_results`` says (``"stack"`` by default, as in TorchRL).
     ``frames_per_batch`` may be a list, one (equal) count per worker: a batch holds their sum."""
 
-    accepted_arguments = collectors.MultiSyncCollector.accepted_arguments | TORCHRL_ARGUMENTS
+    accepted_arguments = collectors.MultiSyncCollector.accepted_arguments | _CORE_OPTIONS
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         _torchrl_init(self, collectors.MultiSyncCollector, args, kwargs)
@@ -338,7 +350,7 @@ class MultiAsyncCollector(_PrivateKeys, collectors.MultiAsyncCollector, MultiCol
                 for i, count in enumerate(frames))
         _torchrl_init(self, collectors.MultiAsyncCollector, args, kwargs)
 
-    accepted_arguments = collectors.MultiAsyncCollector.accepted_arguments | TORCHRL_ARGUMENTS
+    accepted_arguments = collectors.MultiAsyncCollector.accepted_arguments | _CORE_OPTIONS
 
     stats = _worker_stats  # type: ignore[assignment]  # TorchRL's signature and dict
     state_dict = _worker_state_dict
@@ -399,7 +411,7 @@ class RayCollector(_PrivateKeys, collectors.RayCollector):
             kwargs["collector_kwargs"] = inner
         _torchrl_init(self, collectors.RayCollector, (create_env_fn, policy), kwargs)
 
-    accepted_arguments = collectors.RayCollector.accepted_arguments | TORCHRL_ARGUMENTS
+    accepted_arguments = collectors.RayCollector.accepted_arguments | _CORE_OPTIONS
 
     stats = _worker_stats  # type: ignore[assignment]  # TorchRL's signature and dict
 

@@ -18,6 +18,7 @@ import inspect
 from typing import Any
 
 from rlcollect.collectors.options import CollectorOptions
+from rlcollect.torchrl.translate import TORCHRL_ARGUMENTS
 
 __all__ = ["idle_seconds", "none_means_default"]
 
@@ -37,6 +38,7 @@ def _defaults(cls: type) -> dict[str, Any]:
     """The defaults of ``cls``'s constructor and of the options TorchRL's arguments fill."""
     defaults = {field.name: field.default for field in dataclasses.fields(CollectorOptions)
                 if field.default is not dataclasses.MISSING}
+    defaults.update(TORCHRL_ARGUMENTS)
     parameters = inspect.signature(cls.__init__).parameters.values()  # type: ignore[misc]
     defaults.update({p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty})
     return defaults

@@ -25,6 +25,8 @@ import torch
 from tensordict import TensorDictBase
 
 from rlcollect import AsyncBatchedCollector, Collector, MultiAsyncCollector, MultiSyncCollector, RayCollector
+from rlcollect.collectors.delivery import ReplayWriter
+from rlcollect.data.formats import BatchShape
 from rlcollect.weights import RayWeightSyncScheme, SharedMemWeightSyncScheme
 from tests.envs_for_tests import TiltPolicy, assert_ids_label_trajectories, make_cartpole
 
@@ -46,6 +48,13 @@ class ListSink:
 def add_doubled_reward(batch: TensorDictBase) -> TensorDictBase:
     batch.set("doubled_reward", batch["next", "reward"] * 2)
     return batch
+
+
+class DoubledReward:
+    """A batch step (``batch_steps``): adds the doubled reward."""
+
+    def __call__(self, batch: TensorDictBase, shape: BatchShape) -> TensorDictBase:
+        return batch.set("doubled_reward", batch["next", "reward"] * 2)
 
 
 # name -> (options, how the outputs compare: "frames", "trajectories", "random_warmup", "sink")
@@ -70,6 +79,8 @@ CASES: dict[str, tuple[dict[str, Any], str]] = {
     "obs_dtype=float64": ({"obs_dtype": "float64"}, "frames"),
     "layout=torchrl": ({"layout": "torchrl"}, "frames"),
     "track_policy_version": ({"layout": "torchrl", "track_policy_version": True}, "frames"),
+    "batch_steps": ({"batch_steps": [DoubledReward()]}, "frames"),
+    "replay_writer": ({"replay_buffer": "sink", "replay_writer": ReplayWriter(time_major=True)}, "sink"),
 }
 PER_WORKER = ("max_frames_per_traj", "reset_at_each_iter", "set_truncated", "exploration_type",
               "init_random_frames")  # RayCollector takes these in collector_kwargs
@@ -106,7 +117,10 @@ def run(kind: str, options: dict[str, Any], batches: int = BATCHES) -> tuple[lis
     if sink is not None:
         assert out == [None] * len(out)
         rows = 4 if kind in ("single", "sync", "ray-sync") else 2
-        out = [item.reshape(rows, T) for item in sink.items]
+        if options.get("replay_writer") is not None:  # step by step: every env's frame of a step, ...
+            out = [item.reshape(T, rows).transpose(0, 1) for item in sink.items]
+        else:
+            out = [item.reshape(rows, T) for item in sink.items]
     return out, sink
 
 

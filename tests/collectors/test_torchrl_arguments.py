@@ -275,6 +275,8 @@ def test_trajs_per_write_and_the_threads() -> None:
         TorchRLLayoutCollector(make_cartpole, frames_per_batch=8, num_sub_threads=2)
     with pytest.raises(ValueError, match="interruptor=.* is not supported"):
         TorchRLLayoutCollector(make_cartpole, frames_per_batch=8, interruptor=object())
+    with MultiSyncCollector([make_cartpole], frames_per_batch=8, preemptive_threshold=0.5) as preempted:
+        assert preempted.interruptor is None  # TorchRL's attribute: preemption is a flag per slot here
     sender = SharedMemWeightSyncScheme()
     learner = TiltPolicy(sign=-1.0)
     sender.init_on_sender(model_id="policy", model=learner, num_workers=1)
