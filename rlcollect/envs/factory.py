@@ -14,12 +14,9 @@ from rlcollect.data.checks import short_repr
 from rlcollect.envs.base import EnvBatch
 from rlcollect.envs.envpool_env import ENVPOOL_PREFIX, is_envpool, make_envpool_batch
 from rlcollect.envs.gym_envs import GymEnvs
-from rlcollect.envs.torchrl_env import (
-    TensorDictEnv,
-    is_torchrl_env,
-    torchrl_env_batch,
-    with_policy_transforms,
-)
+from rlcollect.envs.torchrl_env import torchrl_env_batch, with_policy_transforms
+from rlcollect.envs.torchrl_spaces import is_torchrl_env
+from rlcollect.envs.torchrl_tensordict import TensorDictEnv
 from rlcollect.envs.vector import GymVectorEnv
 
 __all__ = ["EnvSource", "check_env_source", "make_env_batch", "source_modules"]

@@ -2,7 +2,7 @@
 
 Several action, reward or done keys (multi-agent groups with dims of their own), batch sizes of
 two or more dims, heterogeneous (lazily stacked) or non-tensor specs: such an env is a
-:class:`~rlcollect.envs.torchrl_env.TensorDictEnv`, and its steps are kept as TorchRL's collector
+:class:`~rlcollect.envs.torchrl_tensordict.TensorDictEnv`, and its steps are kept as TorchRL's collector
 keeps them. Per step: the policy writes its outputs into the root tensordict (``policy(root)``;
 ``env.rand_action`` without a policy or during ``init_random_frames``), the env steps and resets
 where it ended (``step_and_maybe_reset``), the root with its ``"next"`` is the frame. A batch is
@@ -15,7 +15,7 @@ own, over the env's batch flattened (env ``i`` is row ``i`` of ``batch.reshape(-
 
 Examples:
     >>> from torchrl.testing.mocking_classes import NestedCountingEnv
-    >>> from rlcollect.envs.torchrl_env import TensorDictEnv
+    >>> from rlcollect.envs.torchrl_tensordict import TensorDictEnv
     >>> rollout = TensorDictRollout(RolloutSpec(None), TensorDictEnv(NestedCountingEnv(), "nested"))
     >>> rollout.set_seed(0)
     >>> batch = rollout.collect(4)
@@ -37,7 +37,7 @@ from tensordict.nn import set_interaction_type
 
 from rlcollect.data.checks import BadDataError
 from rlcollect.data.trajectories import TrajectoryIds
-from rlcollect.envs.torchrl_env import TensorDictEnv
+from rlcollect.envs.torchrl_tensordict import TensorDictEnv
 from rlcollect.rollout.engine import POLICY_FROM_SPEC, RolloutSpec, build_policy, copy_weights, find_module
 from rlcollect.rollout.episodes import EpisodeTracker
 

@@ -20,7 +20,8 @@ from torchrl.modules import RandomPolicy  # noqa: E402
 
 from rlcollect import Collector, MultiSyncCollector  # noqa: E402
 from rlcollect.envs.factory import make_env_batch  # noqa: E402
-from rlcollect.envs.torchrl_env import TorchRLEnv, TorchRLGymEnvs, TorchRLGymVector  # noqa: E402
+from rlcollect.envs.torchrl_gym import TorchRLGymEnvs, TorchRLGymVector  # noqa: E402
+from rlcollect.envs.torchrl_stepped import TorchRLEnv  # noqa: E402
 from rlcollect.torchrl import Collector as TorchRLLayoutCollector  # noqa: E402
 from rlcollect.torchrl import MultiSyncCollector as TorchRLLayoutMultiSync  # noqa: E402
 from tests.envs_for_tests import TiltPolicy  # noqa: E402

@@ -25,7 +25,8 @@ from torchrl.testing.mocking_classes import (  # noqa: E402
 from rlcollect import AsyncBatchedCollector, Collector, MultiAsyncCollector, MultiSyncCollector  # noqa: E402
 from rlcollect.data.checks import BadDataError  # noqa: E402
 from rlcollect.envs.factory import make_env_batch  # noqa: E402
-from rlcollect.envs.torchrl_env import TensorDictEnv, TorchRLEnv  # noqa: E402
+from rlcollect.envs.torchrl_stepped import TorchRLEnv  # noqa: E402
+from rlcollect.envs.torchrl_tensordict import TensorDictEnv  # noqa: E402
 from rlcollect.torchrl import Collector as TorchRLLayoutCollector  # noqa: E402
 from rlcollect.torchrl import MultiSyncCollector as TorchRLLayoutMultiSync  # noqa: E402
 
