@@ -26,7 +26,8 @@ from rlcollect.collectors.arguments import (
     check_accepted,
     named_as,
 )
-from rlcollect.collectors.options import CollectorOptions, check_int
+from rlcollect.collectors.checks import check_int
+from rlcollect.collectors.options import CollectorOptions
 from rlcollect.collectors.pooled import PooledCollector, worker_processes
 from rlcollect.collectors.stats import CollectorStats
 from rlcollect.envs.factory import EnvSource

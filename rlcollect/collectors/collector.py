@@ -14,7 +14,8 @@ from tensordict import TensorDictBase
 
 from rlcollect.collectors.arguments import CollectorArguments, argument_names, check_accepted, named_as
 from rlcollect.collectors.base import BaseCollector
-from rlcollect.collectors.options import CollectorOptions, check_seed
+from rlcollect.collectors.checks import check_seed
+from rlcollect.collectors.options import CollectorOptions
 from rlcollect.collectors.stats import CollectorStats
 from rlcollect.common.state import checked_state, stamped
 from rlcollect.data.buffers import BatchBuffers

@@ -28,183 +28,35 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.nn import InteractionType
 
+from rlcollect.collectors.checks import (
+    _START_METHODS,
+    FRAME_OVERHEAD_BYTES,
+    MAX_ENVS_PER_PROCESS,
+    MAX_WORKERS,
+    _callable,
+    _device,
+    _env_source,
+    _frames,
+    _frames_per_batch,
+    _obs_dtype,
+    _per_worker,
+    _scheme,
+    check_batch_memory,
+    check_flag,
+    check_int,
+    check_seconds,
+    check_seed,
+)
 from rlcollect.collectors.delivery import Delivery, ReplayWriter, make_delivery
-from rlcollect.data.buffers import physical_memory
 from rlcollect.data.checks import CHECK_LEVELS, short_repr
 from rlcollect.data.formats import NativeLayout, TorchRLLayout, layout_of
 from rlcollect.policies.adapters import interaction_type
 from rlcollect.rollout.engine import RolloutSpec
-from rlcollect.weights import schemes as schemes_module
 from rlcollect.weights.forms import UnknownKeyError
 from rlcollect.weights.schemes import WeightSyncScheme
 
-__all__ = ["CollectorOptions", "check_batch_memory", "check_flag", "check_int", "check_seconds", "check_seed"]
+__all__ = ["CollectorOptions"]
 
-_START_METHODS = ("auto", "spawn", "forkserver", "fork")
-
-
-#: Seeds are ints in ``[0, 2**63)``: Gymnasium and numpy take any int >= 0, torch one below 2**64,
-#: and env ``i`` gets ``seed + i`` (restarted workers a further offset), which must stay below it.
-SEED_LIMIT = 2**63
-#: Most envs one process steps (``num_envs`` / ``num_envs_per_worker``), and most worker processes or
-#: actors: beyond, a typo (``10**9``) would build envs or start processes for hours before failing.
-MAX_ENVS_PER_PROCESS = 2**16
-MAX_WORKERS = 2**12
-#: Bytes every frame of a batch takes besides observations and action: reward (4), three flags (3),
-#: trajectory id (8), policy version (8).
-FRAME_OVERHEAD_BYTES = 23
-
-
-def check_int(name: str, value: Any, *, minimum: int, allowed: str, maximum: int | None = None) -> int:
-    """``value`` as an int in ``[minimum, maximum]`` (numpy integers included), else an error naming
-    ``name`` and the value (``TypeError`` for a value that is no integer, ``ValueError`` out of range)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be {allowed}, got {value!r} ({type(value).__name__})")
-    if value < minimum:
-        raise ValueError(f"{name} must be {allowed}, got {value!r}")
-    if maximum is not None and value > maximum:
-        raise ValueError(f"{name} must be {allowed} up to {maximum}, got {value!r}")
-    return int(value)
-
-
-def check_seed(name: str, value: Any) -> int | None:
-    """A seed: ``None`` or an int in ``[0, 2**63)`` (numpy integers included); see :data:`SEED_LIMIT`."""
-    if value is None:
-        return None
-    return check_int(name, value, minimum=0, maximum=SEED_LIMIT - 1, allowed="None or an int in [0, 2**63)")
-
-
-def check_flag(name: str, value: Any) -> bool:
-    """A bool argument (``numpy.bool_`` included); anything else is a ``TypeError`` naming ``name``."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be True or False, got {value!r} ({type(value).__name__})")
-    return bool(value)
-
-
-def check_batch_memory(frames: int, frame_bytes: int, what: str) -> None:
-    """Raise ``ValueError`` naming ``what`` (the arguments that decide the size) if ``frames`` frames of
-    ``frame_bytes`` bytes each do not fit in this machine's memory."""
-    total, memory = frames * frame_bytes, physical_memory()
-    if total > memory:
-        raise ValueError(f"{what} needs {frames} frames of {frame_bytes} bytes each in memory: "
-                         f"{total / 2**30:.1f} GiB, more than this machine's {memory / 2**30:.1f} GiB; "
-                         "collect smaller batches")
-
-
-def check_seconds(name: str, value: Any) -> float:
-    """``value`` as a positive, finite number of seconds (numpy numbers included), else an error
-    naming ``name`` (``TypeError`` for a value that is no number, ``ValueError`` otherwise)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{name} must be a positive number of seconds, got {value!r} "
-                        f"({type(value).__name__})")
-    if not 0 < value < math.inf:
-        raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
-    return float(value)
-
-
-def _frames(name: str, value: Any) -> int:
-    """A frame budget: a positive int, or -1 / ``None`` for no end."""
-    if value is None or (isinstance(value, (int, np.integer)) and value == -1):
-        return -1
-    return check_int(name, value, minimum=1, allowed="a positive int or -1 (no end)")
-
-
-#: What ``obs_dtype`` may be, by name.
-OBS_DTYPES = {"float16": torch.float16, "float32": torch.float32, "float64": torch.float64}
-
-
-def _obs_dtype(value: Any) -> torch.dtype | None:
-    """``obs_dtype`` as a torch floating dtype: a name, a torch dtype or a numpy dtype (or type)."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        name = value
-    elif isinstance(value, torch.dtype):
-        name = str(value).removeprefix("torch.")
-    else:
-        try:
-            name = np.dtype(value).name
-        except TypeError:
-            name = ""
-    if name not in OBS_DTYPES:
-        names = ", ".join(map(repr, OBS_DTYPES))
-        raise ValueError(f"obs_dtype={short_repr(value)} is not one of None, {names} (or the torch / numpy "
-                         "dtype): the dtype floating-point observations are stored in")
-    return OBS_DTYPES[name]
-
-
-def _device(name: str, value: Any) -> torch.device | None:
-    if isinstance(value, (list, tuple)):  # TorchRL's one device per worker: one for all here
-        devices = [_device(f"{name}[{i}]", entry) for i, entry in enumerate(value)]
-        if not devices or any(device != devices[0] for device in devices):
-            raise ValueError(f"{name}={short_repr(value)} lists different devices per worker: rlcollect's "
-                             f"workers share one {name} (give one device)")
-        return devices[0]
-    if value is None:
-        return None
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (str, int, np.integer, torch.device)):
-        raise TypeError(f"{name} must be None, a torch.device, a device string ('cpu', 'cuda:0') or a CUDA "
-                        f"index, got {value!r} ({type(value).__name__})")
-    try:
-        device = torch.device(value if not isinstance(value, np.integer) else int(value))
-    except (RuntimeError, TypeError, ValueError) as error:
-        reason = str(error).splitlines()[0][:120]
-        raise ValueError(f"{name}={value!r} is not a torch device, e.g. 'cpu' or 'cuda:0' "
-                         f"({reason})") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"{name}={value!r} but CUDA is not available on this machine")
-    return device
-
-
-def _callable(name: str, value: Any) -> Any:
-    if value is not None and not callable(value):
-        raise TypeError(f"{name} must be callable or None, got {type(value).__name__} {short_repr(value)}")
-    return value
-
-
-
-
-def _env_source(name: str, value: Any) -> None:
-    """An env source: an env id, a callable (env factory) or an env instance (vector / TorchRL)."""
-    from rlcollect.envs.factory import check_env_source
-
-    check_env_source(name, value)
-
-
-def _scheme(model_id: str, value: Any) -> WeightSyncScheme:
-    """A weight-sync scheme; TorchRL's schemes become this package's scheme of the same name."""
-    if isinstance(value, WeightSyncScheme):
-        return value
-    ours = getattr(schemes_module, type(value).__name__, None)
-    if type(value).__module__.startswith("torchrl.") and isinstance(ours, type) and issubclass(
-            ours, WeightSyncScheme):
-        return ours(getattr(value, "strategy_str", "tensordict"))
-    raise TypeError(f"weight_sync_schemes[{model_id!r}] must be a WeightSyncScheme, got "
-                    f"{type(value).__name__} {short_repr(value)}")
-
-
-def _per_worker(name: str, value: Any, num_workers: int) -> tuple[Any, ...]:
-    if isinstance(value, (list, tuple)):
-        if len(value) != num_workers:
-            raise ValueError(f"{name} has {len(value)} entries for num_workers={num_workers}")
-        return tuple(value)
-    return (value,) * num_workers
-
-
-def _frames_per_batch(value: Any, num_workers: int, sync: bool) -> int:
-    """``frames_per_batch`` as the frames of one batch (see :class:`CollectorOptions`)."""
-    if not isinstance(value, (list, tuple)):
-        return check_int("frames_per_batch", value, minimum=1, allowed="a positive int")
-    allowed = f"a positive int, or a list of {num_workers} equal positive ints (one per worker)"
-    per_worker = [check_int(f"frames_per_batch[{i}]", v, minimum=1, allowed=allowed)
-                  for i, v in enumerate(value)]
-    if len(per_worker) != num_workers:
-        raise ValueError("If `frames_per_batch` is provided as a sequence, it should contain exactly one "
-                         f"value per worker: got frames_per_batch={list(value)} for {num_workers} workers")
-    if len(set(per_worker)) != 1:
-        raise ValueError(f"frames_per_batch={list(value)} must be {allowed}: a batch has one length T "
-                         "for every env")
-    return per_worker[0] * (num_workers if sync else 1)
 
 
 @dataclass(frozen=True)
@@ -278,16 +130,32 @@ class CollectorOptions:
     sync: bool = True  # multi-process collectors: a batch holds every worker's frames
 
     def __post_init__(self) -> None:
-        def put(name: str, value: Any) -> None:
-            object.__setattr__(self, name, value)
+        self._check_envs()
+        self._check_frames()
+        self._check_policy()
+        self._check_steps()
+        self._check_devices()
+        self._check_weights()
+        self._check_workers()
+        # the smallest batch this collector allocates, at the fewest bytes a frame can take: a typo
+        # (frames_per_batch=10**12) is named here, not by the allocator
+        envs = self.num_workers * self.num_envs_per_worker * self.nested_workers
+        check_batch_memory(max(self.frames_per_batch, envs), FRAME_OVERHEAD_BYTES,
+                           f"frames_per_batch={self.frames_per_batch} over {envs} envs")
+        self.delivery(workers_write=False)  # its arguments are checked now, not at the first batch
 
+    def _put(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+
+    def _check_envs(self) -> None:
+        """The workers, their envs and env sources."""
         workers = check_int("num_workers", self.num_workers, minimum=1, maximum=MAX_WORKERS,
                             allowed="a positive int")
-        put("num_workers", workers)
-        put("num_envs_per_worker", check_int("num_envs_per_worker", self.num_envs_per_worker, minimum=1,
+        self._put("num_workers", workers)
+        self._put("num_envs_per_worker", check_int("num_envs_per_worker", self.num_envs_per_worker, minimum=1,
                                              maximum=MAX_ENVS_PER_PROCESS, allowed="a positive int"))
         listed = isinstance(self.create_env_fn, (list, tuple))
-        put("create_env_fn", _per_worker("create_env_fn", self.create_env_fn, workers))
+        self._put("create_env_fn", _per_worker("create_env_fn", self.create_env_fn, workers))
         for index, source in enumerate(self.create_env_fn if listed else self.create_env_fn[:1]):
             _env_source(f"create_env_fn[{index}]" if listed else "create_env_fn", source)
         kwargs = _per_worker("create_env_kwargs", self.create_env_kwargs, workers)
@@ -295,31 +163,37 @@ class CollectorOptions:
             if entry is not None and not isinstance(entry, Mapping):
                 raise TypeError(f"create_env_kwargs must be a dict (or one per worker), got "
                                 f"{type(entry).__name__} for worker {index}")
-        put("create_env_kwargs", tuple(dict(entry or {}) for entry in kwargs))
-        put("sync", check_flag("sync", self.sync))
-        put("frames_per_batch", _frames_per_batch(self.frames_per_batch, workers, self.sync))
-        put("total_frames", _frames("total_frames", self.total_frames))
+        self._put("create_env_kwargs", tuple(dict(entry or {}) for entry in kwargs))
+        self._put("sync", check_flag("sync", self.sync))
+
+    def _check_frames(self) -> None:
+        """The frame counts."""
+        self._put("frames_per_batch", _frames_per_batch(self.frames_per_batch, self.num_workers, self.sync))
+        self._put("total_frames", _frames("total_frames", self.total_frames))
         init_random = self.init_random_frames
         if init_random is None or (isinstance(init_random, (int, np.integer)) and init_random == -1):
             init_random = 0  # -1 and None: none, as in TorchRL
-        put("init_random_frames", check_int("init_random_frames", init_random, minimum=0,
+        self._put("init_random_frames", check_int("init_random_frames", init_random, minimum=0,
                                             allowed="an int >= 0 (or -1 / None: none)"))
         limit = self.max_frames_per_traj
         if limit is not None:
             limit = check_int("max_frames_per_traj", limit, minimum=-(2**63),
                               allowed="an int (<= 0: no limit)")
-        put("max_frames_per_traj", limit if limit is not None and limit > 0 else None)
+        self._put("max_frames_per_traj", limit if limit is not None and limit > 0 else None)
+
+    def _check_policy(self) -> None:
+        """The policy, the flags, the hooks, exploration and the data checks."""
         if self.policy is not None and not callable(self.policy):
             raise TypeError(f"policy must be None, an nn.Module, a TensorDictModule or a callable; got "
                             f"{type(self.policy).__name__} {short_repr(self.policy)}")
         for name in ("reset_at_each_iter", "set_truncated", "split_trajs", "return_same_td", "prefetch",
                      "update_at_each_batch", "track_policy_version"):
-            put(name, check_flag(name, getattr(self, name)))
+            self._put(name, check_flag(name, getattr(self, name)))
         compile_policy = self.compile_policy
         if not isinstance(compile_policy, (bool, np.bool_, Mapping)):
             raise TypeError(f"compile_policy must be True, False or a dict of torch.compile arguments, got "
                             f"{short_repr(compile_policy)} ({type(compile_policy).__name__})")
-        put("compile_policy",
+        self._put("compile_policy",
             dict(compile_policy) if isinstance(compile_policy, Mapping) else bool(compile_policy))
         for name in ("policy_factory", "pre_collect_hook", "postproc", "post_collect_hook"):
             _callable(name, getattr(self, name))
@@ -329,22 +203,27 @@ class CollectorOptions:
             raise TypeError(f"exploration_type must be a name ('random', 'deterministic', 'mode', 'mean') or "
                             f"an InteractionType, got {short_repr(exploration)} "
                             f"({type(exploration).__name__})")
-        put("exploration_type", interaction_type(exploration))
+        self._put("exploration_type", interaction_type(exploration))
         if not isinstance(self.check, str) or self.check not in CHECK_LEVELS:
             raise ValueError(f"check={self.check!r} is not one of {CHECK_LEVELS} (see rlcollect.data.checks)")
-        put("obs_dtype", _obs_dtype(self.obs_dtype))
-        self._check_steps()
+        self._put("obs_dtype", _obs_dtype(self.obs_dtype))
+
+    def _check_devices(self) -> None:
+        """The four devices (``device`` fills the others)."""
         device = _device("device", self.device)
         raw_env_device = self.env_device if self.env_device is not None else device
         env_device = _device("env_device", raw_env_device)
         if env_device is not None and env_device.type != "cpu":
             raise ValueError(f"env_device={raw_env_device!r}: Gymnasium envs run on the CPU only")
-        put("env_device", env_device)
+        self._put("env_device", env_device)
         for name in ("policy_device", "storing_device"):
             value = getattr(self, name)
-            put(name, device if value is None else _device(name, value))
+            self._put(name, device if value is None else _device(name, value))
         if self.storing_device is None and env_device is not None and self.policy_device == env_device:
-            put("storing_device", env_device)  # env and policy on one device: batches are stored there
+            self._put("storing_device", env_device)  # env and policy on one device: batches are stored there
+
+    def _check_weights(self) -> None:
+        """The models, the weight-sync schemes or legacy updater, and the seed."""
         if self.models is not None and not isinstance(self.models, Mapping):
             raise TypeError(f"models must be a dict {{model_id: module}}, got {type(self.models).__name__} "
                             f"{short_repr(self.models)}")
@@ -354,7 +233,7 @@ class CollectorOptions:
             if not isinstance(module, torch.nn.Module):
                 raise TypeError(f"models[{model_id!r}] must be an nn.Module, got {type(module).__name__} "
                                 f"{short_repr(module)}")
-        put("models", dict(self.models or {}))
+        self._put("models", dict(self.models or {}))
         schemes = self.weight_sync_schemes
         if schemes is not None:
             if not isinstance(schemes, Mapping):
@@ -366,13 +245,16 @@ class CollectorOptions:
             if unknown:
                 raise UnknownKeyError(f"weight_sync_schemes names model(s) {unknown} this collector does not "
                                       f"have (known: {known}; add the others with models=)")
-            put("weight_sync_schemes", dict(schemes))
+            self._put("weight_sync_schemes", dict(schemes))
             if self.weight_updater is not None:
                 raise ValueError("give weight_sync_schemes or the legacy weight_updater, not both")
         if self.weight_updater is not None and not callable(self.weight_updater):
             raise TypeError(f"weight_updater must be a WeightUpdaterBase (or its class), got "
                             f"{type(self.weight_updater).__name__} {short_repr(self.weight_updater)}")
-        put("seed", check_seed("seed", self.seed))
+        self._put("seed", check_seed("seed", self.seed))
+
+    def _check_workers(self) -> None:
+        """Worker processes and actors, and the regrouping of frames."""
         threshold = self.preemptive_threshold
         if threshold is not None:
             if isinstance(threshold, (bool, np.bool_)) or not isinstance(threshold, (int, float, np.number)):
@@ -381,30 +263,24 @@ class CollectorOptions:
             if not 0.0 <= threshold <= 1.0:
                 raise ValueError(f"preemptive_threshold must be a number in [0, 1] or None, "
                                  f"got {threshold!r}")
-            put("preemptive_threshold", float(threshold))
+            self._put("preemptive_threshold", float(threshold))
         if not isinstance(self.start_method, str):
             raise TypeError(f"start_method must be one of {_START_METHODS}, got {self.start_method!r} "
                             f"({type(self.start_method).__name__})")
         if self.start_method not in _START_METHODS:
             raise ValueError(f"start_method={self.start_method!r} is not one of {_START_METHODS}")
-        put("nested_workers", check_int("num_workers", self.nested_workers, minimum=1,
+        self._put("nested_workers", check_int("num_workers", self.nested_workers, minimum=1,
                                         allowed="a positive int"))
-        put("max_worker_restarts", check_int("max_worker_restarts", self.max_worker_restarts, minimum=0,
+        self._put("max_worker_restarts", check_int("max_worker_restarts", self.max_worker_restarts, minimum=0,
                                         allowed="an int >= 0"))
-        put("timeout", check_seconds("timeout", self.timeout))
-        put("start_timeout", check_seconds("start_timeout", self.start_timeout))
+        self._put("timeout", check_seconds("timeout", self.timeout))
+        self._put("start_timeout", check_seconds("start_timeout", self.start_timeout))
         if self.trajs_per_batch is not None:
-            put("trajs_per_batch", check_int("trajs_per_batch", self.trajs_per_batch, minimum=1,
+            self._put("trajs_per_batch", check_int("trajs_per_batch", self.trajs_per_batch, minimum=1,
                                              allowed="a positive int or None"))
         if self.traj_format is not None and not isinstance(self.traj_format, str):
             raise TypeError(f"traj_format must be 'padded', 'cat' or None, got {self.traj_format!r} "
                             f"({type(self.traj_format).__name__})")
-        # the smallest batch this collector allocates, at the fewest bytes a frame can take: a typo
-        # (frames_per_batch=10**12) is named here, not by the allocator
-        envs = self.num_workers * self.num_envs_per_worker * self.nested_workers
-        check_batch_memory(max(self.frames_per_batch, envs), FRAME_OVERHEAD_BYTES,
-                           f"frames_per_batch={self.frames_per_batch} over {envs} envs")
-        self.delivery(workers_write=False)  # its arguments are checked now, not at the first batch
 
     def _check_steps(self) -> None:
         """The layout, the batch steps and the replay writer: objects, checked here."""

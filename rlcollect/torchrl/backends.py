@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlcollect.collectors.options import check_flag
+from rlcollect.collectors.checks import check_flag
 
 __all__ = ["BACKENDS", "Selection", "context_backend", "select"]
 

@@ -23,7 +23,7 @@ import torch
 
 from rlcollect import collectors
 from rlcollect.collectors import BaseCollector
-from rlcollect.collectors.options import check_flag, check_int
+from rlcollect.collectors.checks import check_flag, check_int
 from rlcollect.data.formats import TorchRLLayout
 from rlcollect.torchrl.arguments import idle_seconds, none_means_default
 from rlcollect.torchrl.backends import Selection, context_backend, select

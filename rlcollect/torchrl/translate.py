@@ -22,8 +22,8 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
+from rlcollect.collectors.checks import check_flag, check_int
 from rlcollect.collectors.delivery import ReplayWriter
-from rlcollect.collectors.options import check_flag, check_int
 from rlcollect.data.checks import short_repr
 from rlcollect.data.formats import BatchShape, BatchStep
 

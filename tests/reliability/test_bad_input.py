@@ -9,7 +9,7 @@ data the env index, the step and expected vs actual. Construction errors need no
 the multi-process collectors are built with 1 worker, ``start_method="spawn"`` and tiny batches,
 and refuse before starting any.
 
-Seeds: an int in ``[0, 2**63)`` (numpy integers included), see ``rlcollect.collectors.options.SEED_LIMIT``.
+Seeds: an int in ``[0, 2**63)`` (numpy integers included), see ``rlcollect.collectors.checks.SEED_LIMIT``.
 """
 
 from __future__ import annotations

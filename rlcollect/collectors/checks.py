@@ -1,0 +1,191 @@
+"""Checks of single collector arguments, each naming the argument, the value and what is allowed.
+
+Examples:
+    >>> check_int("num_envs", 4, minimum=1, allowed="a positive int")
+    4
+    >>> check_seed("seed", None) is None
+    True
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlcollect.data.buffers import physical_memory
+from rlcollect.data.checks import short_repr
+from rlcollect.weights import schemes as schemes_module
+from rlcollect.weights.schemes import WeightSyncScheme
+
+__all__ = ["SEED_LIMIT", "check_batch_memory", "check_flag", "check_int", "check_seconds", "check_seed"]
+
+_START_METHODS = ("auto", "spawn", "forkserver", "fork")
+
+
+#: Seeds are ints in ``[0, 2**63)``: Gymnasium and numpy take any int >= 0, torch one below 2**64,
+#: and env ``i`` gets ``seed + i`` (restarted workers a further offset), which must stay below it.
+SEED_LIMIT = 2**63
+#: Most envs one process steps (``num_envs`` / ``num_envs_per_worker``), and most worker processes or
+#: actors: beyond, a typo (``10**9``) would build envs or start processes for hours before failing.
+MAX_ENVS_PER_PROCESS = 2**16
+MAX_WORKERS = 2**12
+#: Bytes every frame of a batch takes besides observations and action: reward (4), three flags (3),
+#: trajectory id (8), policy version (8).
+FRAME_OVERHEAD_BYTES = 23
+
+
+def check_int(name: str, value: Any, *, minimum: int, allowed: str, maximum: int | None = None) -> int:
+    """``value`` as an int in ``[minimum, maximum]`` (numpy integers included), else an error naming
+    ``name`` and the value (``TypeError`` for a value that is no integer, ``ValueError`` out of range)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be {allowed}, got {value!r} ({type(value).__name__})")
+    if value < minimum:
+        raise ValueError(f"{name} must be {allowed}, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be {allowed} up to {maximum}, got {value!r}")
+    return int(value)
+
+
+def check_seed(name: str, value: Any) -> int | None:
+    """A seed: ``None`` or an int in ``[0, 2**63)`` (numpy integers included); see :data:`SEED_LIMIT`."""
+    if value is None:
+        return None
+    return check_int(name, value, minimum=0, maximum=SEED_LIMIT - 1, allowed="None or an int in [0, 2**63)")
+
+
+def check_flag(name: str, value: Any) -> bool:
+    """A bool argument (``numpy.bool_`` included); anything else is a ``TypeError`` naming ``name``."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {value!r} ({type(value).__name__})")
+    return bool(value)
+
+
+def check_batch_memory(frames: int, frame_bytes: int, what: str) -> None:
+    """Raise ``ValueError`` naming ``what`` (the arguments that decide the size) if ``frames`` frames of
+    ``frame_bytes`` bytes each do not fit in this machine's memory."""
+    total, memory = frames * frame_bytes, physical_memory()
+    if total > memory:
+        raise ValueError(f"{what} needs {frames} frames of {frame_bytes} bytes each in memory: "
+                         f"{total / 2**30:.1f} GiB, more than this machine's {memory / 2**30:.1f} GiB; "
+                         "collect smaller batches")
+
+
+def check_seconds(name: str, value: Any) -> float:
+    """``value`` as a positive, finite number of seconds (numpy numbers included), else an error
+    naming ``name`` (``TypeError`` for a value that is no number, ``ValueError`` otherwise)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a positive number of seconds, got {value!r} "
+                        f"({type(value).__name__})")
+    if not 0 < value < math.inf:
+        raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def _frames(name: str, value: Any) -> int:
+    """A frame budget: a positive int, or -1 / ``None`` for no end."""
+    if value is None or (isinstance(value, (int, np.integer)) and value == -1):
+        return -1
+    return check_int(name, value, minimum=1, allowed="a positive int or -1 (no end)")
+
+
+#: What ``obs_dtype`` may be, by name.
+OBS_DTYPES = {"float16": torch.float16, "float32": torch.float32, "float64": torch.float64}
+
+
+def _obs_dtype(value: Any) -> torch.dtype | None:
+    """``obs_dtype`` as a torch floating dtype: a name, a torch dtype or a numpy dtype (or type)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        name = value
+    elif isinstance(value, torch.dtype):
+        name = str(value).removeprefix("torch.")
+    else:
+        try:
+            name = np.dtype(value).name
+        except TypeError:
+            name = ""
+    if name not in OBS_DTYPES:
+        names = ", ".join(map(repr, OBS_DTYPES))
+        raise ValueError(f"obs_dtype={short_repr(value)} is not one of None, {names} (or the torch / numpy "
+                         "dtype): the dtype floating-point observations are stored in")
+    return OBS_DTYPES[name]
+
+
+def _device(name: str, value: Any) -> torch.device | None:
+    if isinstance(value, (list, tuple)):  # TorchRL's one device per worker: one for all here
+        devices = [_device(f"{name}[{i}]", entry) for i, entry in enumerate(value)]
+        if not devices or any(device != devices[0] for device in devices):
+            raise ValueError(f"{name}={short_repr(value)} lists different devices per worker: rlcollect's "
+                             f"workers share one {name} (give one device)")
+        return devices[0]
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (str, int, np.integer, torch.device)):
+        raise TypeError(f"{name} must be None, a torch.device, a device string ('cpu', 'cuda:0') or a CUDA "
+                        f"index, got {value!r} ({type(value).__name__})")
+    try:
+        device = torch.device(value if not isinstance(value, np.integer) else int(value))
+    except (RuntimeError, TypeError, ValueError) as error:
+        reason = str(error).splitlines()[0][:120]
+        raise ValueError(f"{name}={value!r} is not a torch device, e.g. 'cpu' or 'cuda:0' "
+                         f"({reason})") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"{name}={value!r} but CUDA is not available on this machine")
+    return device
+
+
+def _callable(name: str, value: Any) -> Any:
+    if value is not None and not callable(value):
+        raise TypeError(f"{name} must be callable or None, got {type(value).__name__} {short_repr(value)}")
+    return value
+
+
+
+
+def _env_source(name: str, value: Any) -> None:
+    """An env source: an env id, a callable (env factory) or an env instance (vector / TorchRL)."""
+    from rlcollect.envs.factory import check_env_source
+
+    check_env_source(name, value)
+
+
+def _scheme(model_id: str, value: Any) -> WeightSyncScheme:
+    """A weight-sync scheme; TorchRL's schemes become this package's scheme of the same name."""
+    if isinstance(value, WeightSyncScheme):
+        return value
+    ours = getattr(schemes_module, type(value).__name__, None)
+    if type(value).__module__.startswith("torchrl.") and isinstance(ours, type) and issubclass(
+            ours, WeightSyncScheme):
+        return ours(getattr(value, "strategy_str", "tensordict"))
+    raise TypeError(f"weight_sync_schemes[{model_id!r}] must be a WeightSyncScheme, got "
+                    f"{type(value).__name__} {short_repr(value)}")
+
+
+def _per_worker(name: str, value: Any, num_workers: int) -> tuple[Any, ...]:
+    if isinstance(value, (list, tuple)):
+        if len(value) != num_workers:
+            raise ValueError(f"{name} has {len(value)} entries for num_workers={num_workers}")
+        return tuple(value)
+    return (value,) * num_workers
+
+
+def _frames_per_batch(value: Any, num_workers: int, sync: bool) -> int:
+    """``frames_per_batch`` as the frames of one batch (see :class:`CollectorOptions`)."""
+    if not isinstance(value, (list, tuple)):
+        return check_int("frames_per_batch", value, minimum=1, allowed="a positive int")
+    allowed = f"a positive int, or a list of {num_workers} equal positive ints (one per worker)"
+    per_worker = [check_int(f"frames_per_batch[{i}]", v, minimum=1, allowed=allowed)
+                  for i, v in enumerate(value)]
+    if len(per_worker) != num_workers:
+        raise ValueError("If `frames_per_batch` is provided as a sequence, it should contain exactly one "
+                         f"value per worker: got frames_per_batch={list(value)} for {num_workers} workers")
+    if len(set(per_worker)) != 1:
+        raise ValueError(f"frames_per_batch={list(value)} must be {allowed}: a batch has one length T "
+                         "for every env")
+    return per_worker[0] * (num_workers if sync else 1)
+
+
