@@ -29,7 +29,7 @@ import multiprocessing
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import cloudpickle
@@ -40,8 +40,7 @@ from tensordict import LazyStackedTensorDict, TensorDictBase
 from rlcollect.collectors.base import BaseCollector
 from rlcollect.collectors.delivery import WorkerHook
 from rlcollect.collectors.options import CollectorOptions
-from rlcollect.collectors.stats import CollectorStats
-from rlcollect.common.state import checked_state, stamped
+from rlcollect.collectors.pool_requests import WorkerRequests
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.data.layout import BatchLayout
 from rlcollect.envs.envpool_env import ENVPOOL_PREFIX
@@ -54,7 +53,7 @@ from rlcollect.weights.forms import check_model_ids
 from rlcollect.weights.schemes import NoWeightSyncScheme, channel_for, init_senders
 from rlcollect.workers.pool import WorkerPool
 from rlcollect.workers.transport import ProcessTransport, Transport, start_forkserver
-from rlcollect.workers.wire import pack, unpack_into
+from rlcollect.workers.wire import unpack_into
 from rlcollect.workers.worker import BatchReport, WorkerSetup
 
 __all__ = ["PooledCollector", "worker_processes"]
@@ -74,7 +73,7 @@ def worker_processes(options: CollectorOptions) -> Callable[[], Transport]:
     return lambda: ProcessTransport(options.start_method, preload)
 
 
-class PooledCollector(BaseCollector):
+class PooledCollector(WorkerRequests, BaseCollector):
     """Base of the collectors with workers; subclasses call :meth:`_build` from ``__init__``."""
 
     sync: bool  # a batch is all workers' rows of a slot (sync) or one worker's rows (async)
@@ -308,37 +307,6 @@ class PooledCollector(BaseCollector):
         """Process ids of the workers (they start with the first batch, ``set_seed`` or a state)."""
         return [info.pid if info else None for info in self._pool.infos]
 
-    # -- TorchRL's remote helpers ------------------------------------------------------------------
-    def get_distant_attr(self, attr: str) -> list[Any]:
-        """Each worker's attribute at the path ``attr`` (``"worker_idx"``, ``"frames_per_batch"``,
-        ``"replay_buffer.write_count"``, ``"policy"``, ... of :class:`WorkerView`), in worker
-        order; the batches under way finish first."""
-        return self._call_workers(attr, [None] * self.num_workers, [{}] * self.num_workers)
-
-    def map_fn(self, method_name: str, list_of_args: Sequence[tuple[Any, ...]] | None = None,
-               list_of_kwargs: Sequence[Mapping[str, Any]] | None = None) -> list[Any]:
-        """Call the method at the path ``method_name`` in each worker (see :meth:`get_distant_attr`),
-        with worker ``i``'s entry of ``list_of_args`` and ``list_of_kwargs``; return the results in
-        worker order.
-
-        Raises:
-            ValueError: a list does not have one entry per worker.
-        """
-        workers = self.num_workers
-        args = list(list_of_args) if list_of_args is not None else [()] * workers
-        kwargs = list(list_of_kwargs) if list_of_kwargs is not None else [{}] * workers
-        for name, entries in (("argument", args), ("keyword-argument", kwargs)):
-            if len(entries) != workers:
-                raise ValueError(f"Expected {workers} {name} entries (one per worker), got {len(entries)}")
-        return self._call_workers(method_name, [tuple(a) for a in args], [dict(k) for k in kwargs])
-
-    def _call_workers(self, path: str, args: list[tuple[Any, ...] | None], kwargs: list[dict[str, Any]]
-                      ) -> list[Any]:
-        self._ensure_started()
-        self._pool.drain()
-        return [self._pool.request(worker, "call", (path, args[worker], kwargs[worker]))
-                for worker in range(self.num_workers)]
-
     def _rows(self, slot: int, worker: int) -> TensorDictBase:
         if self._tensordict:
             return self._whole[slot, worker]
@@ -464,88 +432,6 @@ class PooledCollector(BaseCollector):
 
     def _receiver_model(self, model_id: str) -> torch.nn.Module:
         return self._models[model_id]
-
-    # -- seeding and state ------------------------------------------------------------------------
-    def set_seed(self, seed: int, static_seed: bool = False) -> int:
-        """Env ``i`` of worker ``w`` is reset now with ``seed + w * num_envs_per_worker + i``.
-
-        Returns:
-            ``seed`` plus the number of envs of all workers.
-        """
-        self._ensure_started()
-        self._pool.drain()
-        for worker in range(self.num_workers):
-            self._pool.request(worker, "seed", (seed, self._batches > 0))
-        return seed + self.num_envs
-
-    def state_dict(self) -> dict[str, Any]:
-        """Every worker's state after its batch in flight, those batches, and the counters.
-
-        A collector loaded with it yields the batches that were in flight first, then continues:
-        the same frames as the uninterrupted run.
-        """
-        self._ensure_started()
-        self._pool.drain()
-        pending = []
-        for worker, report in self._pool.pending():
-            if report.data is None and report.batch is None and not self._delivery.written_elsewhere:
-                report = dataclasses.replace(report, data=pack(self._rows(report.slot, worker).clone()))
-            pending.append((worker, report))
-        return stamped(self._state_kind, {
-            "frames": self._frames,
-            "batches": self._batches,
-            "weights": self._weights.state_dict(),
-            "next_traj_id": list(self._pool.next_traj_id),
-            "pending": pending,
-            "workers": [self._pool.request(w, "state_dict") for w in range(self.num_workers)],
-        })
-
-    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Restore every worker, the batches in flight and the counters from :meth:`state_dict`.
-
-        Raises:
-            TypeError, ValueError: not this collector class's state, or one of another number of
-                workers (each named); nothing is changed then.
-        """
-        state_dict = checked_state(self._state_kind, state_dict, self._state_keys)
-        workers = list(state_dict["workers"])
-        if len(workers) != self.num_workers or len(state_dict["next_traj_id"]) != self.num_workers:
-            raise ValueError(f"{self._state_kind}.load_state_dict: the state holds {len(workers)} workers, "
-                             f"this collector has num_workers={self.num_workers}")
-        self._ensure_started()
-        self._pool.drain()
-        self._frames, self._batches = int(state_dict["frames"]), int(state_dict["batches"])
-        self._weights.load_state_dict(state_dict["weights"])
-        self._pool.next_traj_id = list(state_dict["next_traj_id"])
-        for worker, state in enumerate(workers):
-            self._pool.request(worker, "load_state_dict", state)
-        self._pool.restore_pending(state_dict["pending"])
-
-    def stats(self) -> CollectorStats:
-        workers = []
-        for worker, report in enumerate(self._reports):
-            frames = report.frames if report else 0
-            seconds = report.collect_seconds if report else 0.0
-            workers.append(CollectorStats(
-                frames=frames, fps=frames / seconds if seconds else 0.0,
-                episodes=report.episodes if report else 0, restarts=self._pool.restarts[worker],
-                policy_version=report.policy_version if report else 0,
-            ))
-        # batches finished but not handed out yet (drained by pause(): already in a workers' buffer)
-        pending = [report for _, report in self._pool.pending()]
-        return CollectorStats(
-            frames=self._frames + sum(r.steps for r in pending) * self.num_envs_per_worker,
-            batches=self._batches + (len(pending) if not self.sync else len(pending) // self.num_workers),
-            fps=sum(w.fps for w in workers),
-            episodes=sum(w.episodes for w in workers),
-            mean_return=float(np.mean(self._returns)) if self._returns else math.nan,
-            mean_length=float(np.mean(self._lengths)) if self._lengths else math.nan,
-            restarts=sum(self._pool.restarts),
-            policy_version=int(max(self._weights.versions)),
-            policy_lag=self._last_lag,
-            startup_seconds=self._startup_seconds,
-            workers=tuple(workers),
-        )
 
     def shutdown(
         self, timeout: float | None = None, close_env: bool = True, raise_on_error: bool = True

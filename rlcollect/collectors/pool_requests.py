@@ -1,0 +1,171 @@
+"""What a collector with workers asks of them besides batches: seeds, states, counters, and
+TorchRL's remote calls (``get_distant_attr``, ``map_fn``).
+
+Examples:
+    >>> from rlcollect import MultiSyncCollector
+    >>> with MultiSyncCollector("CartPole-v1", num_workers=2, frames_per_batch=8) as collector:
+    ...     collector.get_distant_attr("worker_idx")
+    [0, 1]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from rlcollect.collectors.delivery import Delivery
+from rlcollect.collectors.stats import CollectorStats
+from rlcollect.common.state import checked_state, stamped
+from rlcollect.weights.schemes import WeightChannel
+from rlcollect.workers.pool import WorkerPool
+from rlcollect.workers.wire import pack
+from rlcollect.workers.worker import BatchReport
+
+__all__ = ["WorkerRequests"]
+
+
+class WorkerRequests:
+    """Seeds, states, stats and remote calls of a collector's workers (a part of
+    :class:`~rlcollect.collectors.pooled.PooledCollector`)."""
+
+    # the collector's own (see PooledCollector)
+    num_workers: int
+    num_envs: int
+    num_envs_per_worker: int
+    sync: bool
+    _pool: WorkerPool
+    _delivery: Delivery
+    _weights: WeightChannel
+    _frames: int
+    _batches: int
+    _last_lag: int
+    _startup_seconds: float
+    _reports: list[BatchReport | None]
+    _returns: deque[float]
+    _lengths: deque[int]
+    _state_keys: tuple[str, ...]
+
+    if TYPE_CHECKING:  # the collector's own (PooledCollector, BaseCollector)
+        def _ensure_started(self) -> None: ...
+        def _rows(self, slot: int, worker: int) -> Any: ...
+        @property
+        def _state_kind(self) -> str: ...
+
+    # -- TorchRL's remote helpers ------------------------------------------------------------------
+    def get_distant_attr(self, attr: str) -> list[Any]:
+        """Each worker's attribute at the path ``attr`` (``"worker_idx"``, ``"frames_per_batch"``,
+        ``"replay_buffer.write_count"``, ``"policy"``, ... of :class:`WorkerView`), in worker
+        order; the batches under way finish first."""
+        return self._call_workers(attr, [None] * self.num_workers, [{}] * self.num_workers)
+
+    def map_fn(self, method_name: str, list_of_args: Sequence[tuple[Any, ...]] | None = None,
+               list_of_kwargs: Sequence[Mapping[str, Any]] | None = None) -> list[Any]:
+        """Call the method at the path ``method_name`` in each worker (see :meth:`get_distant_attr`),
+        with worker ``i``'s entry of ``list_of_args`` and ``list_of_kwargs``; return the results in
+        worker order.
+
+        Raises:
+            ValueError: a list does not have one entry per worker.
+        """
+        workers = self.num_workers
+        args = list(list_of_args) if list_of_args is not None else [()] * workers
+        kwargs = list(list_of_kwargs) if list_of_kwargs is not None else [{}] * workers
+        for name, entries in (("argument", args), ("keyword-argument", kwargs)):
+            if len(entries) != workers:
+                raise ValueError(f"Expected {workers} {name} entries (one per worker), got {len(entries)}")
+        return self._call_workers(method_name, [tuple(a) for a in args], [dict(k) for k in kwargs])
+
+    def _call_workers(self, path: str, args: list[tuple[Any, ...] | None], kwargs: list[dict[str, Any]]
+                      ) -> list[Any]:
+        self._ensure_started()
+        self._pool.drain()
+        return [self._pool.request(worker, "call", (path, args[worker], kwargs[worker]))
+                for worker in range(self.num_workers)]
+
+    # -- seeding and state ------------------------------------------------------------------------
+    def set_seed(self, seed: int, static_seed: bool = False) -> int:
+        """Env ``i`` of worker ``w`` is reset now with ``seed + w * num_envs_per_worker + i``.
+
+        Returns:
+            ``seed`` plus the number of envs of all workers.
+        """
+        self._ensure_started()
+        self._pool.drain()
+        for worker in range(self.num_workers):
+            self._pool.request(worker, "seed", (seed, self._batches > 0))
+        return seed + self.num_envs
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every worker's state after its batch in flight, those batches, and the counters.
+
+        A collector loaded with it yields the batches that were in flight first, then continues:
+        the same frames as the uninterrupted run.
+        """
+        self._ensure_started()
+        self._pool.drain()
+        pending = []
+        for worker, report in self._pool.pending():
+            if report.data is None and report.batch is None and not self._delivery.written_elsewhere:
+                report = dataclasses.replace(report, data=pack(self._rows(report.slot, worker).clone()))
+            pending.append((worker, report))
+        return stamped(self._state_kind, {
+            "frames": self._frames,
+            "batches": self._batches,
+            "weights": self._weights.state_dict(),
+            "next_traj_id": list(self._pool.next_traj_id),
+            "pending": pending,
+            "workers": [self._pool.request(w, "state_dict") for w in range(self.num_workers)],
+        })
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Restore every worker, the batches in flight and the counters from :meth:`state_dict`.
+
+        Raises:
+            TypeError, ValueError: not this collector class's state, or one of another number of
+                workers (each named); nothing is changed then.
+        """
+        state_dict = checked_state(self._state_kind, state_dict, self._state_keys)
+        workers = list(state_dict["workers"])
+        if len(workers) != self.num_workers or len(state_dict["next_traj_id"]) != self.num_workers:
+            raise ValueError(f"{self._state_kind}.load_state_dict: the state holds {len(workers)} workers, "
+                             f"this collector has num_workers={self.num_workers}")
+        self._ensure_started()
+        self._pool.drain()
+        self._frames, self._batches = int(state_dict["frames"]), int(state_dict["batches"])
+        self._weights.load_state_dict(state_dict["weights"])
+        self._pool.next_traj_id = list(state_dict["next_traj_id"])
+        for worker, state in enumerate(workers):
+            self._pool.request(worker, "load_state_dict", state)
+        self._pool.restore_pending(state_dict["pending"])
+
+    def stats(self) -> CollectorStats:
+        workers = []
+        for worker, report in enumerate(self._reports):
+            frames = report.frames if report else 0
+            seconds = report.collect_seconds if report else 0.0
+            workers.append(CollectorStats(
+                frames=frames, fps=frames / seconds if seconds else 0.0,
+                episodes=report.episodes if report else 0, restarts=self._pool.restarts[worker],
+                policy_version=report.policy_version if report else 0,
+            ))
+        # batches finished but not handed out yet (drained by pause(): already in a workers' buffer)
+        pending = [report for _, report in self._pool.pending()]
+        return CollectorStats(
+            frames=self._frames + sum(r.steps for r in pending) * self.num_envs_per_worker,
+            batches=self._batches + (len(pending) if not self.sync else len(pending) // self.num_workers),
+            fps=sum(w.fps for w in workers),
+            episodes=sum(w.episodes for w in workers),
+            mean_return=float(np.mean(self._returns)) if self._returns else math.nan,
+            mean_length=float(np.mean(self._lengths)) if self._lengths else math.nan,
+            restarts=sum(self._pool.restarts),
+            policy_version=int(max(self._weights.versions)),
+            policy_lag=self._last_lag,
+            startup_seconds=self._startup_seconds,
+            workers=tuple(workers),
+        )
+
