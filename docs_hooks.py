@@ -34,6 +34,7 @@ PAGES: dict[str, tuple[str, list[str]]] = {
     "benchmarks.md": ("Benchmarks", ["Benchmarks"]),
     "reliability.md": ("Reliability", ["Reliability"]),
     "examples.md": ("Examples", ["Examples"]),
+    "architecture.md": ("Architecture", ["Architecture"]),
     "performance.md": ("Performance", []),
     "api.md": ("API reference", []),
 }
