@@ -31,7 +31,8 @@ from rlcollect.collectors.options import CollectorOptions
 from rlcollect.collectors.pooled import PooledCollector, worker_processes
 from rlcollect.collectors.stats import CollectorStats
 from rlcollect.envs.factory import EnvSource
-from rlcollect.policies.adapters import ModulePolicy, TensorDictPolicy
+from rlcollect.policies.module_policy import ModulePolicy
+from rlcollect.policies.tensordict_policy import TensorDictPolicy
 from rlcollect.rollout.engine import Rollout, RolloutSpec
 from rlcollect.rollout.tensordict_loop import TensorDictRollout
 from rlcollect.weights.forms import check_model_ids

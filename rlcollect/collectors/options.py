@@ -50,7 +50,7 @@ from rlcollect.collectors.checks import (
 from rlcollect.collectors.delivery import Delivery, ReplayWriter, make_delivery
 from rlcollect.data.checks import CHECK_LEVELS, short_repr
 from rlcollect.data.formats import NativeLayout, TorchRLLayout, layout_of
-from rlcollect.policies.adapters import interaction_type
+from rlcollect.policies.adapter import interaction_type
 from rlcollect.rollout.engine import RolloutSpec
 from rlcollect.weights.forms import UnknownKeyError
 from rlcollect.weights.schemes import WeightSyncScheme

@@ -7,7 +7,7 @@ from typing import Any
 
 from rlcollect.envs.factory import make_env_batch
 from rlcollect.envs.torchrl_tensordict import TensorDictEnv
-from rlcollect.policies.adapters import PolicyAdapter
+from rlcollect.policies.adapter import PolicyAdapter
 from rlcollect.rollout.engine import Rollout, RolloutSpec, build_policy
 from rlcollect.rollout.tensordict_loop import TensorDictRollout
 

@@ -36,7 +36,8 @@ from rlcollect.data.layout import BatchLayout, action_fields, observation_fields
 from rlcollect.data.trajectories import TrajectoryIds
 from rlcollect.envs.base import EnvBatch
 from rlcollect.envs.factory import EnvSource, make_env_batch
-from rlcollect.policies.adapters import PolicyAdapter, RandomPolicy, make_policy
+from rlcollect.policies.adapter import PolicyAdapter, RandomPolicy
+from rlcollect.policies.adapters import make_policy
 from rlcollect.rollout.config import RolloutConfig
 from rlcollect.rollout.episodes import EpisodeTracker
 from rlcollect.rollout.loop import collect_batch

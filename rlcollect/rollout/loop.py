@@ -14,7 +14,7 @@ from tensordict.nn import set_interaction_type
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.data.trajectories import TrajectoryIds
 from rlcollect.envs.base import EnvBatch
-from rlcollect.policies.adapters import PolicyAdapter
+from rlcollect.policies.adapter import PolicyAdapter
 from rlcollect.rollout.config import RolloutConfig
 from rlcollect.rollout.episodes import EpisodeTracker
 

@@ -39,7 +39,7 @@ from rlcollect.data.buffers import BatchBuffers
 from rlcollect.data.layout import BatchLayout, get_nested
 from rlcollect.data.trajectories import TrajectoryIds
 from rlcollect.envs.envpool_env import Received
-from rlcollect.policies.adapters import PolicyAdapter
+from rlcollect.policies.adapter import PolicyAdapter
 from rlcollect.rollout.config import RolloutConfig
 from rlcollect.rollout.episodes import EpisodeTracker
 

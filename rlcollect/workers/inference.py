@@ -47,7 +47,7 @@ from tensordict.nn import InteractionType, set_interaction_type
 
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.data.layout import Field
-from rlcollect.policies.adapters import PolicyAdapter
+from rlcollect.policies.adapter import PolicyAdapter
 
 __all__ = ["PolicyServer", "ServedPolicy"]
 

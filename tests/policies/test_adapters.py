@@ -15,7 +15,7 @@ from tensordict.nn.probabilistic import interaction_type as current_interaction_
 
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.data.layout import BatchLayout, Field, action_fields, observation_fields
-from rlcollect.policies.adapters import (
+from rlcollect.policies import (
     ModulePolicy,
     PolicyAdapter,
     RandomPolicy,

@@ -16,7 +16,7 @@ from rlcollect.data.buffers import BatchBuffers
 from rlcollect.data.layout import BatchLayout, action_fields, observation_fields
 from rlcollect.data.trajectories import TrajectoryIds
 from rlcollect.envs.base import EnvBatch
-from rlcollect.policies.adapters import PolicyAdapter, make_policy
+from rlcollect.policies import PolicyAdapter, make_policy
 from rlcollect.rollout.config import RolloutConfig
 from rlcollect.rollout.episodes import EpisodeTracker
 from rlcollect.rollout.loop import collect_batch

@@ -1,0 +1,236 @@
+"""What every policy adapter is and shares: :class:`PolicyAdapter` (act at step ``t``, writing the
+action in place), the random policy, and the checks of what a policy returns.
+
+Examples:
+    >>> interaction_type("mode").value
+    'mode'
+"""
+
+from __future__ import annotations
+
+import abc
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium.vector.utils import batch_space
+from tensordict.nn import InteractionType
+
+from rlcollect.data.buffers import BatchBuffers
+from rlcollect.data.checks import BadDataError
+from rlcollect.data.layout import Field, action_fields, observation_fields
+
+__all__ = [
+    "NestedKey",
+    "PolicyAdapter",
+    "PrivateInput",
+    "RandomPolicy",
+    "check_action",
+    "checked_output",
+    "interaction_type",
+    "on_device",
+    "sample_observations",
+]
+
+NestedKey = tuple[str, ...]
+
+
+_EXPLORATION = {t.value: t for t in InteractionType}
+
+
+def interaction_type(value: str | InteractionType | Any) -> InteractionType:
+    """Parse ``exploration_type``: an ``InteractionType`` / TorchRL ``ExplorationType`` or name.
+
+    Raises:
+        ValueError: for anything else, listing the allowed names.
+    """
+    if isinstance(value, InteractionType):
+        return value
+    name = getattr(value, "value", value)
+    if isinstance(name, str) and name.lower() in _EXPLORATION:
+        return _EXPLORATION[name.lower()]
+    raise ValueError(f"exploration_type={value!r} is not one of {sorted(_EXPLORATION)}")
+
+
+def checked_output(out: Any, shape: tuple[int, ...], dtype: torch.dtype, what: str, step: int | None) -> Any:
+    """``out`` if it can be written into a ``shape`` ``dtype`` buffer without a broadcast or a
+    float truncated to an integer; else a :class:`BadDataError` (the per-step check of policies)."""
+    if not isinstance(out, torch.Tensor):
+        raise BadDataError(what, None, step, f"is a {type(out).__name__}; the policy must return a tensor "
+                           f"of shape {list(shape)} ({dtype})")
+    if tuple(out.shape) != tuple(shape):
+        raise BadDataError(what, None, step, f"has shape {list(out.shape)}; expected {list(shape)} "
+                           "(one per env, never broadcast)")
+    if out.is_floating_point() and not dtype.is_floating_point and not _whole(out):
+        raise BadDataError(what, None, step, f"has dtype {out.dtype} with non-integer values; the space's "
+                           f"actions are {dtype} (a float such as 1.7 would be stored truncated): return "
+                           "integers (floats holding whole numbers are stored exactly)")
+    return out
+
+
+def _whole(values: torch.Tensor) -> bool:
+    """Whether floating ``values`` are all finite whole numbers (stored exactly as integers)."""
+    return bool(torch.isfinite(values).all()) and torch.equal(values, torch.trunc(values))
+
+
+class PolicyAdapter(abc.ABC):
+    """Chooses the actions of all envs of a batch at step ``t``, in place in the buffers."""
+
+    #: What the policy writes besides the action (TensorDict policies only).
+    extras: tuple[Field, ...] = ()
+    #: The module that runs (the device copy where there is one), for weight updates.
+    module: torch.nn.Module | None = None
+    #: Extras the policy reads back at the next step (its carried state), and their values for
+    #: the step before a batch's first, per env (TensorDict policies only).
+    carried: tuple[tuple[str, ...], ...] = ()
+    carry: dict[tuple[str, ...], torch.Tensor] = {}  # noqa: RUF012 (never written: subclasses set their own)
+    #: Check every output before writing it (``check="full"``; see ``rlcollect.data.checks``).
+    check_writes: bool = True
+    #: The dtype of the action the policy returned on its dry step (``None``: random actions).
+    action_dtype: torch.dtype | None = None
+
+    def bind(self, buffers: BatchBuffers) -> None:
+        """Point the adapter at ``buffers``; views are made once per buffers and reused.
+
+        A worker alternating between shared-memory slots re-binds every batch, so the per-step
+        views are cached rather than rebuilt.
+        """
+        cache: dict[int, tuple[BatchBuffers, dict[str, Any]]] = self.__dict__.setdefault("_bindings", {})
+        if id(buffers) not in cache:
+            cache[id(buffers)] = (buffers, self._views(buffers))
+        self.__dict__.update(cache[id(buffers)][1])
+
+    @abc.abstractmethod
+    def _views(self, buffers: BatchBuffers) -> dict[str, Any]:
+        """The attributes :meth:`act` reads for ``buffers`` (views into it, made once)."""
+
+    @abc.abstractmethod
+    def act(self, t: int) -> None:
+        """Write ``action[:, t]`` (and extras) from observation slot ``t``."""
+
+    def finish(self, steps: int) -> None:
+        """Check what :meth:`act` left to check, once per batch after its last step (``steps``
+        taken), before the batch leaves the engine; adapters that check as they act keep this."""
+        return None
+
+    def outputs(self, obs: Mapping[NestedKey, torch.Tensor]) -> list[torch.Tensor]:
+        """The action, then each of :attr:`extras`, for observations of any number of envs
+        (a policy server's gathered batch); the rollout loop uses :meth:`act` instead."""
+        raise NotImplementedError(f"{type(self).__name__} does not serve gathered observations")
+
+
+class RandomPolicy(PolicyAdapter):
+    """Uniform random actions for ``num_envs`` envs from ``action_space``, seeded by :meth:`seed`.
+
+    Examples:
+        >>> import gymnasium as gym
+        >>> policy = RandomPolicy(gym.spaces.Discrete(3), num_envs=2, seed=0)
+        >>> policy.sample().shape
+        (2,)
+    """
+
+    _action_np: np.ndarray  # [N, T, *act], set by bind()
+
+    def __init__(self, action_space: gym.Space[Any], num_envs: int, seed: int | None = None) -> None:
+        self.space = batch_space(action_space, num_envs)
+        self.space.seed(seed)
+
+    def seed(self, seed: int | None) -> None:
+        """Reseed the generator the actions come from."""
+        self.space.seed(seed)
+
+    def sample(self) -> Any:
+        """Actions for all envs, ``[N, *act]``."""
+        return self.space.sample()
+
+    def _views(self, buffers: BatchBuffers) -> dict[str, Any]:
+        return {"_action_np": buffers.action_np}
+
+    def act(self, t: int) -> None:
+        self._action_np[:, t] = self.space.sample()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The generator's state."""
+        return dict(copy.deepcopy(self.space.np_random.bit_generator.state))
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the generator's state."""
+        self.space.np_random.bit_generator.state = copy.deepcopy(dict(state))
+
+
+def sample_observations(space: gym.Space[Any], num_envs: int) -> dict[tuple[str, ...], torch.Tensor]:
+    batched = batch_space(space, num_envs)
+    batched.seed(0)
+    sample = batched.sample()
+    out = {}
+    for field in observation_fields(space):
+        value = sample
+        if isinstance(space, gym.spaces.Dict):
+            for part in field.key:
+                value = value[part]
+        out[field.key] = torch.as_tensor(np.asarray(value)).to(field.dtype)
+    return out
+
+
+def check_action(output: Any, space: gym.Space[Any], num_envs: int) -> None:
+    field = action_fields(space)[0]
+    expected_shape = (num_envs, *field.shape)
+    wants_float = isinstance(space, gym.spaces.Box) and np.issubdtype(space.dtype, np.floating)
+    # integers fit a floating Box exactly, whole-number floats an integer space (as in TorchRL)
+    expected = ("a floating (or integer) dtype" if wants_float
+                else "an integer or bool dtype (or floats holding whole numbers)")
+    if not isinstance(output, torch.Tensor):
+        raise ValueError(
+            f"the policy returned {type(output).__name__}; expected a tensor of shape "
+            f"{expected_shape} with {expected} for action space {space}"
+        )
+    if tuple(output.shape) != expected_shape or (
+            output.is_floating_point() and not wants_float and not _whole(output)):
+        raise ValueError(
+            f"the policy's action does not fit action space {space}: got shape "
+            f"{tuple(output.shape)} dtype {output.dtype}, expected shape {expected_shape} "
+            f"with {expected}"
+        )
+    if output.device.type == "meta":
+        raise ValueError(
+            "the policy's action is on the meta device (a tensor without data): the policy must return "
+            "actions with values, on the CPU or the policy's device (was it built on the meta device?)"
+        )
+
+
+def on_device(module: Any, device: torch.device | None) -> Any:
+    """``module`` itself if it already lives on ``device``, else a copy moved there (once)."""
+    if device is None or not isinstance(module, torch.nn.Module):
+        return module
+    tensors = list(module.parameters()) + list(module.buffers())
+    if all(t.device == device for t in tensors):
+        return module
+    return copy.deepcopy(module).to(device)
+
+
+class PrivateInput:
+    """The policy's own copy of one observation entry, refilled each step from the batch's view
+    of step ``t``: a policy that writes into its input changes its copy, never the stored frames.
+    The copy goes through numpy where it can (a fraction of a microsecond for small entries)."""
+
+    def __init__(self, views: list[torch.Tensor]) -> None:
+        self.views = views
+        self.scratch = torch.empty_like(views[0], memory_format=torch.contiguous_format)
+        self._scratch_np: np.ndarray | None = None
+        self._views_np: list[np.ndarray] = []
+        try:
+            self._views_np = [view.numpy() for view in views]
+            self._scratch_np = self.scratch.numpy()
+        except (TypeError, RuntimeError):  # a dtype numpy lacks (bfloat16), or not on the CPU
+            self._views_np = []
+
+    def take(self, t: int) -> torch.Tensor:
+        """The scratch tensor, holding step ``t``'s observation."""
+        if self._scratch_np is not None:
+            np.copyto(self._scratch_np, self._views_np[t])
+        else:
+            self.scratch.copy_(self.views[t])
+        return self.scratch

@@ -1,0 +1,141 @@
+"""A module or callable from observations to actions, as a policy adapter: :class:`ModulePolicy`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import gymnasium as gym
+import torch
+
+from rlcollect.data.buffers import BatchBuffers
+from rlcollect.data.layout import action_fields
+from rlcollect.policies.adapter import (
+    NestedKey,
+    PolicyAdapter,
+    PrivateInput,
+    check_action,
+    checked_output,
+    on_device,
+    sample_observations,
+)
+
+__all__ = ["ModulePolicy", "TupleOutput", "required_arguments"]
+
+
+class ModulePolicy(PolicyAdapter):
+    """A module or callable mapping observations ``[N, *obs]`` to actions ``[N, *act]``.
+
+    Args:
+        module: the policy; copied once to ``device`` if its parameters live elsewhere (the
+            user's module is never moved).
+        observation_space, action_space: the single env's spaces (checked by a dry step).
+        num_envs: envs stepped together.
+        device: where the policy runs; ``None`` for where it already is.
+    """
+
+    # set by bind(): per-step views of observation slot t and action[:, t], the action's shape and dtype
+    _obs_views: list[torch.Tensor]
+    _input: PrivateInput  # the policy's own copy of slot t
+    _action_views: list[torch.Tensor]
+    _action_shape: torch.Size
+    _action_dtype: torch.dtype
+    _outputs: list[Any]  # each step's output, checked by finish()
+
+    def __init__(
+        self,
+        module: Callable[[torch.Tensor], torch.Tensor],
+        observation_space: gym.Space[Any],
+        action_space: gym.Space[Any],
+        num_envs: int,
+        device: torch.device | None = None,
+    ) -> None:
+        if isinstance(observation_space, gym.spaces.Dict):
+            raise TypeError(
+                f"policy {type(module).__name__} takes a tensor, but observation space "
+                f"{observation_space} is a Dict: use a tensordict.nn.TensorDictModule policy "
+                "whose in_keys name the observation entries"
+            )
+        self.callable = on_device(module, device)
+        self.module = self.callable if isinstance(self.callable, torch.nn.Module) else None
+        self.device = device
+        self._moves_obs = device is not None and device.type != "cpu"  # buffers live on the CPU
+        sample = next(iter(sample_observations(observation_space, num_envs).values()))
+        self._action_field = action_fields(action_space)[0]
+        with torch.inference_mode():
+            out = self._forward(sample)
+            arguments = required_arguments(module)
+            if isinstance(out, tuple) and arguments is not None and arguments[1] == ["observation"]:
+                raise TupleOutput(len(out))  # make_policy wraps it as TorchRL does
+            check_action(out, action_space, num_envs)
+        self.action_dtype = out.dtype
+
+    def _forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if self._moves_obs:
+            obs = obs.to(self.device, non_blocking=True)
+        return self.callable(obs)
+
+    def _views(self, buffers: BatchBuffers) -> dict[str, Any]:
+        obs = next(iter(buffers.obs_ext.values()))
+        # one view per step, made once: indexing a tensor costs more than the copy itself
+        views = [obs[:, t] for t in range(buffers.num_steps)]
+        return {
+            "_obs_views": views,
+            "_input": PrivateInput(views),
+            "_action_views": [buffers.action[:, t] for t in range(buffers.num_steps)],
+            "_action_shape": buffers.action[:, 0].shape,
+            "_action_dtype": buffers.action.dtype,
+            "_outputs": [None] * buffers.num_steps,
+        }
+
+    def act(self, t: int) -> None:
+        if self._moves_obs:  # a copy on the policy's device
+            obs = self._obs_views[t].to(self.device, non_blocking=True)
+        else:  # a copy all the same: what the policy does to it never reaches the batch
+            obs = self._input.take(t)
+        out = self.callable(obs)
+        self._outputs[t] = out  # checked by finish(), in one loop: cheaper than between env steps
+        try:
+            self._action_views[t].copy_(out)
+        except (TypeError, RuntimeError):  # not a tensor, or a shape torch cannot write: name it
+            checked_output(out, self._action_shape, self._action_dtype, "action", t)
+            raise
+
+    def finish(self, steps: int) -> None:
+        outputs, shape, dtype = self._outputs, self._action_shape, self._action_dtype
+        if self.check_writes:
+            for t in range(steps):
+                out = outputs[t]
+                if out.__class__ is not torch.Tensor or out.shape != shape or out.dtype is not dtype:
+                    checked_output(out, shape, dtype, "action", t)
+        outputs[:steps] = [None] * steps  # nothing kept past the batch
+
+    def outputs(self, obs: Mapping[NestedKey, torch.Tensor]) -> list[torch.Tensor]:
+        first = next(iter(obs.values()))
+        out = self._forward(first)
+        if self.check_writes:
+            field = self._action_field
+            checked_output(out, (first.shape[0], *field.shape), field.dtype, "action", None)
+        return [out]
+
+
+class TupleOutput(Exception):
+    """The dry step of a callable taking ``observation`` returned a tuple of ``size`` values."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.size = size
+
+
+def required_arguments(policy: Any) -> tuple[list[str], list[str]] | None:
+    """The names of ``policy``'s (or its ``forward``'s) keyword-capable arguments, and of those
+    without a default; ``None`` where the signature cannot be read."""
+    try:
+        signature = inspect.signature(getattr(policy, "forward", policy))
+    except (TypeError, ValueError):
+        return None
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    names = [name for name, p in signature.parameters.items() if p.kind in kinds]
+    return names, [name for name in names if signature.parameters[name].default is inspect.Parameter.empty]
