@@ -36,7 +36,9 @@ from rlcollect.policies.tensordict_policy import TensorDictPolicy
 from rlcollect.rollout.engine import Rollout, RolloutSpec
 from rlcollect.rollout.tensordict_loop import TensorDictRollout
 from rlcollect.weights.forms import check_model_ids
-from rlcollect.weights.schemes import FrozenWeights, WeightSyncScheme, init_senders
+from rlcollect.weights.frozen import FrozenWeights
+from rlcollect.weights.schemes import WeightSyncScheme
+from rlcollect.weights.senders import init_senders
 from rlcollect.workers.inference import PolicyServer, ServedPolicy
 from rlcollect.workers.pool import WorkerPool
 from rlcollect.workers.transport import Transport

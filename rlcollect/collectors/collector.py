@@ -24,7 +24,7 @@ from rlcollect.rollout.build import make_rollout
 from rlcollect.rollout.profiling import RolloutProfiler
 from rlcollect.rollout.tensordict_loop import TensorDictRollout
 from rlcollect.weights.forms import UnknownKeyError
-from rlcollect.weights.schemes import init_senders
+from rlcollect.weights.senders import init_senders
 
 __all__ = ["Collector"]
 

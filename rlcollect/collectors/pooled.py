@@ -50,7 +50,8 @@ from rlcollect.rollout.engine import Rollout, RolloutSpec
 from rlcollect.rollout.episodes import EpisodeRecords
 from rlcollect.rollout.tensordict_loop import TensorDictRollout
 from rlcollect.weights.forms import check_model_ids
-from rlcollect.weights.schemes import NoWeightSyncScheme, channel_for, init_senders
+from rlcollect.weights.schemes import NoWeightSyncScheme
+from rlcollect.weights.senders import channel_for, init_senders
 from rlcollect.workers.pool import WorkerPool
 from rlcollect.workers.transport import ProcessTransport, Transport, start_forkserver
 from rlcollect.workers.wire import unpack_into

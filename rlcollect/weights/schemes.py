@@ -39,14 +39,15 @@ Examples:
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar, Literal, Protocol
 
 import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from rlcollect.weights.forms import apply_weights, as_weights, check_model_ids
+from rlcollect.weights.forms import apply_weights, as_weights
+from rlcollect.weights.frozen import FrozenWeights
 from rlcollect.weights.store import WeightStore, WorkerWeights
 
 __all__ = [
@@ -56,8 +57,6 @@ __all__ = [
     "SharedMemWeightSyncScheme",
     "WeightChannel",
     "WeightSyncScheme",
-    "channel_for",
-    "init_senders",
 ]
 
 Strategy = Literal["tensordict", "state_dict"]
@@ -386,90 +385,3 @@ class NoWeightSyncScheme(WeightSyncScheme):
         return None
 
 
-class _Unchanged:
-    def pull(self, modules: Mapping[str, torch.nn.Module], seen: int, payload: Any = None) -> int:
-        return int(payload) if payload is not None else max(seen, 0)
-
-
-class FrozenWeights:
-    """The channel that moves no weights: :class:`NoWeightSyncScheme`'s (every worker stays at
-    version 0), and that of workers whose policy runs elsewhere (a policy server): ``version``
-    gives its version, sent with each batch request to stamp the workers' own (random) frames."""
-
-    def __init__(self, num_workers: int, version: Callable[[], int] | None = None) -> None:
-        self._num_workers, self._version = num_workers, version
-
-    @property
-    def versions(self) -> list[int]:
-        return [self._version() if self._version is not None else 0] * self._num_workers
-
-    def push(self, weights: Mapping[str, TensorDictBase], worker_ids: Iterable[int]) -> None:
-        return
-
-    def payload(self, worker_idx: int) -> int | None:
-        return self._version() if self._version is not None else None
-
-    def receiver(self, worker_idx: int) -> _Unchanged:
-        return _Unchanged()
-
-    def release(self, worker_idx: int) -> None:
-        return
-
-    def weight_bytes(self) -> int:
-        return 0
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        return
-
-
-def init_senders(
-    schemes: Mapping[str, WeightSyncScheme] | None, models: Mapping[str, torch.nn.Module], transport: str,
-    collector: Any,
-) -> dict[str, WeightSyncScheme]:
-    """Every model's scheme (``schemes`` completed with the transport's default), initialised on
-    the sender side for ``collector``.
-
-    Raises:
-        KeyError: a scheme for a model id the collector does not have.
-        ValueError: a scheme that cannot feed this ``transport``'s workers, or two scheme classes
-            (the models of one collector move through one channel, so ``weights_dict`` is atomic).
-    """
-    given = dict(schemes or {})
-    check_model_ids(given, models)
-    for model_id, scheme in given.items():
-        if transport not in scheme.transports:
-            raise ValueError(
-                f"weight_sync_schemes[{model_id!r}]: {type(scheme).__name__} cannot feed the workers of "
-                f"{type(collector).__name__} ({_TRANSPORT_WORDS[transport]}); use "
-                f"{' or '.join(c.__name__ for c in _SCHEMES if transport in c.transports)}")
-    moving = sorted({type(s).__name__ for s in given.values() if not isinstance(s, NoWeightSyncScheme)})
-    if len(moving) > 1:
-        raise ValueError(f"weight_sync_schemes mixes {moving}: the models of one collector move together "
-                         "(atomic weights_dict updates), so they use one scheme class, or NoWeightSyncScheme")
-    default = next((s for s in given.values() if not isinstance(s, NoWeightSyncScheme)), None)
-    every = {m: given.get(m) or (type(default)(default.strategy) if default else default_scheme(transport))
-             for m in sorted(models, key=lambda k: (k != "policy", k))}
-    for model_id, scheme in every.items():
-        scheme.init_on_sender(model_id=model_id, context=collector, model=models[model_id])
-    return every
-
-
-def channel_for(schemes: Mapping[str, WeightSyncScheme], models: Mapping[str, torch.nn.Module],
-                num_workers: int) -> WeightChannel:
-    """The one channel carrying the models whose scheme moves weights (see :func:`init_senders`)."""
-    moving = {m: s for m, s in schemes.items() if not isinstance(s, NoWeightSyncScheme)}
-    if not moving:
-        return FrozenWeights(num_workers)
-    return next(iter(moving.values())).channel({m: models[m] for m in moving}, num_workers)
-
-
-def default_scheme(transport: str) -> WeightSyncScheme:
-    """The scheme a model gets when ``weight_sync_schemes`` does not name it."""
-    return RayWeightSyncScheme() if transport == "ray" else SharedMemWeightSyncScheme()
-
-
-_SCHEMES = (SharedMemWeightSyncScheme, MultiProcessWeightSyncScheme, RayWeightSyncScheme, NoWeightSyncScheme)
-_TRANSPORT_WORDS = {"process": "worker processes", "ray": "Ray actors", "local": "a single process"}
