@@ -16,23 +16,28 @@ Examples:
 from __future__ import annotations
 
 import math
-import shutil
 import sys
 import time
 import warnings
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import torch
-from tensordict import NestedKey, TensorDict, TensorDictBase
+from tensordict import TensorDict
 from tqdm import tqdm
 
 import rlcollect
 from rlcollect.cli.errors import CliError, one_line
 from rlcollect.cli.output import RunWriter, check_out, prepare_out
+from rlcollect.cli.planning import (
+    default_frames_per_batch,
+    env_spaces,
+    folder_bytes,
+    size_text,
+    warn_about_size,
+)
 from rlcollect.cli.policy import build_policy
 from rlcollect.cli.signals import StopSignals
 from rlcollect.collectors import Collector, CollectorStats, MultiSyncCollector
@@ -40,12 +45,8 @@ from rlcollect.collectors.loggers import CollectorLogger, TensorBoardLogger, Wan
 from rlcollect.data.checks import BadDataError
 from rlcollect.data.layout import observation_fields, stored_observation_space
 
-__all__ = ["CollectOptions", "CollectSummary", "format_summary", "default_frames_per_batch", "run_collect"]
+__all__ = ["CollectOptions", "CollectSummary", "format_summary", "run_collect"]
 
-#: Steps per env in a batch when ``--frames-per-batch`` is not given.
-DEFAULT_STEPS_PER_BATCH = 128
-#: A run estimated to take more than this (bytes) is warned about before its first batch is written.
-SIZE_WARNING_BYTES = 10 * 10**9
 
 _BAR_FORMAT = "{desc}{percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} frames [{elapsed}<{remaining}{postfix}]"
 
@@ -138,52 +139,6 @@ class _Bar(tqdm):
     monitor_interval = 0
 
 
-def default_frames_per_batch(frames: int, num_envs: int) -> int:
-    """Without ``--frames-per-batch``: ``DEFAULT_STEPS_PER_BATCH`` steps of every env, or all ``frames``.
-
-    Examples:
-        >>> default_frames_per_batch(100_000, 8), default_frames_per_batch(100, 8)
-        (1024, 100)
-    """
-    return min(DEFAULT_STEPS_PER_BATCH * num_envs, frames)
-
-
-def _env_spaces(env_id: str, kwargs: dict[str, Any]) -> tuple[gym.Space[Any], gym.Space[Any]]:
-    """The observation and action spaces of one ``env_id`` env (made and closed again), built as the
-    collectors build it: ``ALE/...`` ids register ale-py's envs, ``envpool:...`` ids make a pool."""
-    from rlcollect.envs.base import EnvBatch
-    from rlcollect.envs.envpool_env import ENVPOOL_PREFIX
-    from rlcollect.envs.factory import make_env_batch
-
-    if env_id.startswith(ENVPOOL_PREFIX):  # one env's pool: its spaces do not depend on batch_size
-        kwargs = {key: value for key, value in kwargs.items() if key != "batch_size"}
-    try:
-        envs = make_env_batch(env_id, 1, kwargs)
-    except gym.error.Error as error:
-        raise CliError(
-            f"--env {env_id!r} is not a registered Gymnasium env id ({one_line(str(error))})"
-        ) from None
-    except ValueError as error:  # an unknown id, or a package it needs is missing: named there
-        text = one_line(str(error)).removeprefix(f"create_env_fn={env_id!r}").lstrip(": ")
-        joint = " " if text.startswith(("is ", "needs ")) else ": "
-        raise CliError(f"--env {env_id!r}{joint}{text}") from None
-    except Exception as error:  # the env's own module failed: still a bad --env for this machine
-        with_kwargs = f" with --env-kwargs {_kwargs_text(kwargs)}" if kwargs else ""
-        raise CliError(
-            f"--env {env_id!r} cannot be made{with_kwargs} ({type(error).__name__}: {one_line(str(error))})"
-        ) from None
-    try:
-        if not isinstance(envs, EnvBatch):  # an env id never makes a TorchRL env
-            raise CliError(f"--env {env_id!r} made a TorchRL env; the CLI collects Gymnasium envs")
-        return envs.observation_space, envs.action_space
-    finally:
-        envs.close()
-
-
-def _kwargs_text(kwargs: dict[str, Any]) -> str:
-    return " ".join(f"{key}={value!r}" for key, value in kwargs.items())
-
-
 _DEVICE_TYPES = ("cpu", "cuda", "mps")
 
 
@@ -235,7 +190,7 @@ def run_collect(options: CollectOptions) -> CollectSummary:
     frames_per_batch = options.frames_per_batch or default_frames_per_batch(options.frames, options.num_envs)
     check_out(options.out, force=options.force)  # refuse a bad --out before building anything
     device = _device(options.device)
-    observation_space, action_space = _env_spaces(options.env, options.env_kwargs)
+    observation_space, action_space = env_spaces(options.env, options.env_kwargs)
     if options.obs_dtype is not None:  # the policy factory sees what the policy will be given
         observation_space = stored_observation_space(observation_space, getattr(torch, options.obs_dtype))
     policy = None
@@ -327,7 +282,7 @@ def _collect_into(
         for batch in collector:
             assert batch is not None
             if writer.written == 0:
-                _warn_about_size(batch, len(collector), writer.out, options.next_obs,
+                warn_about_size(batch, len(collector), writer.out, options.next_obs,
                                  writer.observation_keys)
             with signals.critical():  # a signal now stops the run once the batch is committed
                 writer.write(batch)
@@ -346,52 +301,6 @@ def _collect_into(
     return time.perf_counter() - start, None
 
 
-def estimated_bytes(
-    batch: TensorDictBase, num_batches: int, *, left_out: Sequence[NestedKey] = ()
-) -> int:
-    """What ``num_batches`` batches like ``batch`` (``[envs, T]``) take in a run folder: every
-    entry's bytes, less the ``left_out`` entries but for their last step (what ``--no-next-obs``
-    keeps of them).
-
-    Examples:
-        >>> batch = TensorDict({"observation": torch.zeros(2, 8, 4), "next": {"observation":
-        ...     torch.zeros(2, 8, 4), "reward": torch.zeros(2, 8, 1)}}, batch_size=[2, 8])
-        >>> estimated_bytes(batch, 10), estimated_bytes(batch, 10, left_out=[("next", "observation")])
-        (5760, 3520)
-    """
-    def size(tensor: torch.Tensor) -> int:
-        return tensor.numel() * tensor.element_size()
-
-    total = sum(size(value) for value in batch.values(include_nested=True, leaves_only=True))
-    for key in left_out:  # [envs, T, ...]: the last step is kept
-        total -= size(batch.get(key)) - size(batch.get(key)[:, -1])
-    return total * num_batches
-
-
-def _warn_about_size(
-    batch: TensorDictBase, num_batches: int, out: Path, next_obs: bool,
-    observation_keys: list[tuple[str, ...]],
-) -> None:
-    """A warning on stderr, before the first batch is written, when the run will take more than
-    ``SIZE_WARNING_BYTES`` or more than the free space of ``out``'s disk."""
-    left_out = [] if next_obs else [("next", *key) for key in observation_keys]
-    size = estimated_bytes(batch, num_batches, left_out=left_out)
-    free = shutil.disk_usage(out).free
-    if size <= SIZE_WARNING_BYTES and size <= free:
-        return
-    hint = "; --no-next-obs about halves it for pixel observations" if next_obs else ""
-    room = f"more than the {_size_text(free)} free there" if size > free else f"{_size_text(free)} free there"
-    print(f"rlcollect: warning: this run will write about {_size_text(size)} to {out} ({room}){hint}; "
-          "Ctrl-C stops it with the batches written so far kept", file=sys.stderr)
-
-
-def _size_text(size: int) -> str:
-    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if size >= scale:
-            return f"{size / scale:.1f} {unit}"
-    return f"{size} bytes"
-
-
 def _make_logger(options: CollectOptions, out: Path) -> CollectorLogger | None:
     """The ``--log`` logger, writing to ``--log-dir`` (default ``out/logs``)."""
     if options.log is None:
@@ -405,10 +314,6 @@ def _make_logger(options: CollectOptions, out: Path) -> CollectorLogger | None:
                            config={"env": options.env, "num_envs": options.num_envs, "seed": options.seed})
     except ImportError as error:
         raise CliError(f"--log {options.log}: {one_line(str(error))}") from None
-
-
-def _folder_bytes(folder: Path) -> int:
-    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
 
 
 def _setup_info(options: CollectOptions, collector: Collector | MultiSyncCollector) -> dict[str, Any]:
@@ -477,6 +382,6 @@ def format_summary(summary: CollectSummary, options: CollectOptions) -> str:
         "(last 100 episodes)",
         f"  output     {out}  ({loader}({out!r}): batch_size [{summary.batches}, {num_envs}, {steps}]"
         f"{', next observations rebuilt' if not options.next_obs else ''}), "
-        f"{_size_text(_folder_bytes(summary.out))}",
+        f"{size_text(folder_bytes(summary.out))}",
     ]
     return "\n".join(lines)

@@ -134,7 +134,7 @@ def _nested(obs: dict[tuple[str, ...], np.ndarray]) -> dict[str, Any]:
 
 def _spaces(info: dict[str, Any]) -> tuple[gym.Space[Any], gym.Space[Any]]:
     """The run's observation space (in its stored dtype) and action space, from ``run.json``."""
-    from rlcollect.cli.collect import _env_spaces  # the collectors' way to make the env
+    from rlcollect.cli.planning import env_spaces  # the collectors' way to make the env
 
     env = info.get("env")
     if not isinstance(env, str):
@@ -145,7 +145,7 @@ def _spaces(info: dict[str, Any]) -> tuple[gym.Space[Any], gym.Space[Any]]:
             kwargs[key] = ast.literal_eval(text)
         except (ValueError, SyntaxError):
             kwargs[key] = text
-    observation_space, action_space = _env_spaces(env, kwargs)
+    observation_space, action_space = env_spaces(env, kwargs)
     if info.get("obs_dtype"):
         observation_space = stored_observation_space(observation_space, getattr(torch, info["obs_dtype"]))
     return observation_space, action_space

@@ -184,7 +184,7 @@ def folder_bytes(folder: Path) -> int:
 def test_a_run_past_the_size_threshold_is_warned_about_before_it_writes(
     tmp_path: Path, capsys: Capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("rlcollect.cli.collect.SIZE_WARNING_BYTES", 100_000)
+    monkeypatch.setattr("rlcollect.cli.planning.SIZE_WARNING_BYTES", 100_000)
     out = tmp_path / "run"
     assert collect(out, frames=4096) == 0
     err = capsys.readouterr().err
