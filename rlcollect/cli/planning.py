@@ -83,6 +83,8 @@ def estimated_bytes(
     keeps of them).
 
     Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
         >>> batch = TensorDict({"observation": torch.zeros(2, 8, 4), "next": {"observation":
         ...     torch.zeros(2, 8, 4), "reward": torch.zeros(2, 8, 1)}}, batch_size=[2, 8])
         >>> estimated_bytes(batch, 10), estimated_bytes(batch, 10, left_out=[("next", "observation")])
