@@ -94,7 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"rlcollect {rlcollect.__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_collect(commands)
+    _add_inspect_and_export(commands)
+    return parser
 
+
+def _add_collect(commands: Any) -> None:
+    """The ``collect`` subcommand."""
     collect = commands.add_parser(
         "collect",
         help="run a collector and write its batches to a memmap folder",
@@ -153,6 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
     collect.add_argument("--no-progress", action="store_true", help="no progress bar")
     collect.set_defaults(handler=_collect)
 
+
+def _add_inspect_and_export(commands: Any) -> None:
+    """The ``inspect`` and ``export`` subcommands."""
     inspect = commands.add_parser(
         "inspect",
         help="print the layout, frames and episodes of a run folder",
@@ -173,7 +182,6 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the dataset id, e.g. rlcollect/cartpole-random-v0")
     export.add_argument("--force", action="store_true", help="overwrite a dataset of the same id")
     export.set_defaults(handler=_export)
-    return parser
 
 
 def _collect(args: argparse.Namespace) -> int:
