@@ -153,14 +153,7 @@ def make_env_batch(
         check_env_source("create_env_fn", source)
         first = _make_one(source, kwargs)
     if is_torchrl_env(first):
-        if num_envs != 1:
-            raise ValueError(
-                f"num_envs={num_envs} with a TorchRL env: batch it with torchrl's SerialEnv or "
-                "ParallelEnv and leave num_envs=1"
-            )
-        if policy is not None and register_policy_transforms is not False:
-            first = with_policy_transforms(first, policy, append=bool(register_policy_transforms))
-        return torchrl_env_batch(first, max_episode_steps)
+        return _torchrl_batch(first, num_envs, max_episode_steps, policy, register_policy_transforms)
     if isinstance(first, VectorEnv):
         if num_envs != 1:
             raise ValueError(
@@ -177,3 +170,16 @@ def make_env_batch(
     _check_spaces(first, source)
     envs = [first] + [_make_one(source, kwargs) for _ in range(num_envs - 1)]
     return GymEnvs(envs, max_episode_steps)
+
+
+def _torchrl_batch(env: Any, num_envs: int, max_episode_steps: int | None, policy: Any,
+                   register_policy_transforms: bool | None) -> EnvBatch | TensorDictEnv:
+    """The env batch of a TorchRL env (with the transforms ``policy`` needs, as asked)."""
+    if num_envs != 1:
+        raise ValueError(
+            f"num_envs={num_envs} with a TorchRL env: batch it with torchrl's SerialEnv or "
+            "ParallelEnv and leave num_envs=1"
+        )
+    if policy is not None and register_policy_transforms is not False:
+        env = with_policy_transforms(env, policy, append=bool(register_policy_transforms))
+    return torchrl_env_batch(env, max_episode_steps)

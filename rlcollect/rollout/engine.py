@@ -32,7 +32,13 @@ from tensordict.nn import InteractionType
 from rlcollect.common.state import check_tensor, checked_state, stamped
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.data.checks import BadDataError, BatchValueCheck
-from rlcollect.data.layout import BatchLayout, action_fields, observation_fields, stored_observation_space
+from rlcollect.data.layout import (
+    BatchLayout,
+    Field,
+    action_fields,
+    observation_fields,
+    stored_observation_space,
+)
 from rlcollect.data.trajectories import TrajectoryIds
 from rlcollect.envs.base import EnvBatch
 from rlcollect.envs.factory import EnvSource, make_env_batch
@@ -173,27 +179,9 @@ class Rollout:
         obs_space = stored_observation_space(self.envs.observation_space, spec.obs_dtype)
         action_space = self.envs.action_space
         self.random_policy = RandomPolicy(action_space, self.num_envs)
-        if self.user_policy is not None:
-            self.envs.prepare_policy(self.user_policy)
-        self.policy: PolicyAdapter = served_policy if served_policy is not None else (
-            self.random_policy
-            if self.user_policy is None
-            else make_policy(
-                self.user_policy, obs_space, action_space, self.num_envs,
-                device=spec.policy_device, exploration_type=spec.exploration_type,
-                unbatched=self.envs.unbatched,
-            )
-        )
-        if spec.compile_policy and hasattr(self.policy, "callable"):
-            kwargs = dict(spec.compile_policy) if isinstance(spec.compile_policy, Mapping) else {}
-            self.policy.callable = torch.compile(self.policy.callable, **kwargs)
-        action = action_fields(action_space)[0]
-        policy_dtype = self.policy.action_dtype
-        if spec.action_dtype == "policy" and policy_dtype is not None and not policy_dtype.is_floating_point \
-                and not action.dtype.is_floating_point and not policy_dtype.is_complex:
-            action = dataclasses.replace(action, dtype=policy_dtype)
+        self.policy: PolicyAdapter = self._adapt_policy(served_policy, obs_space, action_space)
         self.layout = BatchLayout(
-            tuple(observation_fields(obs_space)), action, self.policy.extras,
+            tuple(observation_fields(obs_space)), self._stored_action(action_space), self.policy.extras,
             dict_observations=isinstance(obs_space, gym.spaces.Dict), env_ids=self.envs.streams,
         )
         self._value_check = BatchValueCheck(obs_space, action_space, self.layout.observations,
@@ -218,6 +206,37 @@ class Rollout:
         self.models: dict[str, torch.nn.Module] = dict(spec.models)
         if self.policy.module is not None:
             self.models["policy"] = self.policy.module
+
+    def _adapt_policy(self, served_policy: PolicyAdapter | None, obs_space: gym.Space[Any],
+                      action_space: gym.Space[Any]) -> PolicyAdapter:
+        """The policy that acts: the server's, the random one, or the user's adapted (and compiled
+        where the spec asks)."""
+        spec = self.spec
+        if self.user_policy is not None:
+            self.envs.prepare_policy(self.user_policy)
+        policy = served_policy if served_policy is not None else (
+            self.random_policy
+            if self.user_policy is None
+            else make_policy(
+                self.user_policy, obs_space, action_space, self.num_envs,
+                device=spec.policy_device, exploration_type=spec.exploration_type,
+                unbatched=self.envs.unbatched,
+            )
+        )
+        if spec.compile_policy and hasattr(policy, "callable"):
+            kwargs = dict(spec.compile_policy) if isinstance(spec.compile_policy, Mapping) else {}
+            policy.callable = torch.compile(policy.callable, **kwargs)
+        return policy
+
+    def _stored_action(self, action_space: gym.Space[Any]) -> Field:
+        """The action as stored: the space's dtype, or the policy's (an integer one) when the spec
+        says so (TorchRL's layout)."""
+        action = action_fields(action_space)[0]
+        wanted = self.policy.action_dtype
+        if self.spec.action_dtype == "policy" and wanted is not None and not wanted.is_floating_point \
+                and not action.dtype.is_floating_point and not wanted.is_complex:
+            action = dataclasses.replace(action, dtype=wanted)
+        return action
 
     def set_check(self, check: str) -> None:
         """What is checked from the next batch on: ``"full"``, ``"batch"`` or ``"off"``
