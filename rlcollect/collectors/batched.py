@@ -28,7 +28,8 @@ from rlcollect.collectors.arguments import (
 )
 from rlcollect.collectors.checks import check_int
 from rlcollect.collectors.options import CollectorOptions
-from rlcollect.collectors.pooled import PooledCollector, worker_processes
+from rlcollect.collectors.pooled import PooledCollector
+from rlcollect.collectors.probe import worker_processes
 from rlcollect.collectors.stats import CollectorStats
 from rlcollect.envs.factory import EnvSource
 from rlcollect.policies.module_policy import ModulePolicy

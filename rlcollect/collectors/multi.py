@@ -14,7 +14,8 @@ from rlcollect.collectors.arguments import (
 )
 from rlcollect.collectors.nested import nested_spec
 from rlcollect.collectors.options import CollectorOptions
-from rlcollect.collectors.pooled import PooledCollector, worker_processes
+from rlcollect.collectors.pooled import PooledCollector
+from rlcollect.collectors.probe import worker_processes
 from rlcollect.envs.factory import EnvSource
 from rlcollect.rollout.engine import RolloutSpec
 

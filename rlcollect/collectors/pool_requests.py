@@ -1,5 +1,6 @@
-"""What a collector with workers asks of them besides batches: seeds, states, counters, and
-TorchRL's remote calls (``get_distant_attr``, ``map_fn``).
+"""What a collector with workers asks of them besides batches (seeds, states, counters, weights,
+TorchRL's remote calls ``get_distant_attr`` and ``map_fn``), and what it tells another collector
+built on it (its batch layout, its weight sources, its next trajectory id).
 
 Examples:
     >>> from rlcollect import MultiSyncCollector
@@ -17,11 +18,15 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
 
 from rlcollect.collectors.delivery import Delivery
 from rlcollect.collectors.stats import CollectorStats
 from rlcollect.common.state import checked_state, stamped
-from rlcollect.weights.schemes import WeightChannel
+from rlcollect.data.buffers import BatchBuffers
+from rlcollect.data.layout import BatchLayout
+from rlcollect.weights.forms import check_model_ids
+from rlcollect.weights.schemes import NoWeightSyncScheme, WeightChannel, WeightSyncScheme
 from rlcollect.workers.pool import WorkerPool
 from rlcollect.workers.wire import pack
 from rlcollect.workers.worker import BatchReport
@@ -49,6 +54,9 @@ class WorkerRequests:
     _returns: deque[float]
     _lengths: deque[int]
     _state_keys: tuple[str, ...]
+    _slots: list[BatchBuffers]
+    _models: dict[str, torch.nn.Module]
+    _weight_sync_schemes: dict[str, WeightSyncScheme] | None
 
     if TYPE_CHECKING:  # the collector's own (PooledCollector, BaseCollector)
         def _ensure_started(self) -> None: ...
@@ -169,3 +177,37 @@ class WorkerRequests:
             workers=tuple(workers),
         )
 
+    # -- what another collector built from these options reads ------------------------------------
+    @property
+    def batch_layout(self) -> BatchLayout | None:
+        """The layout of the slots the workers fill (``None``: a TorchRL env's data, which each
+        worker sends back whole)."""
+        return self._slots[0].layout if self._slots else None
+
+    @property
+    def weight_sources(self) -> dict[str, torch.nn.Module]:
+        """The modules, by model id, that ``update_policy_weights_()`` reads the weights from."""
+        return self._models
+
+    @property
+    def next_trajectory_id(self) -> int:
+        """The first local trajectory id no worker used yet (where a restart starts)."""
+        return max(self._pool.next_traj_id)
+
+    # -- weights ----------------------------------------------------------------------------------
+    def _update_weights(self, forms: dict[str, Any], worker_ids: list[int] | None) -> None:
+        schemes = self._weight_sync_schemes or {}
+        check_model_ids(forms, schemes)
+        ids = list(range(self.num_workers)) if worker_ids is None else worker_ids
+        weights = {}
+        for model_id, source in forms.items():
+            if not isinstance(schemes[model_id], NoWeightSyncScheme):
+                weights[model_id] = schemes[model_id].prepare_weights(source)  # None: this process's module
+        if weights:
+            self._weights.push(weights, ids)
+
+    def _model_ids(self) -> list[str]:
+        return list(self._models)
+
+    def _receiver_model(self, model_id: str) -> torch.nn.Module:
+        return self._models[model_id]

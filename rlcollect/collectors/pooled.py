@@ -41,37 +41,18 @@ from rlcollect.collectors.base import BaseCollector
 from rlcollect.collectors.delivery import WorkerHook
 from rlcollect.collectors.options import CollectorOptions
 from rlcollect.collectors.pool_requests import WorkerRequests
+from rlcollect.collectors.probe import preload_modules, probe_rollout
 from rlcollect.data.buffers import BatchBuffers
-from rlcollect.data.layout import BatchLayout
-from rlcollect.envs.envpool_env import ENVPOOL_PREFIX
-from rlcollect.envs.factory import source_modules
-from rlcollect.rollout.build import make_rollout
 from rlcollect.rollout.engine import Rollout, RolloutSpec
 from rlcollect.rollout.episodes import EpisodeRecords
 from rlcollect.rollout.tensordict_loop import TensorDictRollout
-from rlcollect.weights.forms import check_model_ids
-from rlcollect.weights.schemes import NoWeightSyncScheme
 from rlcollect.weights.senders import channel_for, init_senders
 from rlcollect.workers.pool import WorkerPool
 from rlcollect.workers.transport import ProcessTransport, Transport, start_forkserver
 from rlcollect.workers.wire import unpack_into
 from rlcollect.workers.worker import BatchReport, WorkerSetup
 
-__all__ = ["PooledCollector", "worker_processes"]
-
-
-def _preload(options: CollectorOptions) -> list[str]:
-    """The modules of the env sources, which a forkserver imports once for every worker."""
-    return sorted({module for source in options.create_env_fn for module in source_modules(source)})
-
-
-def worker_processes(options: CollectorOptions) -> Callable[[], Transport]:
-    """What makes the worker processes' transport; an explicit forkserver starts at once, so it
-    imports what the workers need while this process builds its probe."""
-    preload = _preload(options)
-    if options.start_method == "forkserver":
-        start_forkserver(preload)
-    return lambda: ProcessTransport(options.start_method, preload)
+__all__ = ["PooledCollector"]
 
 
 class PooledCollector(WorkerRequests, BaseCollector):
@@ -99,38 +80,10 @@ class PooledCollector(WorkerRequests, BaseCollector):
         self.num_workers = workers = options.num_workers
 
         self._constructed_at = time.time()
-        # the probe: the layout, the envs per worker and a dry step of the policy, on one env (each
-        # copy of a Gymnasium env costs its start-up; a vector env brings its own count)
-        # (with policy and policy_factory, policy is where the weights come from: the probe holds it)
-        # (an EnvPool name: the probe builds a worker's whole pool, C++ envs that start at once, whose
-        # rows are what a worker's batch has: an asynchronous pool's batch_size)
-        spec = options.rollout_spec(0)
-        whole = isinstance(spec.create_env_fn, str) and spec.create_env_fn.startswith(ENVPOOL_PREFIX)
-        probe = make_rollout(dataclasses.replace(
-            spec, num_envs=options.num_envs_per_worker if whole else 1,
-            policy_factory=None if options.policy is not None else options.policy_factory))
-        probe.close()
+        probe, per_process = probe_rollout(options, policy_in_workers=self._policy_in_workers,
+                                           owner=type(self).__name__)
         # a TorchRL env whose data the buffers cannot hold: each worker sends its batches back whole
         self._tensordict = isinstance(probe, TensorDictRollout)
-        if isinstance(probe, TensorDictRollout):
-            if not self._policy_in_workers:
-                raise ValueError(f"{type(self).__name__}: its policy server reads each env's step from the "
-                                 f"batch buffers, which this TorchRL env's data does not fit "
-                                 f"({probe.envs.reason}); use MultiSyncCollector or MultiAsyncCollector")
-            if options.preemptive_threshold is not None:
-                raise ValueError(f"preemptive_threshold stops workers inside the batch buffers, which this "
-                                 f"TorchRL env's data does not fit ({probe.envs.reason})")
-        if probe.envs.streams and not self._policy_in_workers:
-            raise ValueError("AsyncBatchedCollector with an asynchronous EnvPool (batch_size < num_envs): "
-                             "its policy server reads every env's step from shared memory, which the "
-                             "pool's envs in flight are not in; use MultiAsyncCollector (the pool already "
-                             "overlaps the forward pass with the envs' steps) or a synchronous pool")
-        copies = probe.envs.follows_num_envs and not whole
-        if not copies and not whole and options.num_envs_per_worker != 1:
-            raise ValueError(f"num_envs_per_worker={options.num_envs_per_worker}, but create_env_fn builds "
-                             f"{probe.num_envs} env(s) itself ({type(probe.envs).__name__}: a vector env or "
-                             "a TorchRL env); leave num_envs_per_worker=1")
-        per_process = options.num_envs_per_worker if copies else probe.num_envs
         self.num_envs_per_worker = envs = per_process * options.nested_workers
         self.num_envs = envs * workers
         rows = self.num_envs if sync else envs
@@ -196,23 +149,6 @@ class PooledCollector(WorkerRequests, BaseCollector):
         self._weights = channel_for(self._weight_sync_schemes, self._models, self.num_workers)
         self.weight_updater = options.weight_updater
 
-    # -- what another collector built from these options reads ------------------------------------
-    @property
-    def batch_layout(self) -> BatchLayout | None:
-        """The layout of the slots the workers fill (``None``: a TorchRL env's data, which each
-        worker sends back whole)."""
-        return self._slots[0].layout if self._slots else None
-
-    @property
-    def weight_sources(self) -> dict[str, torch.nn.Module]:
-        """The modules, by model id, that ``update_policy_weights_()`` reads the weights from."""
-        return self._models
-
-    @property
-    def next_trajectory_id(self) -> int:
-        """The first local trajectory id no worker used yet (where a restart starts)."""
-        return max(self._pool.next_traj_id)
-
     # -- workers ----------------------------------------------------------------------------------
     def _worker_setup(self, worker: int) -> WorkerSetup:
         """Worker ``worker``'s setup with the current weights (at its start, and at a restart)."""
@@ -260,7 +196,7 @@ class PooledCollector(WorkerRequests, BaseCollector):
         options = self.options
         if (options.start_method == "auto" and isinstance(self._pool.transport, ProcessTransport)
                 and "forkserver" in multiprocessing.get_all_start_methods()):
-            start_forkserver(_preload(options))
+            start_forkserver(preload_modules(options))
 
     def _set_pre_collect_hook(self, hook: Callable[[], None] | None) -> None:
         self._hook_for_workers("pre_collect_hook", hook)
@@ -415,24 +351,6 @@ class PooledCollector(WorkerRequests, BaseCollector):
             if self._more_wanted(len(pool.busy()) * self.frames_per_batch):
                 self._dispatch(worker, report.slot ^ 1)  # it fills its other slot meanwhile
             yield from self._delivery.outputs(self._rows(report.slot, worker))
-
-    # -- weights ----------------------------------------------------------------------------------
-    def _update_weights(self, forms: dict[str, Any], worker_ids: list[int] | None) -> None:
-        schemes = self._weight_sync_schemes or {}
-        check_model_ids(forms, schemes)
-        ids = list(range(self.num_workers)) if worker_ids is None else worker_ids
-        weights = {}
-        for model_id, source in forms.items():
-            if not isinstance(schemes[model_id], NoWeightSyncScheme):
-                weights[model_id] = schemes[model_id].prepare_weights(source)  # None: this process's module
-        if weights:
-            self._weights.push(weights, ids)
-
-    def _model_ids(self) -> list[str]:
-        return list(self._models)
-
-    def _receiver_model(self, model_id: str) -> torch.nn.Module:
-        return self._models[model_id]
 
     def shutdown(
         self, timeout: float | None = None, close_env: bool = True, raise_on_error: bool = True
