@@ -136,6 +136,7 @@ class TorchRLGymEnvs(GymEnvs):
 
     Examples:
         >>> from torchrl.envs import GymEnv, SerialEnv
+        >>> from rlcollect.envs.torchrl_env import torchrl_env_batch
         >>> batch = torchrl_env_batch(SerialEnv(2, lambda: GymEnv("CartPole-v1")))
         >>> batch.num_envs, batch.unbatched, batch.action_space
         (2, False, OneHotSpace((2,), int64))
