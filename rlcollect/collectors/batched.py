@@ -34,8 +34,8 @@ from rlcollect.collectors.stats import CollectorStats
 from rlcollect.envs.factory import EnvSource
 from rlcollect.policies.module_policy import ModulePolicy
 from rlcollect.policies.tensordict_policy import TensorDictPolicy
+from rlcollect.rollout.build import Engine
 from rlcollect.rollout.engine import Rollout, RolloutSpec
-from rlcollect.rollout.tensordict_loop import TensorDictRollout
 from rlcollect.weights.forms import check_model_ids
 from rlcollect.weights.frozen import FrozenWeights
 from rlcollect.weights.schemes import WeightSyncScheme
@@ -155,7 +155,7 @@ class AsyncBatchedCollector(PooledCollector):
         self._build(options, worker_processes(options))
 
     # -- the server -------------------------------------------------------------------------------
-    def _allocate(self, options: CollectorOptions, transport: Transport, probe: Rollout | TensorDictRollout,
+    def _allocate(self, options: CollectorOptions, transport: Transport, probe: Engine,
                   steps: int) -> None:
         assert isinstance(probe, Rollout)  # a TensorDictRollout was refused by _build
         policy = probe.policy

@@ -22,7 +22,6 @@ from rlcollect.data.buffers import BatchBuffers
 from rlcollect.envs.factory import EnvSource
 from rlcollect.rollout.build import make_rollout
 from rlcollect.rollout.profiling import RolloutProfiler
-from rlcollect.rollout.tensordict_loop import TensorDictRollout
 from rlcollect.weights.forms import UnknownKeyError
 from rlcollect.weights.senders import init_senders
 
@@ -105,7 +104,8 @@ class Collector(BaseCollector):
         self._num_steps = num_steps = options.steps_per_batch(self.num_envs, stacklevel=3)
         self.frames_per_batch = num_steps * self.num_envs
         self._buffers: BatchBuffers | None = None
-        if isinstance(self._rollout, TensorDictRollout):
+        layout = self._rollout.layout
+        if layout is None:  # the env's own TensorDicts, whole
             regrouped = {"split_trajs": options.split_trajs, "trajs_per_batch": options.trajs_per_batch}
             for name, value in regrouped.items():
                 if value:
@@ -114,7 +114,7 @@ class Collector(BaseCollector):
                                      f"({self._rollout.envs.reason}): its batches are [*batch_size, T] "
                                      "as the env gives them")
         else:
-            self._buffers = BatchBuffers.allocate(self._rollout.layout, self.num_envs, num_steps)
+            self._buffers = BatchBuffers.allocate(layout, self.num_envs, num_steps)
         self._policy_version = 0
         self._profiler: RolloutProfiler | None = None
         self._closed = False
@@ -157,13 +157,9 @@ class Collector(BaseCollector):
             self._profiler = RolloutProfiler(self._profile_config, worker_idx=0)
         if self._profiler is not None:
             self._profiler.before_rollout()
-        rollout, random = self._rollout, self._in_warmup(self._rollout.frames)
-        if isinstance(rollout, TensorDictRollout):
-            batch = rollout.collect(self._num_steps, random=random, policy_version=self._policy_version)
-        else:
-            assert self._buffers is not None
-            rollout.collect(self._buffers, random=random, policy_version=self._policy_version)
-            batch = self._buffers.batch
+        random = self._in_warmup(self._rollout.frames)
+        batch, _ = self._rollout.collect_batch(self._buffers, self._num_steps, random=random,
+                                               policy_version=self._policy_version)
         if self._profiler is not None:
             self._profiler.after_rollout()
         return batch
@@ -188,12 +184,10 @@ class Collector(BaseCollector):
             >>> bool(fake["observation"].any())
             False
         """
-        rollout = self._rollout
-        if isinstance(rollout, TensorDictRollout):
+        if self._buffers is None:
             raise NotImplementedError(
-                f"fake_tensordict is not available for this TorchRL env ({rollout.envs.reason}): its "
+                f"fake_tensordict is not available for this TorchRL env ({self._rollout.envs.reason}): its "
                 "batches are the env's own tensordicts, known once collected")
-        assert self._buffers is not None
         return self._delivery.formatted(self._buffers.batch.clone().zero_())
 
     def reset(self) -> None:
@@ -280,7 +274,7 @@ class Collector(BaseCollector):
     def _model_ids(self) -> list[str]:
         return list(self._rollout.models)
 
-    def _receiver_model(self, model_id: str) -> torch.nn.Module:
+    def receiver_model(self, model_id: str) -> torch.nn.Module:
         try:
             return self._rollout.module(model_id)
         except KeyError as error:  # also a ValueError: an unknown model id is a bad argument value

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from tensordict import TensorDictBase
 
 from rlcollect.collectors.options import CollectorOptions
 from rlcollect.data.buffers import BatchBuffers
@@ -79,6 +80,12 @@ class NestedRollout:
         self.collect_seconds += time.perf_counter() - start
         self.frames += batch.numel()
         return buffers.num_steps
+
+    def collect_batch(self, buffers: BatchBuffers | None, num_steps: int, *, random: bool = False,
+                      policy_version: int = 0, stop: Any = None) -> tuple[TensorDictBase, int]:
+        """The :class:`~rlcollect.rollout.build.Engine` form of :meth:`collect`."""
+        assert buffers is not None  # a nested collector fills the worker's batch buffers
+        return buffers.batch, self.collect(buffers, random=random, policy_version=policy_version, stop=stop)
 
     def set_seed(self, seed: int | None, *, new_trajectories: bool = False) -> None:
         if seed is not None:

@@ -209,5 +209,5 @@ class WorkerRequests:
     def _model_ids(self) -> list[str]:
         return list(self._models)
 
-    def _receiver_model(self, model_id: str) -> torch.nn.Module:
+    def receiver_model(self, model_id: str) -> torch.nn.Module:
         return self._models[model_id]

@@ -43,9 +43,9 @@ from rlcollect.collectors.options import CollectorOptions
 from rlcollect.collectors.pool_requests import WorkerRequests
 from rlcollect.collectors.probe import preload_modules, probe_rollout
 from rlcollect.data.buffers import BatchBuffers
-from rlcollect.rollout.engine import Rollout, RolloutSpec
+from rlcollect.rollout.build import Engine
+from rlcollect.rollout.engine import RolloutSpec
 from rlcollect.rollout.episodes import EpisodeRecords
-from rlcollect.rollout.tensordict_loop import TensorDictRollout
 from rlcollect.weights.senders import channel_for, init_senders
 from rlcollect.workers.pool import WorkerPool
 from rlcollect.workers.transport import ProcessTransport, Transport, start_forkserver
@@ -83,7 +83,7 @@ class PooledCollector(WorkerRequests, BaseCollector):
         probe, per_process = probe_rollout(options, policy_in_workers=self._policy_in_workers,
                                            owner=type(self).__name__)
         # a TorchRL env whose data the buffers cannot hold: each worker sends its batches back whole
-        self._tensordict = isinstance(probe, TensorDictRollout)
+        self._tensordict = probe.layout is None
         self.num_envs_per_worker = envs = per_process * options.nested_workers
         self.num_envs = envs * workers
         rows = self.num_envs if sync else envs
@@ -97,7 +97,7 @@ class PooledCollector(WorkerRequests, BaseCollector):
             transport.close()
             raise
 
-    def _allocate(self, options: CollectorOptions, transport: Transport, probe: Rollout | TensorDictRollout,
+    def _allocate(self, options: CollectorOptions, transport: Transport, probe: Engine,
                   steps: int) -> None:
         """Slots, weights, the workers' setups and the pool (started at the first batch)."""
         workers, sync = self.num_workers, self.sync
@@ -115,8 +115,9 @@ class PooledCollector(WorkerRequests, BaseCollector):
         self._num_steps = steps
         masked = options.preemptive_threshold is not None
         shared = transport.shared_slots
-        self._slots: list[BatchBuffers] = [] if isinstance(probe, TensorDictRollout) else [
-            BatchBuffers.allocate(probe.layout, self.num_envs, steps, shared=shared, masked=masked)
+        layout = probe.layout
+        self._slots: list[BatchBuffers] = [] if layout is None else [
+            BatchBuffers.allocate(layout, self.num_envs, steps, shared=shared, masked=masked)
             for _ in range(num_slots)]
         self._whole: dict[tuple[int, int], TensorDictBase] = {}  # (slot, worker): a worker's whole batch
         self._stop_flags = torch.zeros(num_slots, dtype=torch.uint8).share_memory_() if masked else None

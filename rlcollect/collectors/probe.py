@@ -11,9 +11,7 @@ from collections.abc import Callable
 from rlcollect.collectors.options import CollectorOptions
 from rlcollect.envs.envpool_env import ENVPOOL_PREFIX
 from rlcollect.envs.factory import source_modules
-from rlcollect.rollout.build import make_rollout
-from rlcollect.rollout.engine import Rollout
-from rlcollect.rollout.tensordict_loop import TensorDictRollout
+from rlcollect.rollout.build import Engine, make_rollout
 from rlcollect.workers.transport import ProcessTransport, Transport, start_forkserver
 
 __all__ = ["preload_modules", "probe_rollout", "worker_processes"]
@@ -34,7 +32,7 @@ def worker_processes(options: CollectorOptions) -> Callable[[], Transport]:
 
 
 def probe_rollout(options: CollectorOptions, *, policy_in_workers: bool, owner: str
-                  ) -> tuple[Rollout | TensorDictRollout, int]:
+                  ) -> tuple[Engine, int]:
     """The probe (closed; its layout, models and policy stay readable) and the envs each worker
     process steps, with every check that needs the env built (``owner``: the collector class
     named in the errors; ``policy_in_workers``: False for a policy server)."""
@@ -49,7 +47,7 @@ def probe_rollout(options: CollectorOptions, *, policy_in_workers: bool, owner: 
         spec, num_envs=options.num_envs_per_worker if whole else 1,
         policy_factory=None if options.policy is not None else options.policy_factory))
     probe.close()
-    if isinstance(probe, TensorDictRollout):
+    if probe.layout is None:  # a TorchRL env's own TensorDicts
         if not policy_in_workers:
             raise ValueError(f"{owner}: its policy server reads each env's step from the "
                              f"batch buffers, which this TorchRL env's data does not fit "

@@ -157,7 +157,7 @@ class WeightApi:
         applies in place, except ``NoWeightSyncScheme`` (nothing changes); ``None`` for the policy
         pulls from ``user_policy``, the policy given at construction (nothing to copy when that is
         the module that runs)."""
-        modules = {model_id: self._receiver_model(model_id) for model_id in forms}  # KeyError first
+        modules = {model_id: self.receiver_model(model_id) for model_id in forms}  # KeyError first
         schemes = self.weight_sync_schemes
         moving = {m: s for m, s in forms.items() if not isinstance(schemes.get(m), NoWeightSyncScheme)}
         if not moving:
@@ -170,7 +170,7 @@ class WeightApi:
     def _apply_in_process(self, forms: dict[str, Any]) -> None:
         """Copy ``{model_id: weights}`` into the modules (``None``: applied already)."""
         for model_id, source in forms.items():
-            module = self._receiver_model(model_id)
+            module = self.receiver_model(model_id)
             if source is not None and source is not module:
                 apply_weights(module, as_weights(source), model_id)
 
@@ -263,7 +263,12 @@ class WeightApi:
     def _model_ids(self) -> list[str]:
         return ["policy"]
 
-    def _receiver_model(self, model_id: str) -> torch.nn.Module:
-        """The module a receiver scheme applies ``model_id``'s weights to."""
+    def receiver_model(self, model_id: str) -> torch.nn.Module:
+        """The module of this collector that weights of ``model_id`` are applied to (what a
+        receiver scheme asks its context: :class:`~rlcollect.weights.context.WeightContext`).
+
+        Raises:
+            KeyError: a model id this collector does not have.
+        """
         raise NotImplementedError
 

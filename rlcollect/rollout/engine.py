@@ -27,6 +27,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
+from tensordict import TensorDictBase
 from tensordict.nn import InteractionType
 
 from rlcollect.common.state import check_tensor, checked_state, stamped
@@ -281,6 +282,14 @@ class Rollout:
         self.frames += steps * self.num_envs
         self.batches += 1
         return steps
+
+    def collect_batch(self, buffers: BatchBuffers | None, num_steps: int, *, random: bool = False,
+                      policy_version: int = 0, stop: np.ndarray | None = None) -> tuple[TensorDictBase, int]:
+        """The :class:`~rlcollect.rollout.build.Engine` form of :meth:`collect`: the batch (in
+        ``buffers``, ``num_steps`` long) and the steps taken."""
+        assert buffers is not None, "a Rollout collects into batch buffers"
+        steps = self.collect(buffers, random=random, policy_version=policy_version, stop=stop)
+        return buffers.batch, steps
 
     def _reset(self, seeds: list[int] | None) -> None:
         """Reset the envs; their observations become the next batch's first."""

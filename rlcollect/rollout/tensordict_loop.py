@@ -35,6 +35,7 @@ import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase
 from tensordict.nn import set_interaction_type
 
+from rlcollect.data.buffers import BatchBuffers
 from rlcollect.data.checks import BadDataError
 from rlcollect.data.trajectories import TrajectoryIds
 from rlcollect.envs.torchrl_tensordict import TensorDictEnv
@@ -105,7 +106,16 @@ class TensorDictRollout:
         """``"off"``: no check of the batches; else every floating-point entry must be finite."""
         self.check = check != "off"
 
+    #: batches are the env's own TensorDicts, made by :meth:`collect`: no batch buffers
+    layout = None
+
     # -- collection ------------------------------------------------------------------------
+    def collect_batch(self, buffers: BatchBuffers | None, num_steps: int, *, random: bool = False,
+                      policy_version: int = 0, stop: np.ndarray | None = None) -> tuple[TensorDictBase, int]:
+        """The :class:`~rlcollect.rollout.build.Engine` form of :meth:`collect` (no buffers, no
+        preemption): the batch and its ``num_steps`` steps."""
+        return self.collect(num_steps, random=random, policy_version=policy_version), num_steps
+
     def collect(self, num_steps: int, *, random: bool = False, policy_version: int = 0) -> TensorDictBase:
         """Collect ``num_steps`` steps of every env; return the batch ``[*batch_size, T]``."""
         if self.spec.pre_collect_hook is not None:

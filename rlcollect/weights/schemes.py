@@ -46,6 +46,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
+from rlcollect.weights.context import context_model
 from rlcollect.weights.forms import apply_weights, as_weights
 from rlcollect.weights.frozen import FrozenWeights
 from rlcollect.weights.store import WeightStore, WorkerWeights
@@ -227,7 +228,7 @@ class WeightSyncScheme:
         """
         self._claim("receiver", model_id, context)
         if model is None and context is not None:
-            model = context._receiver_model(model_id)
+            model = context_model(context, model_id)
         if model is None:
             raise ValueError("init_on_receiver needs the model the weights are applied to (model=)")
         self._model = model
@@ -383,5 +384,3 @@ class NoWeightSyncScheme(WeightSyncScheme):
 
     def _receive(self, timeout: float | None) -> TensorDictBase | None:
         return None
-
-

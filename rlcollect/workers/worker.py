@@ -63,7 +63,6 @@ from rlcollect.replay import flatten_batch
 from rlcollect.rollout.build import make_rollout
 from rlcollect.rollout.engine import RolloutSpec
 from rlcollect.rollout.profiling import ProfileConfig, RolloutProfiler
-from rlcollect.rollout.tensordict_loop import TensorDictRollout
 from rlcollect.workers.wire import Packed, pack
 
 __all__ = ["BatchReport", "Worker", "WorkerFailure", "WorkerInfo", "WorkerSetup", "process_main",
@@ -194,16 +193,17 @@ class Worker:
             traj_start=setup.traj_start, served_policy=setup.served_policy,
         )
         self.slots: list[BatchBuffers] = []
-        if isinstance(rollout, TensorDictRollout):  # no buffers: each batch goes back whole
+        layout = rollout.layout
+        if layout is None:  # no buffers: each batch goes back whole
             self.returns_data = True
         else:
-            storages = setup.slots or (BatchBuffers.allocate_storage(rollout.layout, rollout.num_envs,
+            storages = setup.slots or (BatchBuffers.allocate_storage(layout, rollout.num_envs,
                                                                      setup.num_steps),)
             rows = int(storages[0].batch_size[0])
             if rows != rollout.num_envs:
                 raise ValueError(f"worker {setup.worker_idx} built {rollout.num_envs} envs, the first "
                                  f"worker {rows}: every worker must have the same number of envs")
-            self.slots = [BatchBuffers(storage, rollout.layout, setup.num_steps) for storage in storages]
+            self.slots = [BatchBuffers(storage, layout, setup.num_steps) for storage in storages]
             self.returns_data = setup.slots is None
         flags = setup.stop_flags
         self.stop_flags: np.ndarray | None = flags.numpy() if flags is not None else None
@@ -260,15 +260,11 @@ class Worker:
         self.version = self.setup.weights.pull(rollout.models, self.version, weights_payload)
         if self.profiler is not None:
             self.profiler.before_rollout()
-        whole = None  # a TensorDict rollout's batch, sent back as it is
-        if isinstance(rollout, TensorDictRollout):
-            steps = self.setup.num_steps
-            batch = whole = rollout.collect(steps, random=random, policy_version=self.version)
-        else:
-            buffers = self.slots[0 if self.returns_data else slot]
-            stop = self.stop_flags[slot : slot + 1] if self.stop_flags is not None else None
-            steps = rollout.collect(buffers, random=random, policy_version=self.version, stop=stop)
-            batch = buffers.batch
+        buffers = (self.slots[0 if self.returns_data else slot]) if self.slots else None
+        stop = self.stop_flags[slot : slot + 1] if self.stop_flags is not None else None
+        batch, steps = rollout.collect_batch(buffers, self.setup.num_steps, random=random,
+                                             policy_version=self.version, stop=stop)
+        whole = batch if buffers is None else None  # the env's own TensorDicts, sent back as they are
         if self.profiler is not None:
             self.profiler.after_rollout()
         if self.post_collect_hook is not None:
