@@ -21,33 +21,34 @@ import threading
 import time
 import warnings
 from typing import Any, ClassVar
-from urllib.parse import urlsplit
 
 import torch
 import torch.distributed as dist
 from tensordict import TensorDictBase
 
+from rlcollect.weights.distributed_receiver import ReceiverSide
+from rlcollect.weights.distributed_wire import (
+    ACK_WAIT,
+    BACKENDS,
+    DATA,
+    KEEP,
+    POLL_MIN,
+    STOP,
+    Buffers,
+    address,
+    is_int,
+    key_name,
+    left,
+    message,
+    on_wire,
+)
 from rlcollect.weights.forms import check_weights
-from rlcollect.weights.schemes import Strategy, WeightSyncScheme
+from rlcollect.weights.schemes import Strategy
 
 __all__ = ["DistributedWeightSyncScheme"]
 
-_BACKENDS = ("gloo", "nccl")
-_DATA, _STOP = 0, 1
-_POLL_MIN, _POLL_MAX = 0.002, 0.02  # seconds between two looks at the store (doubling while idle)
-_KEEP = 64  # message keys kept in the store behind the newest (a receiver is at most one behind)
-_ACK_WAIT = 5.0  # at most this long (and at most ``timeout``) for the receivers to confirm a stop
 
-
-class _Buffers:
-    """A staging copy of the weights and its tensors in broadcast order."""
-
-    def __init__(self, reference: TensorDictBase, order: list[tuple[str, Any]], device: torch.device) -> None:
-        self.td = reference.apply(lambda t: torch.zeros_like(t, device=device))
-        self.tensors = [_wire(self.td.get(key)) for _, key in order]
-
-
-class DistributedWeightSyncScheme(WeightSyncScheme):
+class DistributedWeightSyncScheme(ReceiverSide):
     """A learner broadcasts the weights of one model to collectors in other processes or machines.
 
     The learner is rank 0 (``init_on_sender(model_id=..., model=...)``, then ``send()`` after each
@@ -103,14 +104,14 @@ class DistributedWeightSyncScheme(WeightSyncScheme):
         backend: str = "gloo", timeout: float = 60.0, strategy: Strategy = "tensordict",
     ) -> None:
         super().__init__(strategy)
-        self._host, self._port = _address(init_method)
-        if not _is_int(world_size) or world_size < 2:
+        self._host, self._port = address(init_method)
+        if not is_int(world_size) or world_size < 2:
             raise ValueError(f"world_size={world_size!r}: the learner and at least one receiver, an int >= 2")
-        if not _is_int(rank) or not 0 <= rank < world_size:
+        if not is_int(rank) or not 0 <= rank < world_size:
             raise ValueError(f"rank={rank!r}: an int in [0, world_size={world_size}): 0 for the learner, "
                              f"1..{world_size - 1} for the collector processes")
-        if backend not in _BACKENDS:
-            raise ValueError(f"backend={backend!r} is not one of {_BACKENDS}")
+        if backend not in BACKENDS:
+            raise ValueError(f"backend={backend!r} is not one of {BACKENDS}")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
             raise ValueError(f"timeout={timeout!r}: a number of seconds > 0")
         self._init_method = init_method
@@ -134,8 +135,8 @@ class DistributedWeightSyncScheme(WeightSyncScheme):
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._staging: _Buffers | None = None
-        self._published: _Buffers | None = None
+        self._staging: Buffers | None = None
+        self._published: Buffers | None = None
         self._published_version = 0
         self._error: BaseException | None = None
 
@@ -200,14 +201,14 @@ class DistributedWeightSyncScheme(WeightSyncScheme):
         self._check_usable()
         if not self._connected:
             self._connect_sender()
-        self._broadcast(self._version + 1, _DATA, tensors)
+        self._broadcast(self._version + 1, DATA, tensors)
         self._version += 1
 
     def _wire_tensors(self, weights: TensorDictBase) -> list[torch.Tensor]:
         assert self._reference is not None
         model_id = self.model_id or "policy"
         check_weights(model_id, weights, self._reference)
-        given = {_name(key) for key in weights.keys(True, True)}
+        given = {key_name(key) for key in weights.keys(True, True)}
         missing = [name for name, _ in self._order if name not in given]
         if missing:
             raise KeyError(f"weights for {model_id!r} lack {missing}: a broadcast carries every tensor of "
@@ -216,10 +217,10 @@ class DistributedWeightSyncScheme(WeightSyncScheme):
         for _, key in self._order:
             tensor, reference = weights.get(key), self._reference.get(key)
             if not isinstance(tensor, torch.Tensor):
-                raise TypeError(f"weights for {model_id!r}: {_name(key)!r} is a {type(tensor).__name__}, "
+                raise TypeError(f"weights for {model_id!r}: {key_name(key)!r} is a {type(tensor).__name__}, "
                                 "not a tensor")
             tensor = tensor.detach().to(device=self._device, dtype=reference.dtype)
-            tensors.append(_wire(tensor.contiguous()))
+            tensors.append(on_wire(tensor.contiguous()))
         return tensors
 
     def _connect_sender(self) -> None:
@@ -237,7 +238,7 @@ class DistributedWeightSyncScheme(WeightSyncScheme):
             store.set("start", "ok")
             self._pg = self._new_group(store)
             self._store = store
-            self._broadcast(0, _DATA, tensors)
+            self._broadcast(0, DATA, tensors)
         except BaseException:
             self._pg = self._store = None
             raise
@@ -247,12 +248,12 @@ class DistributedWeightSyncScheme(WeightSyncScheme):
         """Announce message ``n`` in the store (unless a receiver left), then broadcast it."""
         assert self._store is not None and self._pg is not None
         n, value = self._next, f"{version},{flag}"
-        current = self._store.compare_set(_message(n), "", value).decode()
+        current = self._store.compare_set(message(n), "", value).decode()
         if current != value:  # a receiver claimed this message number when it shut down
-            self._broken = _left(current)
+            self._broken = left(current)
             raise RuntimeError(self._broken)
-        if n >= _KEEP:
-            self._store.delete_key(_message(n - _KEEP))
+        if n >= KEEP:
+            self._store.delete_key(message(n - KEEP))
         self._next = n + 1
         header = torch.tensor([version, flag], dtype=torch.int64, device=self._device)
         try:
@@ -269,162 +270,6 @@ class DistributedWeightSyncScheme(WeightSyncScheme):
         if self._broken is not None:
             raise RuntimeError(f"{self._who()}: {self._broken}")
 
-    # -- receiver side --------------------------------------------------------------------------
-    def init_on_receiver(
-        self, *, model_id: str, context: Any = None, model: torch.nn.Module | None = None,
-        worker_idx: int | None = None, **kwargs: Any,
-    ) -> None:
-        """Become a receiver (rank >= 1): weights received are applied to ``model`` (default: the
-        ``context`` collector's module of ``model_id``).
-
-        Raises:
-            ValueError: this scheme's rank is 0 (the learner's).
-            RuntimeError: the scheme is already the sender.
-        """
-        if self._side is None and self._rank == 0:
-            raise ValueError(f"rank=0 is the sender (learner); a receiver needs a rank in "
-                             f"1..{self._world_size - 1}")
-        super().init_on_receiver(model_id=model_id, context=context, model=model, worker_idx=worker_idx,
-                                 **kwargs)
-
-    def _init_receiver(self, **kwargs: Any) -> None:
-        if kwargs:
-            raise TypeError(f"init_on_receiver() got unexpected keyword arguments {sorted(kwargs)}")
-        self._describe_model()
-
-    def connect(self, *, worker_idx: int | None = None) -> bool:
-        """Join the group and make the initial synchronisation (version 0): the learner broadcasts
-        its weights, a receiver applies them and starts its receiving thread. Blocks until every
-        rank has joined, at most ``timeout`` seconds per step; a second call does nothing.
-        Returns whether weights were applied (a receiver's first call).
-
-        Raises:
-            RuntimeError: the scheme is not initialised, was shut down, or the group could not be
-                joined in time (the cause is chained).
-            ValueError: the learner's model and a receiver's differ (keys, shapes, dtypes).
-        """
-        if worker_idx is not None:
-            self.worker_idx = worker_idx
-        if self.initialized_on_sender:
-            self._check_usable()
-            if not self._connected:
-                self._connect_sender()
-            return False
-        if self.initialized_on_receiver:
-            if self._closed:
-                raise RuntimeError(f"{self._who()} was shut down")
-            if self._connected:
-                return False
-            self._connect_receiver()
-            return True
-        else:
-            raise RuntimeError(f"{type(self).__name__}.connect() needs init_on_sender() or "
-                               "init_on_receiver() first")
-
-    def _connect_receiver(self) -> None:
-        assert self._reference is not None
-        store = self._join_store(is_master=False)
-        try:
-            if store.add(f"joined/{self._rank}", 1) > 1:
-                raise ValueError(f"rank={self._rank}: another receiver already joined the group at "
-                                 f"{self._init_method} with this rank; give each collector process its own")
-            self._wait_keys(store, ["layout"], "the learner's model description")
-            refusal = _compare(json.loads(store.get("layout").decode()), self._layout, self._rank)
-            store.set(f"hello/{self._rank}", refusal or "ok")
-            if refusal:
-                raise ValueError(refusal)
-            self._wait_keys(store, ["start"], "the learner to start")
-            start = store.get("start").decode()
-            if start != "ok":
-                raise RuntimeError(f"the learner did not start the group: {start}")
-            pg = self._new_group(store)
-            staging = _Buffers(self._reference, self._order, self._device)
-            deadline = time.monotonic() + self._timeout
-            while not store.check([_message(0)]):
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{self._who()}: the learner's initial weights did not come within "
-                                       f"timeout={self._timeout}s")
-                time.sleep(_POLL_MIN)
-            _take(pg, store.get(_message(0)).decode(), staging, self._device)
-        except BaseException:
-            del store
-            raise
-        self.apply_weights(staging.td)
-        self._store, self._pg = store, pg
-        self._staging, self._published = staging, None  # applied: free to receive the next one
-        self._version = self._published_version = 0
-        self._connected = True
-        self.synchronized_on_receiver = True
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, args=(store, pg), daemon=True,
-                                        name=f"DistributedWeightSyncScheme-rank{self._rank}")
-        self._thread.start()
-
-    def _run(self, store: dist.TCPStore, pg: Any) -> None:
-        """The receiving thread: message after message, until the learner stops or we do."""
-        n, delay, claim = 1, _POLL_MIN, f"left {self._rank}"
-        try:
-            if self._device.type == "cuda":
-                torch.cuda.set_device(self._device)
-            while True:
-                if self._stop.is_set():  # claim the next message number, unless the learner took it
-                    value = store.compare_set(_message(n), "", claim).decode()
-                    if value == claim:
-                        return
-                elif store.check([_message(n)]):
-                    value = store.get(_message(n)).decode()
-                else:
-                    self._stop.wait(delay)
-                    delay = min(2 * delay, _POLL_MAX)
-                    continue
-                delay = _POLL_MIN
-                assert self._staging is not None
-                version, flag = _take(pg, value, self._staging, self._device)
-                n += 1
-                if flag == _STOP:
-                    store.add("stopped", 1)
-                    return
-                with self._cond:  # publish the complete copy; the old published one is the next staging
-                    filled = self._staging
-                    self._staging = self._published or _Buffers(filled.td, self._order, self._device)
-                    self._published, self._published_version = filled, version
-                    self._cond.notify_all()
-        except BaseException as exc:
-            with self._cond:
-                self._error = exc
-        finally:
-            with self._cond:
-                self._cond.notify_all()
-
-    def _receive(self, timeout: float | None) -> TensorDictBase | None:
-        if self._closed:
-            return None
-        if not self._connected:
-            raise RuntimeError(f"{type(self).__name__}.receive() needs connect() first")
-        deadline = None if not timeout or timeout <= 0 else time.monotonic() + timeout
-        with self._cond:
-            while True:
-                if self._published is not None and self._published_version > self._version:
-                    self.apply_weights(self._published.td)  # complete, even if an error followed it
-                    self._version = self._published_version
-                    return self._published.td.clone()
-                if self._error is not None:
-                    raise RuntimeError(f"{self._who()}: receiving weights from the learner at "
-                                       f"{self._init_method} failed: {self._error}") from self._error
-                thread = self._thread
-                if deadline is None or thread is None or not thread.is_alive():
-                    return None
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return None
-                self._cond.wait(remaining)
-
-    @property
-    def receiving(self) -> bool:
-        """Whether a receiver's thread is still receiving (not stopped by the learner, an error, or
-        :meth:`shutdown`)."""
-        return self._thread is not None and self._thread.is_alive()
-
     # -- both sides -----------------------------------------------------------------------------
     def shutdown(self) -> None:
         """The learner broadcasts a stop (the receivers' threads end; their models keep the last
@@ -435,11 +280,11 @@ class DistributedWeightSyncScheme(WeightSyncScheme):
         self._closed = True
         if self.initialized_on_sender and self._connected and self._broken is None:
             try:
-                self._broadcast(self._version, _STOP, [])
+                self._broadcast(self._version, STOP, [])
                 assert self._store is not None
-                deadline = time.monotonic() + min(self._timeout, _ACK_WAIT)
+                deadline = time.monotonic() + min(self._timeout, ACK_WAIT)
                 while self._store.add("stopped", 0) < self._world_size - 1 and time.monotonic() < deadline:
-                    time.sleep(_POLL_MIN)
+                    time.sleep(POLL_MIN)
             except Exception as exc:
                 if self._broken is None or "left the group" not in self._broken:
                     warnings.warn(f"{self._who()}: the stop could not be broadcast: {exc}", RuntimeWarning,
@@ -447,7 +292,7 @@ class DistributedWeightSyncScheme(WeightSyncScheme):
         thread = self._thread
         if thread is not None:
             self._stop.set()
-            thread.join(min(self._timeout, _ACK_WAIT))
+            thread.join(min(self._timeout, ACK_WAIT))
         self._pg = self._store = None
         self._staging = self._published = None
 
@@ -460,7 +305,7 @@ class DistributedWeightSyncScheme(WeightSyncScheme):
             self._device = torch.device("cuda", torch.cuda.current_device())
         reference = self.prepare_weights()
         self._reference = reference
-        self._order = sorted(((_name(key), key) for key in reference.keys(True, True)), key=lambda p: p[0])
+        self._order = sorted(((key_name(key), key) for key in reference.keys(True, True)), key=lambda p: p[0])
         self._layout = [[name, list(reference.get(key).shape), str(reference.get(key).dtype)]
                         for name, key in self._order]
 
@@ -523,69 +368,3 @@ class DistributedWeightSyncScheme(WeightSyncScheme):
                 f"{self._backend}, {side}, model_id={self.model_id!r})")
 
 
-def _take(pg: Any, value: str, staging: _Buffers, device: torch.device) -> tuple[int, int]:
-    """Join the broadcast announced by ``value`` (a store message): the header, then the tensors
-    into ``staging`` unless it is a stop. Returns ``(version, flag)``."""
-    if value.startswith("left "):
-        raise RuntimeError(_left(value))
-    version, flag = (int(part) for part in value.split(","))
-    header = torch.zeros(2, dtype=torch.int64, device=device)
-    pg.broadcast(header, 0).wait()
-    if header.tolist() != [version, flag]:
-        raise RuntimeError(f"the broadcast header {header.tolist()} differs from the announced [{value}]: "
-                           "the group is out of step")
-    if flag == _DATA:
-        works = [pg.broadcast(t, 0) for t in staging.tensors]
-        for work in works:
-            work.wait()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-    return version, flag
-
-
-def _compare(theirs: list[list[Any]], mine: list[list[Any]], rank: int) -> str | None:
-    if theirs == mine:
-        return None
-    known = {row[0]: row for row in theirs}
-    here = {row[0]: row for row in mine}
-    diffs = [f"{name!r} missing here" for name in sorted(set(known) - set(here))]
-    diffs += [f"{name!r} missing on the learner" for name in sorted(set(here) - set(known))]
-    diffs += [f"{name!r}: learner {tuple(known[name][1])} {known[name][2]}, here {tuple(row[1])} {row[2]}"
-              for name, row in sorted(here.items()) if name in known and known[name] != row]
-    return f"rank {rank}: the learner's model and this receiver's differ: {'; '.join(diffs)}"
-
-
-def _left(value: str) -> str:
-    return (f"receiver rank {value.removeprefix('left ')} left the group (its scheme was shut down): the "
-            "learner cannot broadcast to a group that lost a rank")
-
-
-def _message(n: int) -> str:
-    return f"msg/{n}"
-
-
-def _name(key: Any) -> str:
-    return key if isinstance(key, str) else ".".join(key)
-
-
-def _wire(tensor: torch.Tensor) -> torch.Tensor:
-    """The tensor as a collective sees it (complex numbers as pairs of reals, sharing storage)."""
-    return torch.view_as_real(tensor) if tensor.is_complex() else tensor
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _address(init_method: Any) -> tuple[str, int]:
-    allowed = "a string 'tcp://host:port' with a port in 1..65535"
-    if not isinstance(init_method, str):
-        raise ValueError(f"init_method={init_method!r}: {allowed}")
-    try:
-        parts = urlsplit(init_method)
-        scheme, host, port, path = parts.scheme, parts.hostname, parts.port, parts.path
-    except ValueError:  # a port that is not a number
-        raise ValueError(f"init_method={init_method!r}: {allowed}") from None
-    if scheme != "tcp" or not host or port is None or not 0 < port < 65536 or path not in ("", "/"):
-        raise ValueError(f"init_method={init_method!r}: {allowed}")
-    return host, port
