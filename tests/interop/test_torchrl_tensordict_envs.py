@@ -11,6 +11,8 @@ import pytest
 import torch
 
 torchrl = pytest.importorskip("torchrl", reason="the torchrl extra is not installed")
+# these envs lack the policy's transforms on purpose: rlcollect warns as TorchRL 0.14 does
+pytestmark = pytest.mark.filterwarnings("ignore:the env lacks transforms the policy needs:FutureWarning")
 
 from tensordict import LazyStackedTensorDict, TensorDictBase  # noqa: E402
 from torchrl.testing.mocking_classes import (  # noqa: E402
