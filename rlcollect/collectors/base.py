@@ -30,7 +30,6 @@ from rlcollect.collectors.remote import RemoteApi
 from rlcollect.collectors.stats import CollectorStats
 from rlcollect.collectors.weight_api import WeightApi
 from rlcollect.rollout.episodes import episode_table
-from rlcollect.rollout.profiling import ProfileConfig
 
 __all__ = ["BaseCollector"]
 
@@ -50,8 +49,6 @@ class BaseCollector(BackgroundCollection, WeightApi, RemoteApi, ProfileApi, Iter
     total_frames: int
     frames_per_batch: int
     requested_frames_per_batch: int
-    _profile_config: ProfileConfig | None = None
-    _iteration_started: bool = False
     _iterator: Iterator[TensorDictBase | None] | None = None
     _stream_ref: weakref.ref[Generator[TensorDictBase | None, None, None]] | None = None
 

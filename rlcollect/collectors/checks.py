@@ -20,9 +20,11 @@ from rlcollect.data.checks import short_repr
 from rlcollect.weights import schemes as schemes_module
 from rlcollect.weights.schemes import WeightSyncScheme
 
-__all__ = ["SEED_LIMIT", "check_batch_memory", "check_flag", "check_int", "check_seconds", "check_seed"]
+__all__ = ["SEED_LIMIT", "START_METHODS", "check_batch_memory", "check_callable", "check_device",
+           "check_env", "check_flag", "check_frames", "check_frames_per_batch", "check_int",
+           "check_obs_dtype", "check_scheme", "check_seconds", "check_seed", "per_worker"]
 
-_START_METHODS = ("auto", "spawn", "forkserver", "fork")
+START_METHODS = ("auto", "spawn", "forkserver", "fork")
 
 
 #: Seeds are ints in ``[0, 2**63)``: Gymnasium and numpy take any int >= 0, torch one below 2**64,
@@ -84,7 +86,7 @@ def check_seconds(name: str, value: Any) -> float:
     return float(value)
 
 
-def _frames(name: str, value: Any) -> int:
+def check_frames(name: str, value: Any) -> int:
     """A frame budget: a positive int, or -1 / ``None`` for no end."""
     if value is None or (isinstance(value, (int, np.integer)) and value == -1):
         return -1
@@ -95,7 +97,7 @@ def _frames(name: str, value: Any) -> int:
 OBS_DTYPES = {"float16": torch.float16, "float32": torch.float32, "float64": torch.float64}
 
 
-def _obs_dtype(value: Any) -> torch.dtype | None:
+def check_obs_dtype(value: Any) -> torch.dtype | None:
     """``obs_dtype`` as a torch floating dtype: a name, a torch dtype or a numpy dtype (or type)."""
     if value is None:
         return None
@@ -115,9 +117,9 @@ def _obs_dtype(value: Any) -> torch.dtype | None:
     return OBS_DTYPES[name]
 
 
-def _device(name: str, value: Any) -> torch.device | None:
+def check_device(name: str, value: Any) -> torch.device | None:
     if isinstance(value, (list, tuple)):  # TorchRL's one device per worker: one for all here
-        devices = [_device(f"{name}[{i}]", entry) for i, entry in enumerate(value)]
+        devices = [check_device(f"{name}[{i}]", entry) for i, entry in enumerate(value)]
         if not devices or any(device != devices[0] for device in devices):
             raise ValueError(f"{name}={short_repr(value)} lists different devices per worker: rlcollect's "
                              f"workers share one {name} (give one device)")
@@ -138,7 +140,7 @@ def _device(name: str, value: Any) -> torch.device | None:
     return device
 
 
-def _callable(name: str, value: Any) -> Any:
+def check_callable(name: str, value: Any) -> Any:
     if value is not None and not callable(value):
         raise TypeError(f"{name} must be callable or None, got {type(value).__name__} {short_repr(value)}")
     return value
@@ -146,14 +148,14 @@ def _callable(name: str, value: Any) -> Any:
 
 
 
-def _env_source(name: str, value: Any) -> None:
+def check_env(name: str, value: Any) -> None:
     """An env source: an env id, a callable (env factory) or an env instance (vector / TorchRL)."""
     from rlcollect.envs.factory import check_env_source
 
     check_env_source(name, value)
 
 
-def _scheme(model_id: str, value: Any) -> WeightSyncScheme:
+def check_scheme(model_id: str, value: Any) -> WeightSyncScheme:
     """A weight-sync scheme; TorchRL's schemes become this package's scheme of the same name."""
     if isinstance(value, WeightSyncScheme):
         return value
@@ -165,7 +167,7 @@ def _scheme(model_id: str, value: Any) -> WeightSyncScheme:
                     f"{type(value).__name__} {short_repr(value)}")
 
 
-def _per_worker(name: str, value: Any, num_workers: int) -> tuple[Any, ...]:
+def per_worker(name: str, value: Any, num_workers: int) -> tuple[Any, ...]:
     if isinstance(value, (list, tuple)):
         if len(value) != num_workers:
             raise ValueError(f"{name} has {len(value)} entries for num_workers={num_workers}")
@@ -173,7 +175,7 @@ def _per_worker(name: str, value: Any, num_workers: int) -> tuple[Any, ...]:
     return (value,) * num_workers
 
 
-def _frames_per_batch(value: Any, num_workers: int, sync: bool) -> int:
+def check_frames_per_batch(value: Any, num_workers: int, sync: bool) -> int:
     """``frames_per_batch`` as the frames of one batch (see :class:`CollectorOptions`)."""
     if not isinstance(value, (list, tuple)):
         return check_int("frames_per_batch", value, minimum=1, allowed="a positive int")

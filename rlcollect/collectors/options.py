@@ -29,23 +29,23 @@ from tensordict import TensorDictBase
 from tensordict.nn import InteractionType
 
 from rlcollect.collectors.checks import (
-    _START_METHODS,
     FRAME_OVERHEAD_BYTES,
     MAX_ENVS_PER_PROCESS,
     MAX_WORKERS,
-    _callable,
-    _device,
-    _env_source,
-    _frames,
-    _frames_per_batch,
-    _obs_dtype,
-    _per_worker,
-    _scheme,
+    START_METHODS,
     check_batch_memory,
+    check_callable,
+    check_device,
+    check_env,
     check_flag,
+    check_frames,
+    check_frames_per_batch,
     check_int,
+    check_obs_dtype,
+    check_scheme,
     check_seconds,
     check_seed,
+    per_worker,
 )
 from rlcollect.collectors.delivery import Delivery, ReplayWriter, make_delivery
 from rlcollect.data.checks import CHECK_LEVELS, short_repr
@@ -155,10 +155,10 @@ class CollectorOptions:
         self._put("num_envs_per_worker", check_int("num_envs_per_worker", self.num_envs_per_worker, minimum=1,
                                              maximum=MAX_ENVS_PER_PROCESS, allowed="a positive int"))
         listed = isinstance(self.create_env_fn, (list, tuple))
-        self._put("create_env_fn", _per_worker("create_env_fn", self.create_env_fn, workers))
+        self._put("create_env_fn", per_worker("create_env_fn", self.create_env_fn, workers))
         for index, source in enumerate(self.create_env_fn if listed else self.create_env_fn[:1]):
-            _env_source(f"create_env_fn[{index}]" if listed else "create_env_fn", source)
-        kwargs = _per_worker("create_env_kwargs", self.create_env_kwargs, workers)
+            check_env(f"create_env_fn[{index}]" if listed else "create_env_fn", source)
+        kwargs = per_worker("create_env_kwargs", self.create_env_kwargs, workers)
         for index, entry in enumerate(kwargs):
             if entry is not None and not isinstance(entry, Mapping):
                 raise TypeError(f"create_env_kwargs must be a dict (or one per worker), got "
@@ -168,8 +168,9 @@ class CollectorOptions:
 
     def _check_frames(self) -> None:
         """The frame counts."""
-        self._put("frames_per_batch", _frames_per_batch(self.frames_per_batch, self.num_workers, self.sync))
-        self._put("total_frames", _frames("total_frames", self.total_frames))
+        frames = check_frames_per_batch(self.frames_per_batch, self.num_workers, self.sync)
+        self._put("frames_per_batch", frames)
+        self._put("total_frames", check_frames("total_frames", self.total_frames))
         init_random = self.init_random_frames
         if init_random is None or (isinstance(init_random, (int, np.integer)) and init_random == -1):
             init_random = 0  # -1 and None: none, as in TorchRL
@@ -196,7 +197,7 @@ class CollectorOptions:
         self._put("compile_policy",
             dict(compile_policy) if isinstance(compile_policy, Mapping) else bool(compile_policy))
         for name in ("policy_factory", "pre_collect_hook", "postproc", "post_collect_hook"):
-            _callable(name, getattr(self, name))
+            check_callable(name, getattr(self, name))
         exploration = self.exploration_type
         if not isinstance(exploration, (str, InteractionType)) and not isinstance(
                 getattr(exploration, "value", None), str):
@@ -206,19 +207,19 @@ class CollectorOptions:
         self._put("exploration_type", interaction_type(exploration))
         if not isinstance(self.check, str) or self.check not in CHECK_LEVELS:
             raise ValueError(f"check={self.check!r} is not one of {CHECK_LEVELS} (see rlcollect.data.checks)")
-        self._put("obs_dtype", _obs_dtype(self.obs_dtype))
+        self._put("obs_dtype", check_obs_dtype(self.obs_dtype))
 
     def _check_devices(self) -> None:
         """The four devices (``device`` fills the others)."""
-        device = _device("device", self.device)
+        device = check_device("device", self.device)
         raw_env_device = self.env_device if self.env_device is not None else device
-        env_device = _device("env_device", raw_env_device)
+        env_device = check_device("env_device", raw_env_device)
         if env_device is not None and env_device.type != "cpu":
             raise ValueError(f"env_device={raw_env_device!r}: Gymnasium envs run on the CPU only")
         self._put("env_device", env_device)
         for name in ("policy_device", "storing_device"):
             value = getattr(self, name)
-            self._put(name, device if value is None else _device(name, value))
+            self._put(name, device if value is None else check_device(name, value))
         if self.storing_device is None and env_device is not None and self.policy_device == env_device:
             self._put("storing_device", env_device)  # env and policy on one device: batches are stored there
 
@@ -239,7 +240,7 @@ class CollectorOptions:
             if not isinstance(schemes, Mapping):
                 raise TypeError(f"weight_sync_schemes must be a dict {{model_id: WeightSyncScheme}}, got "
                                 f"{type(schemes).__name__} {short_repr(schemes)}")
-            schemes = {model_id: _scheme(model_id, scheme) for model_id, scheme in schemes.items()}
+            schemes = {model_id: check_scheme(model_id, scheme) for model_id, scheme in schemes.items()}
             known = ["policy", *(self.models or {})]
             unknown = sorted(set(schemes) - set(known))
             if unknown:
@@ -265,10 +266,10 @@ class CollectorOptions:
                                  f"got {threshold!r}")
             self._put("preemptive_threshold", float(threshold))
         if not isinstance(self.start_method, str):
-            raise TypeError(f"start_method must be one of {_START_METHODS}, got {self.start_method!r} "
+            raise TypeError(f"start_method must be one of {START_METHODS}, got {self.start_method!r} "
                             f"({type(self.start_method).__name__})")
-        if self.start_method not in _START_METHODS:
-            raise ValueError(f"start_method={self.start_method!r} is not one of {_START_METHODS}")
+        if self.start_method not in START_METHODS:
+            raise ValueError(f"start_method={self.start_method!r} is not one of {START_METHODS}")
         self._put("nested_workers", check_int("num_workers", self.nested_workers, minimum=1,
                                         allowed="a positive int"))
         self._put("max_worker_restarts", check_int("max_worker_restarts", self.max_worker_restarts, minimum=0,

@@ -16,7 +16,7 @@ class ProfileApi:
     """The profiling methods every collector has (a part of :class:`~rlcollect.BaseCollector`)."""
 
     _profile_config: ProfileConfig | None = None
-    _iteration_started: bool = False
+    _iteration_started: bool  # (BackgroundCollection's)
 
     # -- profiling -------------------------------------------------------------------------
     def enable_profile(

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDictBase
+from tensordict import LazyStackedTensorDict, TensorDictBase
 
 from rlcollect.collectors.checks import check_flag, check_int
 from rlcollect.collectors.delivery import ReplayWriter
@@ -53,8 +53,14 @@ class GroupWorkers:
     def __call__(self, batch: TensorDictBase, shape: BatchShape) -> TensorDictBase:
         if not shape.stacked:
             return batch
-        parts: list[TensorDictBase] = list(batch.unbind(0))
-        out: TensorDictBase = torch.cat(parts, 0 if self.dim == 0 or parts[0].batch_dims == 1 else -1)
+        dense = not isinstance(batch, LazyStackedTensorDict)
+        if dense and (self.dim == 0 or batch.batch_dims == 2):  # [W, M, T] -> [W * M, T]: a view
+            out = batch.reshape(-1, *batch.batch_size[2:])
+        elif dense and batch.batch_dims == 3:  # [W, M, T] -> [M, W * T]
+            out = batch.transpose(0, 1).reshape(batch.batch_size[1], -1)
+        else:  # workers' TensorDicts of other shapes
+            parts: list[TensorDictBase] = list(batch.unbind(0))
+            out = torch.cat(parts, 0 if self.dim == 0 or parts[0].batch_dims == 1 else -1)
         out.names = [None] * (out.batch_dims - 1) + ["time"]
         return out
 
