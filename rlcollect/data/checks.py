@@ -235,9 +235,12 @@ class BatchValueCheck:
             for f in observations
             if (b := _bounds(_subspace(observation_space, f.key), f.shape, False)) is not None
         ]
-        bounds = _bounds(action_space, action.shape, True)
+        # a Box action stored as floats (a float Box, or a one-hot as scores) need only be finite
+        self._finite_actions = isinstance(action_space, spaces.Box) and (
+            action_space.dtype.kind == "f" or action.dtype.is_floating_point)
+        bounds = (np.full(action.shape, -np.inf), np.full(action.shape, np.inf)) if self._finite_actions \
+            else _bounds(action_space, action.shape, True)
         self._action = None if bounds is None else _Range(*bounds)
-        self._finite_actions = isinstance(action_space, spaces.Box) and action_space.dtype.kind == "f"
         self._action_outside = "not finite" if self._finite_actions else f"outside {action_space}"
 
     def __call__(self, buffers: Any, steps: int) -> None:

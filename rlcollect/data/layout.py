@@ -15,16 +15,19 @@ Examples:
 from __future__ import annotations
 
 from collections.abc import Mapping
+from copy import deepcopy
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 from gymnasium import spaces
+from gymnasium.vector.utils import batch_space
 
 __all__ = [
     "BatchLayout",
     "Field",
+    "OneHotSpace",
     "RESERVED_KEYS",
     "is_private_key",
     "action_fields",
@@ -38,6 +41,37 @@ __all__ = [
 RESERVED_KEYS = frozenset({"action", "next", "collector", "policy_version"})
 
 _LEAF_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+
+
+class OneHotSpace(spaces.Box):
+    """One-hot vectors along the last axis (TorchRL's ``OneHot`` spec): a Box of 0s and 1s whose
+    samples hold exactly one 1 per vector. Gymnasium's ``batch_space`` keeps the class.
+
+    Examples:
+        >>> space = OneHotSpace((3,), np.int64, seed=0)
+        >>> int(space.sample().sum()), space.sample().dtype
+        (1, dtype('int64'))
+    """
+
+    def __init__(
+        self, shape: tuple[int, ...], dtype: Any, seed: int | np.random.Generator | None = None
+    ) -> None:
+        super().__init__(0, 1, shape, dtype, seed)
+
+    def sample(self, mask: Any = None, probability: Any = None) -> np.ndarray:
+        index = self.np_random.integers(self.shape[-1], size=self.shape[:-1])
+        return np.asarray(np.eye(self.shape[-1], dtype=self.dtype)[index])
+
+    def contains(self, x: Any) -> bool:
+        return bool(super().contains(x) and np.all(np.asarray(x).sum(-1) == 1))
+
+    def __repr__(self) -> str:
+        return f"OneHotSpace({self.shape}, {self.dtype})"
+
+
+@batch_space.register(OneHotSpace)
+def _batch_one_hot(space: OneHotSpace, n: int = 1) -> OneHotSpace:
+    return OneHotSpace((n, *space.shape), space.dtype, seed=deepcopy(space.np_random))
 
 
 @dataclass(frozen=True)

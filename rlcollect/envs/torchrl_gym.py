@@ -9,6 +9,7 @@ from functools import partial
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 import torch
 from gymnasium import spaces
 
@@ -115,7 +116,8 @@ class _InnerGymEnv(gym.ActionWrapper):
         self.holds = holds
 
     def action(self, action: Any) -> Any:
-        return int(action.argmax()) if self._one_hot else action
+        # as TorchRL's OneHot spec reads it: whole numbers first (float scores truncate), then argmax
+        return int(np.asarray(action).astype(np.int64).argmax()) if self._one_hot else action
 
 
 def _gym_env_in_process(create_env_fn: Any, kwargs: dict[str, Any], action_space: spaces.Space[Any]) -> Any:

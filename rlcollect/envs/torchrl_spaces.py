@@ -8,13 +8,13 @@ Examples:
 
 from __future__ import annotations
 
-from copy import deepcopy
 from typing import Any
 
 import numpy as np
 import torch
 from gymnasium import spaces
-from gymnasium.vector.utils import batch_space
+
+from rlcollect.data.layout import OneHotSpace
 
 __all__ = ["OneHotSpace", "as_flag", "is_torchrl_env", "key_tuple", "prepare_env_policy", "spec_space"]
 
@@ -25,37 +25,6 @@ def is_torchrl_env(obj: Any) -> bool:
 
     module = sys.modules.get("torchrl.envs")
     return module is not None and isinstance(obj, module.EnvBase)
-
-
-class OneHotSpace(spaces.Box):
-    """One-hot vectors along the last axis (TorchRL's ``OneHot`` spec): a Box of 0s and 1s whose
-    samples hold exactly one 1 per vector. Gymnasium's ``batch_space`` keeps the class.
-
-    Examples:
-        >>> space = OneHotSpace((3,), np.int64, seed=0)
-        >>> int(space.sample().sum()), space.sample().dtype
-        (1, dtype('int64'))
-    """
-
-    def __init__(
-        self, shape: tuple[int, ...], dtype: Any, seed: int | np.random.Generator | None = None
-    ) -> None:
-        super().__init__(0, 1, shape, dtype, seed)
-
-    def sample(self, mask: Any = None, probability: Any = None) -> np.ndarray:
-        index = self.np_random.integers(self.shape[-1], size=self.shape[:-1])
-        return np.asarray(np.eye(self.shape[-1], dtype=self.dtype)[index])
-
-    def contains(self, x: Any) -> bool:
-        return bool(super().contains(x) and np.all(np.asarray(x).sum(-1) == 1))
-
-    def __repr__(self) -> str:
-        return f"OneHotSpace({self.shape}, {self.dtype})"
-
-
-@batch_space.register(OneHotSpace)
-def _batch_one_hot(space: OneHotSpace, n: int = 1) -> OneHotSpace:
-    return OneHotSpace((n, *space.shape), space.dtype, seed=deepcopy(space.np_random))
 
 
 def spec_space(spec: Any, key: str) -> spaces.Space[Any]:

@@ -21,7 +21,7 @@ from tensordict.nn import InteractionType
 
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.data.checks import BadDataError
-from rlcollect.data.layout import Field, action_fields, observation_fields
+from rlcollect.data.layout import Field, OneHotSpace, action_fields, observation_fields
 
 __all__ = [
     "NestedKey",
@@ -178,7 +178,9 @@ def sample_observations(space: gym.Space[Any], num_envs: int) -> dict[tuple[str,
 def check_action(output: Any, space: gym.Space[Any], num_envs: int) -> None:
     field = action_fields(space)[0]
     expected_shape = (num_envs, *field.shape)
-    wants_float = isinstance(space, gym.spaces.Box) and np.issubdtype(space.dtype, np.floating)
+    # a float one-hot action is TorchRL's logits or scores: the env steps with its argmax
+    wants_float = isinstance(space, OneHotSpace) or (
+        isinstance(space, gym.spaces.Box) and np.issubdtype(space.dtype, np.floating))
     # integers fit a floating Box exactly, whole-number floats an integer space (as in TorchRL)
     expected = ("a floating (or integer) dtype" if wants_float
                 else "an integer or bool dtype (or floats holding whole numbers)")

@@ -36,6 +36,7 @@ from rlcollect.data.checks import BadDataError, BatchValueCheck
 from rlcollect.data.layout import (
     BatchLayout,
     Field,
+    OneHotSpace,
     action_fields,
     observation_fields,
     stored_observation_space,
@@ -231,9 +232,12 @@ class Rollout:
 
     def _stored_action(self, action_space: gym.Space[Any]) -> Field:
         """The action as stored: the space's dtype, or the policy's (an integer one) when the spec
-        says so (TorchRL's layout)."""
+        says so (TorchRL's layout); a float one-hot action (scores the env steps with the argmax
+        of) is stored as the policy wrote it in every layout, as TorchRL does."""
         action = action_fields(action_space)[0]
         wanted = self.policy.action_dtype
+        if isinstance(action_space, OneHotSpace) and wanted is not None and wanted.is_floating_point:
+            return dataclasses.replace(action, dtype=wanted)
         if self.spec.action_dtype == "policy" and wanted is not None and not wanted.is_floating_point \
                 and not action.dtype.is_floating_point and not wanted.is_complex:
             action = dataclasses.replace(action, dtype=wanted)

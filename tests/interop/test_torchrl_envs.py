@@ -265,6 +265,13 @@ def test_cat_results_groups_the_workers_as_torchrl(batched: bool) -> None:
     assert reference.batch_size == shapes["stack"]
 
 
+def float_one_hot_policy() -> TensorDictModule:
+    """Scores for the two actions (TorchRL's own examples write a Linear layer's output as the
+    action): the env steps with their argmax, the batch holds the floats."""
+    return TensorDictModule(lambda obs: torch.stack([-obs[..., 2], obs[..., 2]], -1),
+                            in_keys=["observation"], out_keys=["action"])
+
+
 def continuous_policy() -> TensorDictModule:
     return TensorDictModule(lambda obs: obs[..., :1].clamp(-2.0, 2.0), in_keys=["observation"],
                             out_keys=["action"])
@@ -273,7 +280,7 @@ def continuous_policy() -> TensorDictModule:
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(("case", "batched"), [  # processes: the one-hot actions of GymEnv's default
     *[(case, batched) for case in ("categorical", "one-hot", "box") for batched in ("one", "serial")],
-    ("one-hot", "parallel"),
+    ("one-hot", "parallel"), ("float-one-hot", "one"), ("float-one-hot", "parallel"),
 ])
 def test_plain_gym_env_is_stepped_directly_with_torchrl_collectors_frames(case: str, batched: str) -> None:
     """A plain GymEnv (or a SerialEnv or ParallelEnv of them) only converts Gymnasium's arrays to
@@ -287,7 +294,8 @@ def test_plain_gym_env_is_stepped_directly_with_torchrl_collectors_frames(case: 
         batches = {"one": one, "serial": partial(SerialEnv, 3, one), "parallel": partial(ParallelEnv, 3, one)}
         return batches[batched]()
 
-    make_policy = {"categorical": policy, "one-hot": one_hot_policy, "box": continuous_policy}[case]
+    make_policy = {"categorical": policy, "one-hot": one_hot_policy, "float-one-hot": float_one_hot_policy,
+                   "box": continuous_policy}[case]
     probe = make_env_batch(env())
     assert isinstance(probe, TorchRLGymVector if batched == "parallel" else TorchRLGymEnvs)
     probe.close()
@@ -536,3 +544,20 @@ def test_the_torchrl_module_exports_async_batched_collector_as_torchrl_does() ->
     assert "AsyncBatchedCollector" in dir(torchrl.collectors)
     assert rlcollect.torchrl.AsyncBatchedCollector is AsyncBatchedCollector
     assert "AsyncBatchedCollector" in rlcollect.torchrl.__all__
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_float_one_hot_actions_through_torchrls_step(batched: bool) -> None:
+    """A float one-hot action on a GymEnv that TorchRL steps (a transform on it): TorchRL's
+    frames, the floats stored as written, in the native layout as well."""
+    def one() -> EnvBase:
+        return TransformedEnv(GymEnv("CartPole-v1"), StepCounter(40))
+
+    def env() -> EnvBase:
+        return SerialEnv(2, one) if batched else one()
+
+    assert_same_frames(env, float_one_hot_policy, 80 if batched else 40, batched)
+    with Collector(env(), float_one_hot_policy(), frames_per_batch=40, total_frames=40) as native:
+        batch = next(iter(native))
+    assert batch is not None and batch["action"].dtype == torch.float32
+    assert not torch.equal(batch["action"], batch["action"].round())  # scores, not 0s and 1s
