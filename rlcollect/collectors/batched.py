@@ -192,7 +192,9 @@ class AsyncBatchedCollector(PooledCollector):
         return dataclasses.replace(super()._worker_spec(worker), policy=None, policy_factory=None)
 
     def _worker_setup(self, worker: int) -> WorkerSetup:
-        client = ServedPolicy(self._server.connect(worker), self._server.policy.extras, self.options.timeout)
+        served = self._server.policy
+        client = ServedPolicy(self._server.connect(worker), served.extras, self.options.timeout,
+                              served.action_dtype)
         return dataclasses.replace(super()._worker_setup(worker), served_policy=client)
 
     def _ensure_started(self) -> None:

@@ -91,6 +91,9 @@ class PolicyAdapter(abc.ABC):
     check_writes: bool = True
     #: The dtype of the action the policy returned on its dry step (``None``: random actions).
     action_dtype: torch.dtype | None = None
+    #: The action as the batch stores it (the rollout sets it from its layout; the server's
+    #: :meth:`outputs` checks against it).
+    action_field: Field
 
     def bind(self, buffers: BatchBuffers) -> None:
         """Point the adapter at ``buffers``; views are made once per buffers and reused.

@@ -63,7 +63,7 @@ class ModulePolicy(PolicyAdapter):
         self.device = device
         self._moves_obs = device is not None and device.type != "cpu"  # buffers live on the CPU
         sample = next(iter(sample_observations(observation_space, num_envs).values()))
-        self._action_field = action_fields(action_space)[0]
+        self.action_field = action_fields(action_space)[0]
         with torch.inference_mode():
             out = self._forward(sample)
             arguments = required_arguments(module)
@@ -116,7 +116,7 @@ class ModulePolicy(PolicyAdapter):
         first = next(iter(obs.values()))
         out = self._forward(first)
         if self.check_writes:
-            field = self._action_field
+            field = self.action_field
             checked_output(out, (first.shape[0], *field.shape), field.dtype, "action", None)
         return [out]
 

@@ -88,7 +88,7 @@ class TensorDictPolicy(PolicyAdapter):
             )
         check_action(out.get("action"), action_space, num_envs)
         self.action_dtype = out.get("action").dtype
-        self._action_field = action_fields(action_space)[0]
+        self.action_field = action_fields(action_space)[0]
         self.extras = tuple(
             Field(key, tuple(out.get(key).shape[1:]), out.get(key).dtype)
             for key in _leaf_keys(out)
@@ -149,6 +149,6 @@ class TensorDictPolicy(PolicyAdapter):
         out = self._forward(TensorDict(dict(obs), batch_size=first.shape[:1]))
         values = [out.get("action"), *(out.get(field.key) for field in self.extras)]
         if self.check_writes:
-            for field, value in zip((self._action_field, *self.extras), values, strict=True):
+            for field, value in zip((self.action_field, *self.extras), values, strict=True):
                 checked_output(value, (first.shape[0], *field.shape), field.dtype, ".".join(field.key), None)
         return values

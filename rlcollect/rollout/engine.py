@@ -186,6 +186,7 @@ class Rollout:
             tuple(observation_fields(obs_space)), self._stored_action(action_space), self.policy.extras,
             dict_observations=isinstance(obs_space, gym.spaces.Dict), env_ids=self.envs.streams,
         )
+        self.policy.action_field = self.layout.action
         self._value_check = BatchValueCheck(obs_space, action_space, self.layout.observations,
                                             self.layout.action)
         self.set_check(spec.check)

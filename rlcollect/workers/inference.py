@@ -64,10 +64,14 @@ class ServedPolicy(PolicyAdapter):
         conn: this worker's end of its pipe to the server (:meth:`PolicyServer.connect`).
         extras: what the served policy writes besides the action.
         timeout: seconds to wait for one answer.
+        action_dtype: the dtype of the served policy's actions (its dry step's), which decides
+            how the worker's batch stores them as it does for a policy of its own.
     """
 
-    def __init__(self, conn: Connection, extras: tuple[Field, ...], timeout: float) -> None:
+    def __init__(self, conn: Connection, extras: tuple[Field, ...], timeout: float,
+                 action_dtype: torch.dtype | None = None) -> None:
         self._conn, self.extras, self._timeout = conn, extras, timeout
+        self.action_dtype = action_dtype
         self._parent = -1  # the worker's parent process, read in the worker by bind()
 
     def _views(self, buffers: BatchBuffers) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from torchrl.collectors import MultiSyncCollector as TorchRLMultiSync  # noqa: E
 from torchrl.envs import EnvBase, GymEnv, ParallelEnv, SerialEnv, StepCounter, TransformedEnv  # noqa: E402
 from torchrl.modules import RandomPolicy  # noqa: E402
 
-from rlcollect import Collector, MultiSyncCollector  # noqa: E402
+from rlcollect import AsyncBatchedCollector, Collector, MultiAsyncCollector, MultiSyncCollector  # noqa: E402
 from rlcollect.envs.factory import make_env_batch  # noqa: E402
 from rlcollect.envs.torchrl_gym import TorchRLGymEnvs, TorchRLGymVector  # noqa: E402
 from rlcollect.envs.torchrl_stepped import TorchRLEnv  # noqa: E402
@@ -561,3 +561,20 @@ def test_float_one_hot_actions_through_torchrls_step(batched: bool) -> None:
         batch = next(iter(native))
     assert batch is not None and batch["action"].dtype == torch.float32
     assert not torch.equal(batch["action"], batch["action"].round())  # scores, not 0s and 1s
+
+
+def plain_cartpole() -> EnvBase:
+    return GymEnv("CartPole-v1")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("cls", [MultiSyncCollector, MultiAsyncCollector, AsyncBatchedCollector])
+def test_float_one_hot_actions_in_worker_collectors(cls: type) -> None:
+    """Workers and the policy server store the float scores the policy wrote for each observation."""
+    with cls([plain_cartpole] * 2, float_one_hot_policy(), frames_per_batch=40, total_frames=80,
+             seed=1) as collector:
+        batches = [batch.clone() for batch in collector]
+    for batch in batches:
+        assert batch["action"].dtype == torch.float32
+        obs = batch["observation"]
+        assert torch.equal(batch["action"], torch.stack([-obs[..., 2], obs[..., 2]], -1))
