@@ -19,6 +19,7 @@ from rlcollect.collectors.options import CollectorOptions
 from rlcollect.collectors.stats import CollectorStats
 from rlcollect.common.state import checked_state, stamped
 from rlcollect.data.buffers import BatchBuffers
+from rlcollect.envs.base import source_env
 from rlcollect.envs.factory import EnvSource
 from rlcollect.rollout.build import make_rollout
 from rlcollect.rollout.profiling import RolloutProfiler
@@ -135,8 +136,7 @@ class Collector(BaseCollector):
             ...     [env.spec.id for env in collector.env]
             ['CartPole-v1', 'CartPole-v1']
         """
-        envs = self._rollout.envs
-        return envs.env if hasattr(envs, "env") else getattr(envs, "envs", envs)
+        return source_env(self._rollout.envs)
 
     @property
     def policy(self) -> Any:
@@ -191,8 +191,10 @@ class Collector(BaseCollector):
         return self._delivery.formatted(self._buffers.batch.clone().zero_())
 
     def reset(self) -> None:
-        """Reset every env now (unseeded); the next batch starts new trajectories."""
+        """Reset every env now (unseeded); the next batch starts new trajectories, and
+        ``trajs_per_batch`` batches hold none from before (those held are dropped, as in TorchRL)."""
         self._rollout.reset()
+        self._delivery.drop_pending()
 
     def shutdown(
         self, timeout: float | None = None, close_env: bool = True, raise_on_error: bool = True

@@ -109,6 +109,11 @@ class Delivery:
             batch = split_trajectories(batch)
         yield from self._finish(batch)
 
+    def drop_pending(self) -> None:
+        """Forget the trajectories held for ``trajs_per_batch`` (in flight or complete, not yet
+        yielded): after the envs are reset, batches hold only what follows."""
+        self._assembler.clear()
+
     def _finish(self, out: TensorDictBase) -> Iterator[TensorDictBase | None]:
         out = self.formatted(out)
         if self.replay_buffer is None:

@@ -203,6 +203,11 @@ class TrajectoryAssembler:
         """Complete trajectories waiting to be popped."""
         return len(self._complete)
 
+    def clear(self) -> None:
+        """Drop every trajectory held, complete or not (the envs were reset)."""
+        self._open.clear()
+        self._complete.clear()
+
     def add(self, batch: TensorDictBase) -> None:
         """Split ``batch [N, T]`` along trajectory ids; keep complete trajectories, hold the rest."""
         ids = batch.get(("collector", "traj_ids"))

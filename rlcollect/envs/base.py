@@ -13,7 +13,7 @@ import numpy as np
 
 from rlcollect.data.buffers import BatchBuffers
 
-__all__ = ["EnvBatch"]
+__all__ = ["EnvBatch", "source_env"]
 
 
 class EnvBatch(abc.ABC):
@@ -103,3 +103,10 @@ class EnvBatch(abc.ABC):
         if state["envs"] is not None:
             self.close()
             self._restore_picklable_state(pickle.loads(state["envs"]))
+
+
+def source_env(envs: Any) -> Any:
+    """The env object behind an env batch, as TorchRL's ``Collector.env`` is: the TorchRL env (with
+    the transforms the collector appended), the ``VectorEnv`` or the EnvPool pool; for copies of
+    a Gymnasium env, their list."""
+    return envs.env if hasattr(envs, "env") else getattr(envs, "envs", envs)

@@ -30,7 +30,7 @@ from rlcollect.envs.torchrl_spaces import key_tuple
 from rlcollect.envs.torchrl_stepped import TorchRLEnv
 from rlcollect.envs.torchrl_tensordict import TensorDictEnv, tensordict_only
 
-__all__ = ["torchrl_env_batch", "with_policy_transforms", "with_step_counter"]
+__all__ = ["dump_env_transform", "torchrl_env_batch", "with_policy_transforms", "with_step_counter"]
 
 
 def torchrl_env_batch(env: Any, max_episode_steps: int | None = None) -> EnvBatch | TensorDictEnv:
@@ -117,3 +117,10 @@ def with_step_counter(env: Any, max_steps: int) -> Any:
     return TransformedEnv(env, StepCounter(max_steps=max_steps))
 
 
+def dump_env_transform(env: Any, step: int | None = None) -> None:
+    """Call ``dump(step=step)`` on the env's transform where it has one (TorchRL's
+    ``VideoRecorder`` writes the frames it gathered); nothing otherwise, as TorchRL's collectors'
+    ``_dump_env_transform``."""
+    dump = getattr(getattr(env, "transform", None), "dump", None)
+    if callable(dump):
+        dump(step=step)

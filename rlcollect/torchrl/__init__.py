@@ -30,10 +30,13 @@ Examples:
 
 from __future__ import annotations
 
+from typing import Any
+
 from rlcollect.collectors import AsyncBatchedCollector, BaseCollector, ProfileConfig
 from rlcollect.torchrl.collectors import (
     AsyncCollector,
     Collector,
+    DataCollectorBase,
     MultiAsyncCollector,
     MultiCollector,
     MultiSyncCollector,
@@ -48,7 +51,6 @@ SyncDataCollector = Collector
 MultiSyncDataCollector = MultiSyncCollector
 MultiaSyncDataCollector = MultiAsyncCollector
 aSyncDataCollector = AsyncCollector
-DataCollectorBase = BaseCollector
 
 __all__ = [
     "AsyncBatchedCollector",
@@ -56,6 +58,7 @@ __all__ = [
     "BaseCollector",
     "Collector",
     "DataCollectorBase",
+    "Evaluator",
     "MultiAsyncCollector",
     "MultiCollector",
     "MultiSyncCollector",
@@ -69,3 +72,11 @@ __all__ = [
     "WeightUpdaterBase",
     "aSyncDataCollector",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Evaluator":  # TorchRL's own class (on rlcollect's collectors): imports TorchRL
+        from rlcollect.torchrl.evaluator import Evaluator
+
+        return Evaluator
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -24,14 +24,16 @@ import torch
 from rlcollect import collectors
 from rlcollect.collectors import BaseCollector
 from rlcollect.collectors.checks import check_flag, check_int
+from rlcollect.collectors.pool_requests import WorkerRequests
 from rlcollect.data.formats import TorchRLLayout
+from rlcollect.envs.torchrl_env import dump_env_transform
 from rlcollect.torchrl.arguments import idle_seconds, none_means_default
 from rlcollect.torchrl.backends import Selection, context_backend, select
 from rlcollect.torchrl.stats import TorchRLStats, torchrl_stats, worker_state_dict, worker_stats
 from rlcollect.torchrl.translate import take_torchrl_arguments
 
-__all__ = ["AsyncCollector", "Collector", "MultiAsyncCollector", "MultiCollector", "MultiSyncCollector",
-           "RayCollector"]
+__all__ = ["AsyncCollector", "Collector", "DataCollectorBase", "MultiAsyncCollector", "MultiCollector",
+           "MultiSyncCollector", "RayCollector"]
 
 
 #: The core option only the collectors here take (a TorchRL env's policy transforms).
@@ -85,6 +87,37 @@ class _PrivateKeys:
     def _exclude_private_keys(self, value: bool) -> None:
         if self._torchrl_layout is not None:
             self._torchrl_layout.private_keys = not value
+
+
+class _Deprecated(type(BaseCollector)):  # type: ignore[misc]  # BaseCollector's metaclass
+    """Building a class of TorchRL's deprecated names warns (DeprecationWarning), as in TorchRL
+    0.11; any :class:`BaseCollector` is an instance of it."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        warnings.warn(f"{cls.__name__} has been deprecated and will be removed in v0.13. Please use "
+                      f"{cls.__bases__[0].__name__} instead.", DeprecationWarning, stacklevel=2)
+        return super().__call__(*args, **kwargs)
+
+    def __instancecheck__(cls, instance: Any) -> bool:
+        return super().__instancecheck__(instance) or isinstance(instance, cls.__bases__[0])
+
+
+class DataCollectorBase(BaseCollector, metaclass=_Deprecated):
+    """TorchRL's name from before 0.11 for :class:`~rlcollect.BaseCollector`: subclass it as that."""
+
+
+def _map_fn(self: Any, method_name: str, list_of_args: Any = None, list_of_kwargs: Any = None) -> list[Any]:
+    """``map_fn`` whose workers answer ``get_policy_version`` with None where the collector does
+    (TorchRL's layout without ``track_policy_version``), as TorchRL's workers."""
+    results: list[Any] = WorkerRequests.map_fn(self, method_name, list_of_args, list_of_kwargs)
+    if method_name == "get_policy_version" and self.policy_version is None:
+        return [None] * len(results)
+    return results
+
+
+def _dump_in_workers(self: Any, step: int | None = None) -> None:
+    """TorchRL's ``_dump_env_transform``: each worker's env transform writes what it gathered."""
+    self.map_fn("_dump_env_transform", list_of_kwargs=[{"step": step}] * self.num_workers)
 
 
 class _CollectorType(abc.ABCMeta):
@@ -142,6 +175,10 @@ class Collector(_PrivateKeys, collectors.Collector, metaclass=_CollectorType):
         """TorchRL's snapshot (:class:`TorchRLStats`)."""
         return torchrl_stats(self, super().stats(), None)
 
+    def _dump_env_transform(self, step: int | None = None) -> None:
+        """TorchRL's call (its ``Evaluator`` makes it): the env's transform writes what it gathered."""
+        dump_env_transform(self.env, step)
+
 
 class _MultiCollectorType(abc.ABCMeta):
     """``MultiCollector(..., sync=...)`` builds the synchronous or the asynchronous collector."""
@@ -175,6 +212,8 @@ class MultiSyncCollector(_PrivateKeys, collectors.MultiSyncCollector, MultiColle
 
     stats = worker_stats  # type: ignore[assignment]  # TorchRL's signature and dict
     state_dict = worker_state_dict
+    _dump_env_transform = _dump_in_workers
+    map_fn = _map_fn
 
 
 class MultiAsyncCollector(_PrivateKeys, collectors.MultiAsyncCollector, MultiCollector):
@@ -196,6 +235,8 @@ class MultiAsyncCollector(_PrivateKeys, collectors.MultiAsyncCollector, MultiCol
 
     stats = worker_stats  # type: ignore[assignment]  # TorchRL's signature and dict
     state_dict = worker_state_dict
+    _dump_env_transform = _dump_in_workers
+    map_fn = _map_fn
 
 
 class AsyncCollector(MultiAsyncCollector):

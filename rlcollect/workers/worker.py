@@ -59,6 +59,8 @@ from tensordict import TensorDict, TensorDictBase
 from rlcollect.data.attributes import call_path, resolve_path
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.envs import envpool_env
+from rlcollect.envs.base import source_env
+from rlcollect.envs.torchrl_env import dump_env_transform
 from rlcollect.replay import flatten_batch
 from rlcollect.rollout.build import make_rollout
 from rlcollect.rollout.engine import RolloutSpec
@@ -162,7 +164,8 @@ class WorkerView:
         frames_per_batch: the frames of each of its batches.
         replay_buffer: the buffer it writes (``None`` where the parent writes).
         policy: its policy (``None`` for random actions or a policy server).
-        policy_version: the version of the weights it collects with.
+        policy_version: the version of the weights it collects with (0 before its first batch).
+        env: the env it steps (as :attr:`rlcollect.Collector.env`).
     """
 
     def __init__(self, worker: Worker) -> None:
@@ -170,7 +173,16 @@ class WorkerView:
         self.frames_per_batch = worker.setup.num_steps * worker.rollout.num_envs
         self.replay_buffer = worker.setup.replay_buffer
         self.policy = getattr(worker.rollout, "user_policy", None)
-        self.policy_version = worker.version
+        self.policy_version = max(worker.version, 0)  # -1: the first weights are not pulled yet
+        self.env = source_env(getattr(worker.rollout, "envs", None))
+
+    def get_policy_version(self) -> int:
+        """The version of the weights this worker collects with."""
+        return int(self.policy_version)
+
+    def _dump_env_transform(self, step: int | None = None) -> None:
+        """TorchRL's worker call that has the env's transform write what it gathered (a video)."""
+        dump_env_transform(self.env, step)
 
     def get_distant_attr(self, attr: str) -> Any:
         return resolve_path(self, attr)

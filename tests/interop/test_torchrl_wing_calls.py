@@ -1,0 +1,166 @@
+"""What TorchRL's own tools call on a collector: its ``Evaluator`` (through ``_dump_env_transform``),
+worker calls through ``map_fn``, and the deprecated ``DataCollectorBase``; each beside TorchRL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+torchrl = pytest.importorskip("torchrl", reason="the torchrl extra is not installed")
+# TorchRL's Evaluator leaves traj_format unset, and its envs lack the transforms TorchRL's own
+# check finds a Linear policy needs: both collectors say so, as TorchRL 0.14 does
+pytestmark = [pytest.mark.filterwarnings("ignore:trajs_per_batch:FutureWarning"),
+              pytest.mark.filterwarnings("ignore:the env lacks transforms the policy needs:FutureWarning")]
+
+from tensordict import TensorDictBase  # noqa: E402
+from tensordict.nn import TensorDictModule  # noqa: E402
+from torchrl.collectors import Evaluator as TorchRLEvaluator  # noqa: E402
+from torchrl.collectors import MultiSyncCollector as TorchRLMultiSync  # noqa: E402
+from torchrl.envs import EnvBase, GymEnv, Transform, TransformedEnv  # noqa: E402
+
+import rlcollect  # noqa: E402
+import rlcollect.torchrl as wing  # noqa: E402
+
+
+def seeded_env() -> EnvBase:
+    env = GymEnv("CartPole-v1")
+    env.set_seed(5)
+    return env
+
+
+def linear_policy() -> TensorDictModule:
+    torch.manual_seed(0)
+    return TensorDictModule(torch.nn.Linear(4, 2), in_keys=["observation"], out_keys=["action"])
+
+
+@pytest.mark.timeout(120)
+def test_evaluator_on_rlcollect_gives_torchrls_metrics() -> None:
+    """TorchRL's Evaluator with its own Collector and rlcollect.torchrl's Evaluator (rlcollect's
+    Collector): the same episodes, twice in a row; collector_cls by name from rlcollect.torchrl."""
+    results = []
+    for evaluator_class in (TorchRLEvaluator, wing.Evaluator):
+        evaluator = evaluator_class(seeded_env(), linear_policy(), num_trajectories=3, max_steps=60)
+        results.append([evaluator.evaluate() for _ in range(2)])
+        evaluator.shutdown()
+    theirs, ours = results
+    for want, have in zip(theirs, ours, strict=True):
+        assert {k: v for k, v in have.items() if k != "eval/fps"} == \
+            {k: v for k, v in want.items() if k != "eval/fps"}
+    assert theirs[0]["eval/num_episodes"] == 3
+    evaluator = wing.Evaluator(seeded_env(), linear_policy(), num_trajectories=2, collector_cls="Collector")
+    assert evaluator.evaluate()["eval/num_episodes"] == 2
+    evaluator.shutdown()
+    with pytest.raises(ValueError, match="collector_cls='Nope'.*allowed.*'Collector'"):
+        wing.Evaluator(seeded_env(), linear_policy(), collector_cls="Nope")
+
+
+class Dumps(Transform):
+    """A transform that writes a file named after the step when dumped (as VideoRecorder writes)."""
+
+    def __init__(self, folder: str) -> None:
+        super().__init__()
+        self.folder = folder
+
+    def dump(self, step: int | None = None) -> None:
+        Path(self.folder, f"dump-{step}-{torch.randint(1 << 30, ()).item()}").touch()
+
+
+def dumping_env(folder: str) -> EnvBase:
+    return TransformedEnv(GymEnv("CartPole-v1"), Dumps(folder))
+
+
+@pytest.mark.timeout(120)
+def test_dump_env_transform_in_this_process_and_in_each_worker(tmp_path: Path) -> None:
+    with wing.Collector(dumping_env(str(tmp_path)), frames_per_batch=8, total_frames=8) as collector:
+        collector._dump_env_transform(step=3)
+    assert [p.name.split("-")[1] for p in tmp_path.iterdir()] == ["3"]
+    workers = tmp_path / "workers"
+    workers.mkdir()
+    make = [lambda: dumping_env(str(workers))] * 2
+    with wing.MultiSyncCollector(make, frames_per_batch=16, total_frames=16) as multi:
+        multi._dump_env_transform(step=7)
+    assert sorted(p.name.split("-")[1] for p in workers.iterdir()) == ["7", "7"]
+    with wing.Collector(GymEnv("CartPole-v1"), frames_per_batch=8, total_frames=8) as plain:
+        plain._dump_env_transform(step=1)  # no transform: nothing, as in TorchRL
+
+
+def cartpole() -> EnvBase:
+    return GymEnv("CartPole-v1")
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("track", [False, True])
+def test_map_fn_get_policy_version_answers_as_torchrls_workers(track: bool) -> None:
+    answers: list[list[Any]] = []
+    for cls in (TorchRLMultiSync, wing.MultiSyncCollector):
+        collector = cls([cartpole] * 2, linear_policy(), frames_per_batch=20, total_frames=40,
+                        track_policy_version=track)
+        batches = iter(collector)
+        next(batches)
+        answers.append(collector.map_fn("get_policy_version"))
+        collector.update_policy_weights_()
+        next(batches)
+        answers.append(collector.map_fn("get_policy_version"))
+        collector.shutdown()
+    assert answers[:2] == answers[2:] == ([[0, 0], [1, 1]] if track else [[None, None]] * 2)
+    with rlcollect.MultiSyncCollector([cartpole] * 2, frames_per_batch=20) as native:
+        assert native.map_fn("get_policy_version") == [0, 0]
+        assert [type(env).__name__ for env in native.get_distant_attr("env")] == ["GymEnv"] * 2
+
+
+def test_data_collector_base_is_base_collector_and_warns_when_built() -> None:
+    class Mine(wing.DataCollectorBase):
+        def __init__(self) -> None:
+            self.frames = 0
+
+        def iterator(self) -> Any:
+            yield from ()
+
+        def shutdown(self, timeout: float | None = None, close_env: bool = True,
+                     raise_on_error: bool = True) -> None:
+            pass
+
+        def set_seed(self, seed: int, static_seed: bool = False) -> int:
+            return seed
+
+        def state_dict(self) -> dict[str, Any]:
+            return {}
+
+        def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+            pass
+
+        def _update_weights(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        def stats(self) -> TensorDictBase:
+            raise NotImplementedError
+
+    with pytest.warns(DeprecationWarning, match="Mine has been deprecated.*use DataCollectorBase"):
+        mine = Mine()
+    assert isinstance(mine, rlcollect.BaseCollector)
+    with rlcollect.Collector("CartPole-v1", frames_per_batch=4) as native:
+        assert isinstance(native, wing.DataCollectorBase)
+    assert issubclass(wing.DataCollectorBase, rlcollect.BaseCollector)
+
+
+@pytest.mark.timeout(120)
+def test_reset_drops_the_trajectories_held_for_trajs_per_batch_as_torchrl() -> None:
+    """After reset(), a trajs_per_batch batch holds only episodes begun after it: TorchRL's
+    episodes, first observation for first observation (the ones held from before were yielded)."""
+    from torchrl.collectors import Collector as TorchRLCollector
+
+    starts = []
+    for cls in (TorchRLCollector, wing.Collector):
+        collector = cls(seeded_env(), linear_policy(), frames_per_batch=60, total_frames=-1,
+                        max_frames_per_traj=60, trajs_per_batch=3, traj_format="padded")
+        for _ in range(3):
+            collector.reset()
+            batch = next(iter(collector))
+            starts.append(batch["observation"][:, 0])
+        collector.shutdown()
+    for want, have in zip(starts[:3], starts[3:], strict=True):
+        assert torch.equal(have, want)
+    assert not torch.equal(starts[3], starts[4])
