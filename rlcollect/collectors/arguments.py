@@ -125,6 +125,8 @@ class EnvArguments(SharedArguments, total=False):
         exploration_type: ``"random"`` (default), ``"deterministic"``, ``"mode"`` or ``"mean"``.
         pre_collect_hook: called before each batch (in each worker for the multi-process
             collectors: it must pickle then).
+        compile_policy: ``torch.compile`` the policy (``True`` or compile kwargs): where it runs,
+            in each worker or in the policy server.
     """
 
     policy_factory: Callable[[], Any] | None
@@ -135,6 +137,7 @@ class EnvArguments(SharedArguments, total=False):
     set_truncated: bool
     exploration_type: str | InteractionType
     pre_collect_hook: Callable[[], None] | None
+    compile_policy: bool | dict[str, Any]
 
 
 class CollectorArguments(EnvArguments, total=False):
@@ -145,7 +148,6 @@ class CollectorArguments(EnvArguments, total=False):
         device: default for the three devices below.
         env_device: where env outputs live (CPU for Gymnasium envs).
         policy_device: where the policy runs; a copy is made there once if needed.
-        compile_policy: ``torch.compile`` the policy (``True`` or compile kwargs).
         models: other modules, by model id, whose weights ``update_policy_weights_`` may update
             (``"policy"`` is always known); for worker processes they are pickled together with
             the env factory and policy, so shared objects stay shared in the worker.
@@ -154,7 +156,6 @@ class CollectorArguments(EnvArguments, total=False):
     device: Any
     env_device: Any
     policy_device: Any
-    compile_policy: bool | dict[str, Any]
     models: Mapping[str, torch.nn.Module] | None
 
 

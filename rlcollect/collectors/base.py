@@ -29,9 +29,12 @@ from rlcollect.collectors.profiles import ProfileApi
 from rlcollect.collectors.remote import RemoteApi
 from rlcollect.collectors.stats import CollectorStats
 from rlcollect.collectors.weight_api import WeightApi
+from rlcollect.policies.devices import policy_on_device
 from rlcollect.rollout.episodes import episode_table
 
 __all__ = ["BaseCollector"]
+
+_OWN_DEVICE: Any = object()  # _get_policy_and_device's default: the collector's policy_device
 
 
 class BaseCollector(BackgroundCollection, WeightApi, RemoteApi, ProfileApi, IterableDataset,
@@ -51,6 +54,33 @@ class BaseCollector(BackgroundCollection, WeightApi, RemoteApi, ProfileApi, Iter
     requested_frames_per_batch: int
     _iterator: Iterator[TensorDictBase | None] | None = None
     _stream_ref: weakref.ref[Generator[TensorDictBase | None, None, None]] | None = None
+    #: The reference's flags: the policy's device trusted without a warning (policy devices are
+    #: always checked by a dry step here), the policy compiled or captured in CUDA graphs, chatter.
+    trust_policy: bool = False
+    cudagraphed_policy: bool = False
+    verbose: bool = False
+
+    @property
+    def compiled_policy(self) -> bool:
+        """Whether the policy runs ``torch.compile``-d (``compile_policy``); settable."""
+        if "_compiled_policy" in vars(self):
+            return bool(vars(self)["_compiled_policy"])
+        options = getattr(self, "options", None)
+        return bool(options is not None and options.compile_policy)
+
+    @compiled_policy.setter
+    def compiled_policy(self, value: bool) -> None:
+        self._compiled_policy = bool(value)
+
+    def _get_policy_and_device(self, policy: Any = None, policy_device: Any = _OWN_DEVICE,
+                               env_maker: Any = None, env_maker_kwargs: Any = None) -> tuple[Any, Any]:
+        """The reference's helper for subclasses: ``policy`` copied onto ``policy_device`` (by
+        default ``self.policy_device``) and a function returning its original weights, or
+        ``(policy, None)`` where nothing moves (see :func:`~rlcollect.policies.devices.policy_on_device`;
+        ``env_maker`` and its kwargs are accepted and unused, as in the reference)."""
+        if policy_device is _OWN_DEVICE:
+            policy_device = getattr(self, "policy_device", None)
+        return policy_on_device(policy, policy_device, trust_policy=self.trust_policy)
 
     # -- iteration -------------------------------------------------------------------------
     @abc.abstractmethod

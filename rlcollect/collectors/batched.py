@@ -35,7 +35,7 @@ from rlcollect.envs.factory import EnvSource
 from rlcollect.policies.module_policy import ModulePolicy
 from rlcollect.policies.tensordict_policy import TensorDictPolicy
 from rlcollect.rollout.build import Engine
-from rlcollect.rollout.engine import Rollout, RolloutSpec
+from rlcollect.rollout.engine import Rollout, RolloutSpec, compile_adapter
 from rlcollect.weights.forms import check_model_ids
 from rlcollect.weights.frozen import FrozenWeights
 from rlcollect.weights.schemes import WeightSyncScheme
@@ -162,6 +162,7 @@ class AsyncBatchedCollector(PooledCollector):
         if isinstance(policy, (ModulePolicy, TensorDictPolicy)) and policy.module is options.policy:  # yours:
             try:  # training must not race a forward pass
                 policy.callable = policy.module = copy.deepcopy(policy.module)
+                compile_adapter(policy, options.compile_policy)
             except Exception as error:
                 raise TypeError(
                     f"AsyncBatchedCollector's policy server runs a copy of policy (so that training never "
@@ -215,9 +216,8 @@ class AsyncBatchedCollector(PooledCollector):
 
     # -- weights ----------------------------------------------------------------------------------
     def _update_weights(self, forms: dict[str, Any], worker_ids: list[int] | None) -> None:
-        if worker_ids is not None:
-            raise ValueError(f"worker_ids={worker_ids} does not apply: one policy server acts for every "
-                             "env worker; leave worker_ids out")
+        """Update the server's policy: it acts for every env worker, so ``worker_ids`` (checked
+        against ``num_workers``) update them all, as in TorchRL's ``AsyncBatchedCollector``."""
         check_model_ids(forms, self._models)
         self._update_in_process(forms, self.options.policy)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Unpack
 
 from rlcollect.collectors.arguments import SharedArguments, argument_names, check_accepted, named_as
@@ -62,6 +62,9 @@ class RayCollector(PooledCollector):
         collector_kwargs: per-actor arguments of ``collector_class`` (``num_envs``, or
             ``num_workers`` and ``num_envs_per_worker``; ``models``, ``policy_factory``,
             ``max_frames_per_traj``, ``init_random_frames``, ...); not RayCollector's own ones.
+        policy_factory: builds the policy in each actor (the same as in ``collector_kwargs``, at
+            the top level as TorchRL's ``RayCollector`` takes it; with ``policy`` as well,
+            ``policy`` is where the actors' weights come from).
         frames_per_batch: frames per yielded batch: all actors' (sync) or one actor's (async);
             rounded up to whole steps of every env, with a warning.
         total_frames: frames to collect before iteration stops; -1 for no end.
@@ -116,6 +119,7 @@ class RayCollector(PooledCollector):
         num_collectors: int,
         collector_class: type[Collector] = Collector,
         collector_kwargs: Mapping[str, Any] | None = None,
+        policy_factory: Callable[..., Any] | None = None,
         sync: bool = True,
         prefetch: bool = False,
         ray_init_config: Mapping[str, Any] | None = None,
@@ -128,6 +132,11 @@ class RayCollector(PooledCollector):
         check_accepted(type(self), arguments)
         nested = isinstance(collector_class, type) and issubclass(collector_class, MultiSyncCollector)
         inner = _actor_arguments(collector_class, collector_kwargs, nested)
+        if policy_factory is not None:
+            if inner.get("policy_factory") is not None:
+                raise ValueError("policy_factory was given twice: as RayCollector's argument and in "
+                                 "collector_kwargs; give it once")
+            inner["policy_factory"] = policy_factory
         if ray_init_config is not None and not isinstance(ray_init_config, Mapping):
             raise TypeError(f"ray_init_config must be a dict, got {type(ray_init_config).__name__}")
         if remote_config is not None and not isinstance(remote_config, Mapping):

@@ -66,6 +66,7 @@ class WeightApi:
         model_id: str | None = None,
         weights_dict: Mapping[str, Any] | None = None,
         policy_weights: Any = None,
+        **updater_kwargs: Any,
     ) -> None:
         """Bring the collector's weights up to date and bump their version.
 
@@ -76,9 +77,10 @@ class WeightApi:
         (atomically), and ``worker_ids=`` (ints, or devices: the workers whose policy runs there)
         to update only some workers. ``policy_weights=`` is the deprecated name of
         ``policy_or_weights``. The weights travel through :attr:`weight_sync_schemes`, or through
-        the legacy ``weight_updater`` when one was given.
+        the legacy ``weight_updater`` when one was given, which also gets any other keyword.
 
         Raises:
+            TypeError: a keyword of none of these forms without a legacy ``weight_updater``.
             ValueError: forms that exclude each other were combined, ``model_id`` or
                 ``weights_dict`` with a legacy ``weight_updater``, or a worker id or device this
                 collector does not have.
@@ -98,8 +100,11 @@ class WeightApi:
             if weights_dict is not None or model_id is not None:
                 raise ValueError("model_id and weights_dict are not supported with the legacy "
                                  "weight_updater: use weight_sync_schemes for several models")
-            self._weight_updater(policy_or_weights=forms["policy"], worker_ids=worker_ids)
+            self._weight_updater(policy_or_weights=forms["policy"], worker_ids=worker_ids, **updater_kwargs)
             return
+        if updater_kwargs:
+            raise TypeError(f"update_policy_weights_() got unexpected keyword argument(s) "
+                            f"{sorted(updater_kwargs)}: only a legacy weight_updater takes other keywords")
         self._update_weights(forms, self._worker_ids(worker_ids))
 
     num_workers: int = 1
@@ -248,7 +253,13 @@ class WeightApi:
             scheme.shutdown()
 
     def _receive_weights_scheme(self) -> None:
-        """Take the newest weights of every receiver scheme; forward those that changed."""
+        """Take the newest weights of every receiver scheme; forward those that changed.
+
+        Raises:
+            RuntimeError: no receiver scheme is registered (as in the reference).
+        """
+        if not self._receiver_schemes:
+            raise RuntimeError("No receiver schemes registered: register_scheme_receiver() first")
         received: dict[str, Any] = {}
         for model_id, scheme in (self._receiver_schemes or {}).items():
             if scheme.receive() is not None:

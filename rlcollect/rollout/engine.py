@@ -51,7 +51,7 @@ from rlcollect.rollout.episodes import EpisodeTracker
 from rlcollect.rollout.loop import collect_batch
 from rlcollect.rollout.stream import StreamLoop
 
-__all__ = ["Rollout", "RolloutSpec", "copy_weights", "find_module"]
+__all__ = ["Rollout", "RolloutSpec", "compile_adapter", "copy_weights", "find_module"]
 
 _ROLLOUT_KEYS = ("frames", "batches", "traj_ids", "episodes", "envs", "pending_obs", "models", "rng")
 
@@ -70,6 +70,14 @@ def find_module(models: Mapping[str, torch.nn.Module], model_id: str) -> torch.n
 def copy_weights(models: Mapping[str, torch.nn.Module]) -> dict[str, dict[str, torch.Tensor]]:
     """A copy of every module's ``state_dict`` by model id (for a rollout's state)."""
     return {k: {n: t.detach().clone() for n, t in m.state_dict().items()} for k, m in models.items()}
+
+
+def compile_adapter(policy: PolicyAdapter, compile_policy: bool | Mapping[str, Any]) -> None:
+    """``torch.compile`` what ``policy`` calls where ``compile_policy`` asks (``True`` or
+    ``torch.compile`` arguments); random and served policies call nothing to compile."""
+    if compile_policy and hasattr(policy, "callable"):
+        kwargs = dict(compile_policy) if isinstance(compile_policy, Mapping) else {}
+        policy.callable = torch.compile(policy.callable, **kwargs)
 
 
 @dataclass(frozen=True)
@@ -226,9 +234,7 @@ class Rollout:
                 unbatched=self.envs.unbatched,
             )
         )
-        if spec.compile_policy and hasattr(policy, "callable"):
-            kwargs = dict(spec.compile_policy) if isinstance(spec.compile_policy, Mapping) else {}
-            policy.callable = torch.compile(policy.callable, **kwargs)
+        compile_adapter(policy, spec.compile_policy)
         return policy
 
     def _stored_action(self, action_space: gym.Space[Any]) -> Field:

@@ -15,6 +15,7 @@ Examples:
 from __future__ import annotations
 
 import abc
+import inspect
 import os
 import warnings
 from typing import Any
@@ -27,6 +28,7 @@ from rlcollect.collectors.checks import check_flag, check_int
 from rlcollect.collectors.pool_requests import WorkerRequests
 from rlcollect.data.formats import TorchRLLayout
 from rlcollect.envs.torchrl_env import dump_env_transform
+from rlcollect.policies.devices import warn_unmovable
 from rlcollect.torchrl.arguments import idle_seconds, none_means_default
 from rlcollect.torchrl.backends import Selection, context_backend, select
 from rlcollect.torchrl.stats import TorchRLStats, torchrl_stats, worker_state_dict, worker_stats
@@ -35,6 +37,10 @@ from rlcollect.torchrl.translate import take_torchrl_arguments
 __all__ = ["AsyncCollector", "Collector", "DataCollectorBase", "MultiAsyncCollector", "MultiCollector",
            "MultiSyncCollector", "RayCollector"]
 
+
+#: The keywords of rlcollect's ``update_policy_weights_`` (TorchRL passes others to its updater).
+_UPDATE_KEYWORDS = frozenset(inspect.signature(BaseCollector.update_policy_weights_).parameters) - {
+    "self", "updater_kwargs"}
 
 #: The core option only the collectors here take (a TorchRL env's policy transforms).
 _CORE_OPTIONS = frozenset({"auto_register_policy_transforms"})
@@ -46,7 +52,15 @@ def _torchrl_init(collector: Any, cls: Any, args: tuple[Any, ...], kwargs: dict[
     ``None`` means the default for every argument whose default is not ``None``, as in TorchRL
     (whose trainers pass ``None`` for each argument they leave unset)."""
     none_means_default(cls, kwargs)
+    if kwargs.get("weight_sync_schemes") is not None and kwargs.get("weight_updater") is not None:
+        if cls is not collectors.Collector:  # as TorchRL's multi-process collectors
+            raise TypeError("Cannot specify both weight_sync_schemes and weight_updater.")
+        kwargs.pop("weight_updater")  # TorchRL's Collector: the schemes win, the updater is dropped
     translation = take_torchrl_arguments(kwargs)
+    policy = args[1] if len(args) > 1 else kwargs.get("policy")
+    if policy is not None:  # TorchRL warns when a policy device cannot be checked against the policy
+        device = kwargs.get("policy_device", kwargs.get("device"))
+        warn_unmovable(policy, device, trust_policy=translation.trust_policy, stacklevel=4)
     if kwargs.get("trajs_per_batch") is not None and kwargs.get("traj_format") is None \
             and kwargs.get("replay_buffer") is None:
         warnings.warn("trajs_per_batch without traj_format yields 'padded' batches ([n, max_len] with a "
@@ -78,6 +92,13 @@ class _PrivateKeys:
         """TorchRL's interruptor object: rlcollect builds none (``preemptive_threshold`` is a flag
         per batch slot the workers read at each step)."""
         return None
+
+    def update_policy_weights_(self, *args: Any, **kwargs: Any) -> None:
+        """rlcollect's, where keywords of none of its forms go to a legacy ``weight_updater`` and
+        are ignored without one, as in TorchRL."""
+        if getattr(self, "weight_updater", None) is None:
+            kwargs = {name: value for name, value in kwargs.items() if name in _UPDATE_KEYWORDS}
+        super().update_policy_weights_(*args, **kwargs)  # type: ignore[misc]
 
     @property
     def _exclude_private_keys(self) -> bool:
@@ -251,7 +272,8 @@ class AsyncCollector(MultiAsyncCollector):
 
 #: TorchRL's ``RayCollector`` arguments that rlcollect's gives each actor's collector.
 _RAY_COLLECTOR_ARGUMENTS = ("device", "env_device", "policy_device", "exploration_type", "init_random_frames",
-                            "max_frames_per_traj", "policy_factory", "pre_collect_hook", "reset_at_each_iter")
+                            "max_frames_per_traj", "policy_factory", "pre_collect_hook", "reset_at_each_iter",
+                            "compile_policy")
 
 
 class RayCollector(_PrivateKeys, collectors.RayCollector):

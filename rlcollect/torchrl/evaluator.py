@@ -28,21 +28,23 @@ from typing import Any
 
 from torchrl.collectors import Evaluator as TorchRLEvaluator
 
+import rlcollect.torchrl.collectors as wing
+from rlcollect.collectors import AsyncBatchedCollector, BaseCollector
+
 __all__ = ["Evaluator"]
 
 
 def _collector_class(collector_cls: type | str | None) -> type:
-    import rlcollect.torchrl as wing
-
     if collector_cls is None:
         return wing.Collector
     if isinstance(collector_cls, str):
-        names = sorted(name for name in wing.__all__ if isinstance(getattr(wing, name, None), type)
-                       and issubclass(getattr(wing, name), wing.BaseCollector))
+        named = {name: getattr(wing, name) for name in wing.__all__}
+        named["AsyncBatchedCollector"] = AsyncBatchedCollector
+        names = sorted(name for name, cls in named.items() if issubclass(cls, BaseCollector))
         if collector_cls not in names:
             raise ValueError(f"collector_cls={collector_cls!r} is not a collector of rlcollect.torchrl; "
                              f"allowed: a class, or one of {names}")
-        found: type = getattr(wing, collector_cls)
+        found: type = named[collector_cls]
         return found
     return collector_cls
 

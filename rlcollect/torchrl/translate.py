@@ -14,6 +14,7 @@ Examples:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -105,6 +106,8 @@ class Translation:
     num_threads: int | None = None
     worker_idx: int | None = None
     receivers: Mapping[str, Any] | None = None
+    trust_policy: bool = False
+    cudagraph_policy: bool = False
 
     def core_arguments(self) -> dict[str, Any]:
         """The core collector's arguments this translation adds."""
@@ -119,6 +122,7 @@ class Translation:
             collector.worker_idx = self.worker_idx
         if self.receivers is not None:
             collector.register_scheme_receiver(self.receivers)
+        collector.trust_policy, collector.cudagraphed_policy = self.trust_policy, self.cudagraph_policy
 
 
 def take_torchrl_arguments(kwargs: dict[str, Any]) -> Translation:
@@ -166,7 +170,26 @@ def take_torchrl_arguments(kwargs: dict[str, Any]) -> Translation:
         raise TypeError(f"weight_recv_schemes must be a dict {{model_id: scheme}} or None, got "
                         f"{type(receivers).__name__} {short_repr(receivers)}")
     translation.receivers = receivers
+    translation.trust_policy = bool(values["trust_policy"])
+    translation.cudagraph_policy = _cudagraph_policy(values["cudagraph_policy"])
     return translation
+
+
+def _cudagraph_policy(value: Any) -> bool:
+    """TorchRL's ``cudagraph_policy`` (True or CudaGraphModule's arguments): on a machine without
+    CUDA TorchRL's CudaGraphModule runs the policy as it is, with a warning, and so does rlcollect;
+    with CUDA it is refused (rlcollect does not capture CUDA graphs yet)."""
+    if value is None or value is False:
+        return False
+    if not isinstance(value, (bool, Mapping)):
+        raise TypeError(f"cudagraph_policy must be True, False or a dict of CudaGraphModule arguments, got "
+                        f"{short_repr(value)} ({type(value).__name__})")
+    if torch.cuda.is_available():
+        raise ValueError(f"cudagraph_policy={short_repr(value)} is not supported with CUDA: rlcollect does "
+                         "not capture the policy in CUDA graphs (compile_policy=True compiles it)")
+    warnings.warn("cudagraph_policy: this machine has no CUDA device, so the policy runs as it is (as "
+                  "TorchRL's CudaGraphModule does on such a machine)", UserWarning, stacklevel=5)
+    return True
 
 
 def _refuse_unsupported(values: dict[str, Any]) -> None:
@@ -183,7 +206,3 @@ def _refuse_unsupported(values: dict[str, Any]) -> None:
     if not check_flag("reset_when_done", values["reset_when_done"]):
         raise ValueError("reset_when_done=False is not supported: rlcollect resets an env that is "
                          "done in the same step, always (see the batch rules)")
-    if values["cudagraph_policy"] not in (None, False):
-        raise ValueError(f"cudagraph_policy={short_repr(values['cudagraph_policy'])} is not supported: "
-                         "rlcollect does not capture the policy in CUDA graphs (compile_policy=True "
-                         "compiles it)")

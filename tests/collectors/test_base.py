@@ -15,6 +15,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch.utils.data import DataLoader, IterableDataset
 
 from rlcollect import AsyncBatchedCollector, BaseCollector, Collector, MultiAsyncCollector, MultiSyncCollector
+from tests.envs_for_tests import WeightedPolicy
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -107,3 +108,42 @@ def test_a_dataloader_reads_a_collector() -> None:
     for got, want in zip(batches, expected, strict=True):
         assert torch.equal(got["observation"], want["observation"])
         assert torch.equal(got["next", "reward"], want["next", "reward"])
+
+
+def test_the_references_flags_and_policy_device_helper() -> None:
+    """trust_policy, compiled_policy, cudagraphed_policy, verbose; _get_policy_and_device copies
+    the policy onto a device (the original weights stay where they were) or warns where it cannot."""
+    collector = PlainLoopCollector(frames_per_batch=8, total_frames=8)
+    assert (collector.trust_policy, collector.compiled_policy, collector.cudagraphed_policy,
+            collector.verbose) == (False, False, False, False)
+    moved, original = collector._get_policy_and_device(collector.policy, torch.device("meta"))
+    assert next(moved.parameters()).device.type == "meta" and original is not None
+    assert torch.equal(original()["weight"], torch.full((1, 4), 0.1))
+    same, none = collector._get_policy_and_device(collector.policy)  # no policy_device: as it is
+    assert same is collector.policy and none is None
+    with pytest.warns(UserWarning, match="policy_device=cpu was given but the policy has no parameter"):
+        kept, _ = collector._get_policy_and_device(lambda obs: obs, "cpu")
+    collector.trust_policy = True
+    collector._get_policy_and_device(lambda obs: obs, "cpu")  # trusted: no warning (errors are on)
+    compiled = Collector("CartPole-v1", WeightedPolicy(), frames_per_batch=4,
+                         compile_policy={"backend": "eager"})
+    assert compiled.compiled_policy and not Collector("CartPole-v1", frames_per_batch=4).compiled_policy
+
+
+def test_weight_update_keywords_and_receiving_without_receivers() -> None:
+    """Other keywords go to a legacy weight_updater; without one they are an error naming them;
+    _receive_weights_scheme() without receiver schemes raises, as in the reference."""
+    calls: list[dict[str, Any]] = []
+
+    def updater(**kwargs: Any) -> None:
+        calls.append(kwargs)
+
+    policy = WeightedPolicy()
+    with Collector("CartPole-v1", policy, frames_per_batch=4, weight_updater=updater) as collector:
+        collector.update_policy_weights_(policy, foo=1)
+    assert calls == [{"policy_or_weights": policy, "worker_ids": None, "foo": 1}]
+    with Collector("CartPole-v1", policy, frames_per_batch=4) as collector:
+        with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) \['foo'\]"):
+            collector.update_policy_weights_(foo=1)
+        with pytest.raises(RuntimeError, match="No receiver schemes registered"):
+            collector._receive_weights_scheme()

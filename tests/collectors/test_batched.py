@@ -182,13 +182,19 @@ def test_construction_errors_name_the_argument(kwargs: dict[str, Any], error: ty
     assert child_pids() <= before
 
 
-def test_worker_ids_do_not_apply_and_unknown_models_are_named() -> None:
-    with AsyncBatchedCollector(make_cartpole, TiltPolicy(), num_envs=2, frames_per_batch=4) as collector:
-        with pytest.raises(ValueError, match=r"worker_ids=\[0\] does not apply: one policy server"):
-            collector.update_policy_weights_(TiltPolicy(), worker_ids=[0])
+def test_worker_ids_update_the_one_server_and_unknown_models_are_named() -> None:
+    """As TorchRL's AsyncBatchedCollector: worker_ids update the server, which acts for them all."""
+    with AsyncBatchedCollector(make_cartpole, WeightedPolicy(), num_envs=2, frames_per_batch=4) as collector:
+        with pytest.raises(ValueError, match=r"worker 3 is out of range for num_workers=2"):
+            collector.update_policy_weights_(WeightedPolicy(), worker_ids=[3])
         with pytest.raises(KeyError, match=r"unknown model id\(s\) \['critic'\]; known: \['policy'\]"):
-            collector.update_policy_weights_(TiltPolicy(), model_id="critic")
+            collector.update_policy_weights_(WeightedPolicy(), model_id="critic")
         assert collector.stats().policy_version == 0
+        collector.update_policy_weights_(WeightedPolicy(scale=-2.0), worker_ids=[0])
+        assert collector.stats().policy_version == 1
+        assert collector.policy.scale.item() == -2.0
+        batch = collector.next()
+        assert batch is not None and (batch["action"] == 0).all()  # the new weights act for every env
 
 
 def test_yield_completed_trajectories_gives_one_whole_episode_at_a_time() -> None:

@@ -81,9 +81,10 @@ CASES: dict[str, tuple[dict[str, Any], str]] = {
     "track_policy_version": ({"layout": "torchrl", "track_policy_version": True}, "frames"),
     "batch_steps": ({"batch_steps": [DoubledReward()]}, "frames"),
     "replay_writer": ({"replay_buffer": "sink", "replay_writer": ReplayWriter(time_major=True)}, "sink"),
+    "compile_policy": ({"compile_policy": {"backend": "eager"}}, "frames"),
 }
 PER_WORKER = ("max_frames_per_traj", "reset_at_each_iter", "set_truncated", "exploration_type",
-              "init_random_frames")  # RayCollector takes these in collector_kwargs
+              "init_random_frames", "compile_policy")  # RayCollector takes these in collector_kwargs
 
 
 def build(kind: str, options: dict[str, Any], batches: int) -> Any:

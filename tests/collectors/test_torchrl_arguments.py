@@ -142,8 +142,6 @@ def test_compact_obs_drops_the_next_observations() -> None:
     with native:
         full = next(iter(native))
     assert torch.equal(batch["observation"], full["observation"])
-    with pytest.raises(ValueError, match="cudagraph_policy=True is not supported"):
-        TorchRLLayoutCollector(make_cartpole, frames_per_batch=8, cudagraph_policy=True)
 
 
 @pytest.mark.timeout(120)

@@ -180,6 +180,16 @@ def test_weights_reach_the_actors_with_their_version() -> None:
         batch = collector.next()
         assert batch is not None and (batch["next", "reward"] == 1).all()
         assert (batch["policy_version"] == 0).all()
+    # policy_factory at the top level, as TorchRL's RayCollector takes it: each actor builds its own
+    factory = functools.partial(WeightedPolicy, scale=-1.0)
+    with RayCollector(functools.partial(CountingEnv, episode_length=5), None, policy_factory=factory,
+                      num_collectors=2, collector_kwargs={"num_envs": 2}, frames_per_batch=40,
+                      seed=0) as collector:
+        batch = collector.next()
+        assert batch is not None and (batch["next", "reward"] == 0).all()
+    with pytest.raises(ValueError, match="policy_factory was given twice"):
+        RayCollector(make_cartpole, None, policy_factory=factory, num_collectors=1, frames_per_batch=8,
+                     collector_kwargs={"policy_factory": factory})
 
 
 @pytest.mark.timeout(200)

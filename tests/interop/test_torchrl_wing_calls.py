@@ -3,6 +3,7 @@ worker calls through ``map_fn``, and the deprecated ``DataCollectorBase``; each 
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -164,3 +165,75 @@ def test_reset_drops_the_trajectories_held_for_trajs_per_batch_as_torchrl() -> N
     for want, have in zip(starts[:3], starts[3:], strict=True):
         assert torch.equal(have, want)
     assert not torch.equal(starts[3], starts[4])
+
+
+def tilt_policy() -> TensorDictModule:
+    """No parameter: a policy device cannot be checked against it."""
+    return TensorDictModule(lambda obs: (obs[..., 2:3] > 0).long().squeeze(-1), in_keys=["observation"],
+                            out_keys=["action"])
+
+
+def categorical_cartpole() -> EnvBase:
+    env = GymEnv("CartPole-v1", categorical_action_encoding=True)
+    env.set_seed(2)
+    return env
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="cudagraph_policy is refused where CUDA is")
+@pytest.mark.parametrize(("arguments", "warning", "flags"), [
+    ({"policy_device": "cpu"}, "no parameter", (False, False)),
+    ({"policy_device": "cpu", "trust_policy": True}, None, (True, False)),
+    ({"cudagraph_policy": True}, "no CUDA device", (False, True)),
+])
+def test_trust_policy_and_cudagraph_policy_as_torchrl(arguments: dict[str, Any], warning: str | None,
+                                                      flags: tuple[bool, bool]) -> None:
+    """The same warnings (or none), flags and batches as TorchRL's collector on a machine
+    without CUDA: TorchRL's CudaGraphModule runs the policy as it is there."""
+    from torchrl.collectors import Collector as TorchRLCollector
+
+    batches = []
+    for cls in (TorchRLCollector, wing.Collector):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            collector = cls(categorical_cartpole(), tilt_policy(), frames_per_batch=16, total_frames=16,
+                            **arguments)
+            batches.append(next(iter(collector)))
+        texts = " ".join(str(w.message) for w in caught)
+        said = ("parameter" in texts and "policy" in texts) if warning == "no parameter" else \
+            ("CUDA" in texts) if warning else ("parameter" in texts or "CUDA" in texts)
+        assert said == (warning is not None), (cls, texts)
+        assert (collector.trust_policy, collector.cudagraphed_policy) == flags
+        assert not collector.compiled_policy and not collector.verbose
+        collector.shutdown()
+    assert torch.equal(batches[0]["action"], batches[1]["action"])
+
+
+@pytest.mark.timeout(120)
+def test_update_keywords_and_schemes_with_an_updater_as_torchrl() -> None:
+    """update_policy_weights_(foo=1) is ignored without an updater; given schemes and a legacy
+    updater, the schemes win and the updater is dropped (rlcollect's own collectors refuse both)."""
+    from torchrl.collectors import Collector as TorchRLCollector
+    from torchrl.collectors import VanillaWeightUpdater
+    from torchrl.weight_update import SharedMemWeightSyncScheme as TorchRLShared
+
+    for cls in (TorchRLCollector, wing.Collector):
+        single = cls(GymEnv("CartPole-v1"), linear_policy(), frames_per_batch=8, total_frames=8)
+        single.update_policy_weights_(foo=1)
+        single.shutdown()
+    from torchrl.weight_update import NoWeightSyncScheme as TorchRLNoScheme
+
+    schemes = {"weight_sync_schemes": {"policy": TorchRLNoScheme()}, "weight_updater": VanillaWeightUpdater}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        for cls in (TorchRLCollector, wing.Collector):
+            single = cls(GymEnv("CartPole-v1"), linear_policy(), frames_per_batch=8, total_frames=8,
+                         **schemes)
+            assert single.weight_updater is None and set(single._weight_sync_schemes) == {"policy"}
+            single.shutdown()
+        for cls in (TorchRLMultiSync, wing.MultiSyncCollector):
+            with pytest.raises(TypeError, match="Cannot specify both weight_sync_schemes and weight_updater"):
+                cls([cartpole], linear_policy(), frames_per_batch=8, total_frames=8, **schemes)
+    with pytest.raises(ValueError, match="weight_sync_schemes or the legacy weight_updater, not both"):
+        rlcollect.MultiSyncCollector([cartpole], linear_policy(), frames_per_batch=8,
+                                     weight_sync_schemes={"policy": TorchRLShared()},
+                                     weight_updater=VanillaWeightUpdater)

@@ -406,8 +406,8 @@ CASES += section(
          T, r"compact_obs must be True or False, got 'x'"),
     case("trust_policy=2", torchrl_collector(trust_policy=2),
          T, r"trust_policy must be True or False, got 2"),
-    case("cudagraph_policy=True", torchrl_collector(cudagraph_policy=True),
-         V, r"cudagraph_policy=True is not supported"),
+    case("cudagraph_policy='x'", torchrl_collector(cudagraph_policy="x"),
+         T, r"cudagraph_policy must be True, False or a dict of CudaGraphModule arguments, got 'x' \(str\)"),
     case("auto_register_policy_transforms='yes'", torchrl_collector(auto_register_policy_transforms="yes"),
          T, r"auto_register_policy_transforms must be True or False, got 'yes'"),
     # models, weights, replay buffer, trajectories
@@ -658,8 +658,8 @@ CASES += section(
     case("multi weights=5", update(5, make=multi(policy=Linear4())), T, r"policy_or_weights must be .*int 5"),
     case("multi worker_ids=[3]", update(worker_ids=[3], make=multi(policy=Linear4())), V,
          r"worker_ids=\[3\]: worker 3 is out of range for num_workers=1"),
-    case("batched worker_ids=[0]", update(worker_ids=[0], make=batched(policy=Linear4())), V,
-         r"worker_ids=\[0\] does not apply"),
+    case("batched worker_ids=[5]", update(worker_ids=[5], make=batched(policy=Linear4())), V,
+         r"worker_ids=\[5\]: worker 5 is out of range for num_workers="),
     case("batched unknown model_id", update(Linear4(), model_id="nope", make=batched(policy=Linear4())), V,
          r"unknown model id\(s\) \['nope'\]"),
 )
