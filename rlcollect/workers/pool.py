@@ -132,8 +132,11 @@ class WorkerPool:
     def _await_ready(self, worker: int, deadline: float) -> None:
         answers = self._wait([worker], max(0.0, deadline - time.monotonic()))
         if not answers:
+            hint = getattr(self.transport, "start_hint", None)  # what the worker waits for, if known
+            why = hint(worker) if hint is not None else ""
             self.transport.stop(worker, 0.0)
-            raise TimeoutError(f"worker {worker} did not start within start_timeout={self.start_timeout} s")
+            raise TimeoutError(f"worker {worker} did not start within start_timeout={self.start_timeout} s"
+                               f"{why}")
         kind, payload = answers[0][1]
         if kind != "ready":
             self.transport.stop(worker, 0.0)

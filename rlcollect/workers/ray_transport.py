@@ -82,6 +82,8 @@ class RayTransport:
                 config.setdefault("num_cpus", max(os.cpu_count() or 1, needed))
                 config.setdefault("include_dashboard", False)
             ray.init(**config)
+        self._asks = {"CPU": float(options["num_cpus"]), "GPU": float(options.get("num_gpus") or 0),
+                      **{k: float(v) for k, v in (options.get("resources") or {}).items()}}
         self._actor_class = ray.remote(RayWorker).options(**options, max_restarts=0, max_task_retries=0)
         self.actors: dict[int, Any] = {}
         self._calls: dict[int, deque[Any]] = {}  # refs of each actor's unanswered calls, in order
@@ -90,6 +92,23 @@ class RayTransport:
         actor = self._actor_class.remote()
         self.actors[worker] = actor
         self._calls[worker] = deque([actor.start.remote(setup)])
+
+    def start_hint(self, worker: int) -> str:
+        """Why actor ``worker`` may not have started: the resources it asks for, if no node has
+        them free now (it then waits for them), else that it was placed but has not answered."""
+        try:
+            free, total = self.ray.available_resources(), self.ray.cluster_resources()
+        except Exception:  # Ray itself is gone: nothing more to say
+            return ""
+        asked = {name: amount for name, amount in self._asks.items() if amount > 0}
+        short = {name: amount for name, amount in asked.items() if free.get(name, 0.0) < amount}
+        if not short:
+            return (f": its Ray actor asks for {asked}, which the cluster has free now, so it was placed but "
+                    "did not answer (importing, or building its envs; raise start_timeout)")
+        have = {name: f"{free.get(name, 0.0):g} free of {total.get(name, 0.0):g}" for name in short}
+        return (f": its Ray actor waits for resources: it asks for {asked} (remote_config; an actor that "
+                f"runs worker processes asks for one CPU per worker), and the cluster has {have}. Ask for "
+                "less in remote_config, start fewer actors, or give Ray more (ray_init_config, more nodes)")
 
     def send(self, worker: int, message: Message) -> None:
         if worker in self.actors:

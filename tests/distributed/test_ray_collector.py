@@ -271,6 +271,18 @@ def test_background_collection_into_a_ray_sink_with_pause_and_profiling(tmp_path
     ray.kill(sink)
 
 
+@pytest.mark.timeout(120)
+def test_an_actor_waiting_for_cpus_is_named_with_what_it_asks_for() -> None:
+    """Actors that run 2 worker processes ask for 2 CPUs each: on 2 CPUs the second one waits, and
+    the time-out says for what, against what the cluster has free."""
+    collector = RayCollector(make_cartpole, None, num_collectors=2, collector_class=MultiSyncCollector,
+                             collector_kwargs={"num_workers": 2}, frames_per_batch=40, start_timeout=10)
+    with pytest.raises(TimeoutError, match=r"did not start within start_timeout=10(\.0)? s: its Ray actor "
+                       r"waits for resources: it asks for \{'CPU': 2\.0\}.*\{'CPU': '0 free of 2'\}"):
+        collector.next()
+    collector.shutdown()
+
+
 @pytest.mark.timeout(240)
 def test_one_actor_per_node_running_worker_processes() -> None:
     """collector_class=MultiSyncCollector: each actor runs 2 worker processes; the batches equal one
