@@ -152,7 +152,7 @@ class Collector(BaseCollector):
         if self._closed:
             raise self._closed_error()
         if self._receiver_schemes:
-            self._receive_weights_scheme()
+            self._poll_receivers()
         if self._profile_config is not None and self._profiler is None:
             self._profiler = RolloutProfiler(self._profile_config, worker_idx=0)
         if self._profiler is not None:

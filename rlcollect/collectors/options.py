@@ -240,9 +240,10 @@ class CollectorOptions:
             if not isinstance(schemes, Mapping):
                 raise TypeError(f"weight_sync_schemes must be a dict {{model_id: WeightSyncScheme}}, got "
                                 f"{type(schemes).__name__} {short_repr(schemes)}")
-            schemes = {model_id: check_scheme(model_id, scheme) for model_id, scheme in schemes.items()}
+            checked = {model_id: check_scheme(model_id, scheme) for model_id, scheme in schemes.items()}
+            schemes = {model_id: scheme for model_id, scheme in checked.items() if scheme is not None}
             known = ["policy", *(self.models or {})]
-            unknown = sorted(set(schemes) - set(known))
+            unknown = sorted(set(checked) - set(known))
             if unknown:
                 raise UnknownKeyError(f"weight_sync_schemes names model(s) {unknown} this collector does not "
                                       f"have (known: {known}; add the others with models=)")

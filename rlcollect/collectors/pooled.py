@@ -265,7 +265,7 @@ class PooledCollector(WorkerRequests, BaseCollector):
         """Hand ``worker`` its next batch (into ``slot``), with the newest weights received first
         (``receive``; a synchronous batch receives once for all its workers)."""
         if receive and self._receiver_schemes:
-            self._receive_weights_scheme()
+            self._poll_receivers()
         if self.options.update_at_each_batch:
             self.update_policy_weights_(worker_ids=[worker])
         in_flight = len(self._pool.busy()) * self.num_envs_per_worker * self._num_steps
@@ -276,7 +276,7 @@ class PooledCollector(WorkerRequests, BaseCollector):
         if self._stop_flags is not None:
             self._stop_flags[slot] = 0
         if self._receiver_schemes:  # once: every worker of a synchronous batch runs the same version
-            self._receive_weights_scheme()
+            self._poll_receivers()
         for worker in range(self.num_workers):
             self._dispatch(worker, slot, receive=False)
 

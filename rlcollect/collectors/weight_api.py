@@ -201,7 +201,7 @@ class WeightApi:
             if source is not None:
                 raise ValueError("receive_weights() takes no weights when receiver schemes are registered: "
                                  "they know where the weights come from")
-            self._receive_weights_scheme()
+            self._poll_receivers()
         elif source is not None:
             self._apply_received({"policy": source})
 
@@ -221,13 +221,19 @@ class WeightApi:
         if not isinstance(weight_recv_schemes, Mapping):
             raise TypeError(f"register_scheme_receiver takes a dict {{model_id: WeightSyncScheme}} (e.g. "
                             f"{{'policy': scheme}}), got {type(weight_recv_schemes).__name__}")
-        for model_id, scheme in weight_recv_schemes.items():
-            if not isinstance(scheme, WeightSyncScheme):
-                raise TypeError(f"weight_recv_schemes[{model_id!r}] must be a WeightSyncScheme, got "
-                                f"{type(scheme).__name__} {scheme!r:.80}")
+        driven = {m: s for m, s in weight_recv_schemes.items() if not isinstance(s, WeightSyncScheme)}
+        for model_id, scheme in driven.items():
+            if not all(callable(getattr(scheme, name, None))
+                       for name in ("init_on_receiver", "connect", "receive")):
+                raise TypeError(f"weight_recv_schemes[{model_id!r}] must be a WeightSyncScheme (or a scheme "
+                                "with the reference's init_on_receiver, connect and receive, such as "
+                                f"TorchRL's), got {type(scheme).__name__} {scheme!r:.80}")
         check_model_ids(weight_recv_schemes, self._model_ids())
+        self._register_driven(driven, synchronize_weights)
         receivers = dict(self._receiver_schemes or {})
         for model_id, scheme in weight_recv_schemes.items():
+            if model_id in driven:
+                continue
             if not scheme.initialized_on_receiver:
                 scheme.init_on_receiver(model_id=model_id, context=self, worker_idx=self._worker_idx)
             elif scheme.model_id != model_id or scheme.context not in (None, self):
@@ -239,27 +245,57 @@ class WeightApi:
         self._receiver_schemes = receivers
         if synchronize_weights:
             synchronized: dict[str, Any] = {}
-            for model_id, scheme in weight_recv_schemes.items():
+            for model_id, scheme in receivers.items():
                 if not scheme.synchronized_on_receiver and scheme.connect(worker_idx=self._worker_idx):
                     synchronized[model_id] = None
             if synchronized:  # the sender's weights, applied to this collector's model: to the workers
                 self._apply_received(synchronized)
 
+    #: Receiver schemes of another library (TorchRL's) whose sender drives them: it calls
+    #: :meth:`_receive_weights_scheme` here (TorchRL's RPC and distributed collectors do), and
+    #: each applies what it receives through ``update_policy_weights_``; never polled per batch.
+    _driven_receivers: dict[str, Any] | None = None
+
+    def _register_driven(self, driven: Mapping[str, Any], synchronize_weights: bool) -> None:
+        """Initialise and connect schemes of the reference's API that are not rlcollect's, as the
+        reference's ``register_scheme_receiver`` does."""
+        for model_id, scheme in driven.items():
+            if not scheme.initialized_on_receiver:
+                scheme.init_on_receiver(model_id=model_id, context=self, worker_idx=self._worker_idx)
+        self._driven_receivers = {**(self._driven_receivers or {}), **driven}
+        if synchronize_weights:
+            for scheme in driven.values():
+                if not scheme.synchronized_on_receiver:
+                    scheme.connect(worker_idx=self._worker_idx)
+
     def _shutdown_receivers(self) -> None:
         """Stop the receiver schemes registered here (threads, process groups); every shutdown
         does this."""
         receivers, self._receiver_schemes = self._receiver_schemes or {}, None
-        for scheme in receivers.values():
-            scheme.shutdown()
+        driven, self._driven_receivers = self._driven_receivers or {}, None
+        for scheme in [*receivers.values(), *driven.values()]:
+            shutdown = getattr(scheme, "shutdown", None)
+            if shutdown is not None:
+                shutdown()
 
-    def _receive_weights_scheme(self) -> None:
-        """Take the newest weights of every receiver scheme; forward those that changed.
+    def _receive_weights_scheme(self, model_version: int | None = None) -> None:
+        """Receive through every receiver scheme: the driven ones (their sender called this;
+        ``model_version``, TorchRL's, is not used: each update counts one version) and this
+        collector's own (:meth:`_poll_receivers`).
 
         Raises:
             RuntimeError: no receiver scheme is registered (as in the reference).
         """
-        if not self._receiver_schemes:
+        if not self._receiver_schemes and not self._driven_receivers:
             raise RuntimeError("No receiver schemes registered: register_scheme_receiver() first")
+        for scheme in (self._driven_receivers or {}).values():
+            scheme.receive()  # applies and cascades through update_policy_weights_
+        if self._receiver_schemes:
+            self._poll_receivers()
+
+    def _poll_receivers(self) -> None:
+        """Take the newest weights of this collector's own receiver schemes (before each batch);
+        forward those that changed."""
         received: dict[str, Any] = {}
         for model_id, scheme in (self._receiver_schemes or {}).items():
             if scheme.receive() is not None:

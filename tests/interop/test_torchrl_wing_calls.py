@@ -24,6 +24,7 @@ from torchrl.envs import EnvBase, GymEnv, Transform, TransformedEnv  # noqa: E40
 
 import rlcollect  # noqa: E402
 import rlcollect.torchrl as wing  # noqa: E402
+from tests.envs_for_tests import WeightedPolicy, make_cartpole  # noqa: E402
 
 
 def seeded_env() -> EnvBase:
@@ -237,3 +238,51 @@ def test_update_keywords_and_schemes_with_an_updater_as_torchrl() -> None:
         rlcollect.MultiSyncCollector([cartpole], linear_policy(), frames_per_batch=8,
                                      weight_sync_schemes={"policy": TorchRLShared()},
                                      weight_updater=VanillaWeightUpdater)
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("cls", [rlcollect.Collector, rlcollect.MultiSyncCollector,
+                                 rlcollect.MultiAsyncCollector, rlcollect.AsyncBatchedCollector])
+def test_torchrls_rpc_and_distributed_schemes_send_through_the_collectors_own_transport(cls: type) -> None:
+    """TorchRL's schemes rlcollect has none of (RPC, torch.distributed) are accepted on the sending
+    side: the weights reach the workers through the collector's default scheme."""
+    from torchrl.weight_update import DistributedWeightSyncScheme, RPCWeightSyncScheme
+
+    for scheme in (DistributedWeightSyncScheme(), RPCWeightSyncScheme()):
+        envs: Any = make_cartpole if cls is rlcollect.Collector else [make_cartpole]
+        schemes = {"policy": scheme}
+        with cls(envs, WeightedPolicy(scale=1.0), frames_per_batch=8, weight_sync_schemes=schemes) as c:
+            first = c.next()
+            c.update_policy_weights_(WeightedPolicy(scale=-1.0))
+            for _ in range(3):  # an asynchronous worker may hand in a batch begun before the update
+                second = c.next()
+        assert first is not None and (first["action"] == 1).all()
+        assert second is not None and (second["action"] == 0).all() and (second["policy_version"] == 1).all()
+
+
+def cartpole_env() -> EnvBase:
+    return GymEnv("CartPole-v1")
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.filterwarnings("ignore:You are using a Backend:UserWarning")  # torch.distributed's, via TorchRL
+def test_torchrls_rpc_collector_drives_rlcollect_collectors_on_its_nodes() -> None:
+    """TorchRL's RPCCollector with rlcollect.torchrl.Collector on its node: the node registers
+    TorchRL's RPC receiver scheme as TorchRL's collector does, the driver's weight updates reach it
+    (each batch's actions come from the weights of the update before it), and the run ends."""
+    from torchrl.collectors.distributed import RPCCollector
+    from torchrl.weight_update import RPCWeightSyncScheme
+
+    policy = linear_policy()
+    collector = RPCCollector([cartpole_env], policy, frames_per_batch=20, total_frames=60,
+                             collector_class=wing.Collector, launcher="mp", sync=True,
+                             weight_sync_schemes={"policy": RPCWeightSyncScheme()})
+    batches = 0
+    for batch in collector:
+        with torch.no_grad():
+            assert torch.allclose(batch["action"], policy.module(batch["observation"]))
+            policy.module.weight.add_(1.0)
+        collector.update_policy_weights_()
+        batches += 1
+    collector.shutdown()
+    assert batches == 3

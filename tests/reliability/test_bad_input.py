@@ -571,7 +571,8 @@ CASES += section(
     case("register_scheme_receiver(scheme) without a dict", receiver_on("bare"), T,
          r"register_scheme_receiver takes a dict \{model_id: WeightSyncScheme\}.*got SharedMemWeightSync"),
     case("register_scheme_receiver({'policy': 'shared'})", receiver_on("string"), T,
-         r"weight_recv_schemes\['policy'\] must be a WeightSyncScheme, got str 'shared'"),
+         r"weight_recv_schemes\['policy'\] must be a WeightSyncScheme \(or a scheme with the reference's "
+         r"init_on_receiver, connect and receive, such as TorchRL's\), got str 'shared'"),
     case("one receiver scheme on two collectors", receiver_on("twice"), RuntimeError,
          r"already feeds model 'policy' of another collector"),
     case("sender.receiver(5) of 2 workers", sender_receiver(5), V,

@@ -7,6 +7,8 @@ test_distributed.py.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -317,3 +319,53 @@ def test_every_frame_is_chosen_by_the_weights_of_its_version_with_few_copies(
             limit = 2 if collector_class is MultiSyncCollector else 3  # 2 workers
             assert collector._weights.num_copies("policy") <= limit  # type: ignore[attr-defined]
         assert len(checked_versions) >= 4
+
+
+class DrivenReceiver:
+    """A receiver scheme of the reference's API that is not rlcollect's (as TorchRL's): its sender
+    calls the collector's _receive_weights_scheme(), and receive() applies the weights through the
+    collector's update_policy_weights_, as TorchRL's schemes do."""
+
+    def __init__(self, incoming: list[TensorDictBase]) -> None:
+        self.incoming = incoming
+        self.initialized_on_receiver = self.synchronized_on_receiver = False
+        self.context: Any = None
+        self.calls: list[str] = []
+
+    def init_on_receiver(self, *, model_id: str, context: Any, worker_idx: int | None = None) -> None:
+        self.context, self.initialized_on_receiver = context, True
+        self.calls.append(f"init {model_id} {worker_idx}")
+
+    def connect(self, *, worker_idx: int | None = None) -> None:
+        self.synchronized_on_receiver = True
+        self.calls.append("connect")
+
+    def receive(self, timeout: float | None = None) -> TensorDictBase | None:
+        self.calls.append("receive")
+        if not self.incoming:
+            return None
+        weights = self.incoming.pop(0)
+        self.context.update_policy_weights_(model_id="policy", policy_or_weights=weights)
+        return weights
+
+    def shutdown(self) -> None:
+        self.calls.append("shutdown")
+
+
+@pytest.mark.parametrize("cls", [Collector, MultiSyncCollector])
+def test_a_driven_receiver_scheme_receives_only_when_its_sender_calls(cls: type) -> None:
+    """Registered as the reference registers it; never polled before a batch (a TorchRL RPC
+    receive would block there); _receive_weights_scheme() applies what it brings, one version."""
+    incoming = [TensorDict({"scale": torch.tensor(-1.0)}, [])]
+    scheme = DrivenReceiver(incoming)
+    envs: Any = make_cartpole if cls is Collector else [make_cartpole]
+    collector = cls(envs, WeightedPolicy(scale=1.0), frames_per_batch=8)
+    collector.register_scheme_receiver({"policy": scheme})
+    assert scheme.calls == ["init policy None", "connect"]
+    first = collector.next()
+    assert first is not None and (first["action"] == 1).all() and scheme.calls[-1] == "connect"
+    collector._receive_weights_scheme(model_version=4)
+    second = collector.next()
+    assert second is not None and (second["action"] == 0).all() and (second["policy_version"] == 1).all()
+    collector.shutdown()
+    assert scheme.calls == ["init policy None", "connect", "receive", "shutdown"]
