@@ -243,10 +243,11 @@ class CollectorOptions:
             checked = {model_id: check_scheme(model_id, scheme) for model_id, scheme in schemes.items()}
             schemes = {model_id: scheme for model_id, scheme in checked.items() if scheme is not None}
             known = ["policy", *(self.models or {})]
-            unknown = sorted(set(checked) - set(known))
+            unknown = sorted(k for k in set(checked) - set(known) if not k.startswith("env."))
             if unknown:
                 raise UnknownKeyError(f"weight_sync_schemes names model(s) {unknown} this collector does not "
-                                      f"have (known: {known}; add the others with models=)")
+                                      f"have (known: {known}, and paths into the env such as "
+                                      "'env.transform[0].module'; add the others with models=)")
             self._put("weight_sync_schemes", dict(schemes))
             if self.weight_updater is not None:
                 raise ValueError("give weight_sync_schemes or the legacy weight_updater, not both")
@@ -335,6 +336,7 @@ class CollectorOptions:
             check=self.check,
             obs_dtype=self.obs_dtype,
             models=dict(self.models or {}),
+            env_models=tuple(k for k in self.weight_sync_schemes or {} if k.startswith("env.")),
             action_dtype=layout_of(self.layout).action_dtype,
             register_policy_transforms=self.auto_register_policy_transforms,
         )

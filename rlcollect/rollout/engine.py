@@ -49,27 +49,12 @@ from rlcollect.policies.adapters import make_policy
 from rlcollect.rollout.config import RolloutConfig
 from rlcollect.rollout.episodes import EpisodeTracker
 from rlcollect.rollout.loop import collect_batch
+from rlcollect.rollout.models import copy_weights, env_modules, find_module
 from rlcollect.rollout.stream import StreamLoop
 
-__all__ = ["Rollout", "RolloutSpec", "compile_adapter", "copy_weights", "find_module"]
+__all__ = ["Rollout", "RolloutSpec", "compile_adapter"]
 
 _ROLLOUT_KEYS = ("frames", "batches", "traj_ids", "episodes", "envs", "pending_obs", "models", "rng")
-
-
-def find_module(models: Mapping[str, torch.nn.Module], model_id: str) -> torch.nn.Module:
-    """The module updated under ``model_id``.
-
-    Raises:
-        KeyError: unknown model id, listing the known ones.
-    """
-    if model_id not in models:
-        raise KeyError(f"unknown model id {model_id!r}; known: {sorted(models)}")
-    return models[model_id]
-
-
-def copy_weights(models: Mapping[str, torch.nn.Module]) -> dict[str, dict[str, torch.Tensor]]:
-    """A copy of every module's ``state_dict`` by model id (for a rollout's state)."""
-    return {k: {n: t.detach().clone() for n, t in m.state_dict().items()} for k, m in models.items()}
 
 
 def compile_adapter(policy: PolicyAdapter, compile_policy: bool | Mapping[str, Any]) -> None:
@@ -100,6 +85,8 @@ class RolloutSpec:
             data (see :mod:`rlcollect.data.checks`).
         models: other modules by model id whose weights can be updated (share objects with the
             policy or env factory: they are pickled together).
+        env_models: model ids that are paths into this process's env (``"env.transform[0].module"``,
+            as TorchRL's model ids address an env transform's module): found in the env once built.
         action_dtype: ``"space"``: actions are stored in the action space's dtype; ``"policy"``
             (TorchRL's layout): in the dtype the policy returns, where both are integer or bool
             dtypes (a policy's int64 one-hot action for a bool one-hot space stays int64).
@@ -121,6 +108,7 @@ class RolloutSpec:
     exploration_type: InteractionType = InteractionType.RANDOM
     policy_device: torch.device | None = None
     compile_policy: bool | Mapping[str, Any] = False
+    env_models: tuple[str, ...] = ()
     pre_collect_hook: Callable[[], None] | None = None
     post_collect_hook: Callable[[Any], None] | None = None
     check: str = "full"
@@ -214,7 +202,7 @@ class Rollout:
         self._scratch = BatchBuffers.allocate(self.layout, self.num_envs, 1)  # resets write here
         self.frames = self.batches = 0
         self.collect_seconds = 0.0
-        self.models: dict[str, torch.nn.Module] = dict(spec.models)
+        self.models: dict[str, torch.nn.Module] = {**spec.models, **env_modules(self.envs, spec.env_models)}
         if self.policy.module is not None:
             self.models["policy"] = self.policy.module
 

@@ -39,8 +39,9 @@ from rlcollect.data.buffers import BatchBuffers
 from rlcollect.data.checks import BadDataError
 from rlcollect.data.trajectories import TrajectoryIds
 from rlcollect.envs.torchrl_tensordict import TensorDictEnv
-from rlcollect.rollout.engine import POLICY_FROM_SPEC, RolloutSpec, build_policy, copy_weights, find_module
+from rlcollect.rollout.engine import POLICY_FROM_SPEC, RolloutSpec, build_policy
 from rlcollect.rollout.episodes import EpisodeTracker
+from rlcollect.rollout.models import copy_weights, env_modules, find_module
 
 __all__ = ["TensorDictRollout"]
 
@@ -91,7 +92,7 @@ class TensorDictRollout:
             envs.prepare_policy(self.user_policy)
         module = self.user_policy if isinstance(self.user_policy, torch.nn.Module) else None
         self.policy = _Policy(self.user_policy, module)
-        self.models: dict[str, torch.nn.Module] = dict(spec.models)
+        self.models: dict[str, torch.nn.Module] = {**spec.models, **env_modules(self.envs, spec.env_models)}
         if module is not None:
             self.models["policy"] = module
         self.env_offset = env_offset  # this process's first env among the collector's (seeds, statistics)

@@ -16,7 +16,7 @@ torchrl = pytest.importorskip("torchrl", reason="the torchrl extra is not instal
 pytestmark = [pytest.mark.filterwarnings("ignore:trajs_per_batch:FutureWarning"),
               pytest.mark.filterwarnings("ignore:the env lacks transforms the policy needs:FutureWarning")]
 
-from tensordict import TensorDictBase  # noqa: E402
+from tensordict import TensorDict, TensorDictBase  # noqa: E402
 from tensordict.nn import TensorDictModule  # noqa: E402
 from torchrl.collectors import Evaluator as TorchRLEvaluator  # noqa: E402
 from torchrl.collectors import MultiSyncCollector as TorchRLMultiSync  # noqa: E402
@@ -286,3 +286,50 @@ def test_torchrls_rpc_collector_drives_rlcollect_collectors_on_its_nodes() -> No
         batches += 1
     collector.shutdown()
     assert batches == 3
+
+
+def identity_module() -> TensorDictModule:
+    linear = torch.nn.Linear(3, 3)
+    with torch.no_grad():
+        linear.weight.copy_(torch.eye(3))
+        linear.bias.zero_()
+    return TensorDictModule(linear, in_keys=["observation"], out_keys=["observation"])
+
+
+def pendulum_with_module() -> EnvBase:
+    from torchrl.envs.transforms.module import ModuleTransform
+
+    transform = ModuleTransform(module_factory=identity_module, no_grad=True)
+    return GymEnv("Pendulum-v1").append_transform(transform)
+
+
+def pendulum_policy() -> TensorDictModule:
+    return TensorDictModule(torch.nn.Linear(3, 1), in_keys=["observation"], out_keys=["action"])
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.filterwarnings("ignore:state_dict strategy is experimental:UserWarning")  # TorchRL's, as written
+@pytest.mark.parametrize("cls", [wing.Collector, wing.MultiSyncCollector])
+def test_model_ids_into_the_envs_transforms_as_torchrls_example(cls: type) -> None:
+    """TorchRL's multi-weight example: "env.transform[0].module" addresses each env's
+    ModuleTransform (in each worker's own env); one weights_dict update changes it and the policy
+    together, from the next batch on (zeros: the observations and the actions become 0)."""
+    from torchrl.weight_update import MultiProcessWeightSyncScheme
+
+    schemes = {"policy": MultiProcessWeightSyncScheme(strategy="state_dict"),
+               "env.transform[0].module": MultiProcessWeightSyncScheme(strategy="tensordict")}
+    envs: Any = pendulum_with_module if cls is wing.Collector else [pendulum_with_module] * 2
+    collector = cls(envs, pendulum_policy(), frames_per_batch=40, total_frames=160, max_frames_per_traj=50,
+                    weight_sync_schemes=schemes)
+    zeros = {"policy": TensorDict.from_module(pendulum_policy()).data.zero_(),
+             "env.transform[0].module": TensorDict.from_module(identity_module()).data.zero_()}
+    zeroed = []
+    for index, batch in enumerate(collector):
+        zeroed.append(bool((batch["next", "observation"] == 0).all() and (batch["action"] == 0).all()))
+        if index == 1:
+            collector.update_policy_weights_(weights_dict=zeros)
+    collector.shutdown()
+    assert zeroed == [False, False, True, True]
+    with pytest.raises(KeyError, match=r"model id 'env.transform\[5\].module' does not resolve in the env"):
+        wing.Collector(pendulum_with_module, pendulum_policy(), frames_per_batch=8, max_frames_per_traj=50,
+                       weight_sync_schemes={"env.transform[5].module": MultiProcessWeightSyncScheme()})

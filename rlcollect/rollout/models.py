@@ -1,0 +1,62 @@
+"""The modules a rollout updates by model id: the policy's, those given as ``models``, and those
+found in the env by path (:func:`env_modules`); their lookup and copy.
+
+Examples:
+    >>> import torch
+    >>> models = {"policy": torch.nn.Linear(2, 1)}
+    >>> find_module(models, "policy").out_features
+    1
+    >>> sorted(copy_weights(models)["policy"])
+    ['bias', 'weight']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from rlcollect.data.attributes import resolve_path
+from rlcollect.envs.base import source_env
+
+__all__ = ["copy_weights", "env_modules", "find_module"]
+
+
+def find_module(models: Mapping[str, torch.nn.Module], model_id: str) -> torch.nn.Module:
+    """The module updated under ``model_id``.
+
+    Raises:
+        KeyError: unknown model id, listing the known ones.
+    """
+    if model_id not in models:
+        raise KeyError(f"unknown model id {model_id!r}; known: {sorted(models)}")
+    return models[model_id]
+
+
+def copy_weights(models: Mapping[str, torch.nn.Module]) -> dict[str, dict[str, torch.Tensor]]:
+    """A copy of every module's ``state_dict`` by model id (for a rollout's state)."""
+    return {k: {n: t.detach().clone() for n, t in m.state_dict().items()} for k, m in models.items()}
+
+
+def env_modules(envs: Any, paths: Sequence[str]) -> dict[str, torch.nn.Module]:
+    """The modules at ``paths`` from the env (``"env.transform[0].module"``: attributes and
+    ``[literal]`` subscripts from the env object, as TorchRL's model ids address them).
+
+    Raises:
+        KeyError: a path that does not resolve in this env.
+        TypeError: a path to something that is not an ``nn.Module``.
+    """
+    env = source_env(envs)
+    found: dict[str, torch.nn.Module] = {}
+    for path in paths:
+        try:
+            module = resolve_path(SimpleNamespace(env=env), path)
+        except (AttributeError, KeyError, IndexError, TypeError) as error:
+            raise KeyError(f"model id {path!r} does not resolve in the env ({type(env).__name__}): {error}"
+                           ) from None
+        if not isinstance(module, torch.nn.Module):
+            raise TypeError(f"model id {path!r} is {type(module).__name__} in the env, not an nn.Module")
+        found[path] = module
+    return found
