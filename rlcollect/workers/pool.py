@@ -81,6 +81,7 @@ class WorkerPool:
         self._seed_stride = restart_seed_stride
         self.num_workers = num_workers
         self.restarts = [0] * num_workers
+        self.causes: list[list[str]] = [[] for _ in range(num_workers)]  # each failure counted, in order
         self.next_traj_id = [traj_start] * num_workers
         self.infos: list[WorkerInfo | None] = [None] * num_workers
         self._profile: ProfileConfig | None = None
@@ -130,18 +131,28 @@ class WorkerPool:
                 return answers
 
     def _await_ready(self, worker: int, deadline: float) -> None:
+        problem = self._start_problem(worker, deadline)
+        if problem is not None:
+            failure, what = problem
+            if failure is None and what.startswith("did not start"):
+                raise TimeoutError(f"worker {worker} {what}")
+            self._raise(worker, failure, what)
+
+    def _start_problem(self, worker: int, deadline: float) -> tuple[WorkerFailure | None, str] | None:
+        """Wait for ``worker``'s start by ``deadline``: ``None`` once it is ready, else why it did
+        not start (the worker is stopped then)."""
         answers = self._wait([worker], max(0.0, deadline - time.monotonic()))
         if not answers:
             hint = getattr(self.transport, "start_hint", None)  # what the worker waits for, if known
             why = hint(worker) if hint is not None else ""
             self.transport.stop(worker, 0.0)
-            raise TimeoutError(f"worker {worker} did not start within start_timeout={self.start_timeout} s"
-                               f"{why}")
+            return None, f"did not start within start_timeout={self.start_timeout} s{why}"
         kind, payload = answers[0][1]
         if kind != "ready":
             self.transport.stop(worker, 0.0)
-            self._raise(worker, payload if kind == "error" else None, str(payload))
+            return (payload if kind == "error" else None), str(payload)
         self.infos[worker] = payload
+        return None
 
     # -- commands -------------------------------------------------------------------------------
     def collect(self, worker: int, argument: Any) -> None:
@@ -218,40 +229,68 @@ class WorkerPool:
 
     # -- failures -------------------------------------------------------------------------------
     def _restart(self, worker: int, failure: WorkerFailure | None, what: str) -> None:
-        self._check_open()
-        self.transport.stop(worker, 0.0)
-        self.restarts[worker] += 1
-        what = failure.message if failure else what
-        if self.restarts[worker] > self.max_restarts:
-            self._in_flight.pop(worker, None)
-            self._raise(worker, failure, what)
-        warnings.warn(
-            f"rlcollect worker {worker} failed ({what}); restarting it with fresh envs "
-            f"(restart {self.restarts[worker]} of {self.max_restarts})",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-        setup = self._setup(worker)  # built now: the current weights
-        seed = None if setup.seed is None else setup.seed + self._seed_stride * self.restarts[worker]
-        deadline = time.monotonic() + self.start_timeout
-        self._spawn(worker, dataclasses.replace(
-            setup, seed=seed, traj_start=self.next_traj_id[worker], profile=self._profile), deadline)
-        self._await_ready(worker, deadline)
+        """Replace ``worker`` after it failed; a failure of the replacement while it starts takes
+        one more restart from the worker's budget. Past the budget the last error is raised, with
+        every cause in order."""
+        while True:
+            self._check_open()
+            self.transport.stop(worker, 0.0)
+            self.restarts[worker] += 1
+            what = failure.message if failure else what
+            self.causes[worker].append(f"{failure.error_type}: {what}" if failure else what)
+            if self.restarts[worker] > self.max_restarts:
+                self._in_flight.pop(worker, None)
+                self._raise(worker, failure, what)
+            warnings.warn(
+                f"rlcollect {self._noun} {worker} failed ({what}); restarting it with fresh envs "
+                f"(restart {self.restarts[worker]} of {self.max_restarts})",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            setup = self._setup(worker)  # built now: the current weights
+            seed = None if setup.seed is None else setup.seed + self._seed_stride * self.restarts[worker]
+            deadline = time.monotonic() + self.start_timeout
+            self._spawn(worker, dataclasses.replace(
+                setup, seed=seed, traj_start=self.next_traj_id[worker], profile=self._profile), deadline)
+            problem = self._start_problem(worker, deadline)
+            if problem is None:
+                break
+            failure, what = problem
         if worker in self._in_flight:  # its batch was lost: collect it again
             self.collect(worker, self._in_flight[worker][0])
 
     def _raise(self, worker: int, failure: WorkerFailure | None, what: str = "") -> None:
+        history = self._history(worker)
         if failure is not None and failure.error is not None:
             error = failure.error
-            note = f"raised in rlcollect worker {worker}; its traceback:\n{failure.traceback}"
+            note = f"raised in rlcollect {self._noun} {worker}{history}; its traceback:\n{failure.traceback}"
             if hasattr(error, "add_note"):  # Python >= 3.11
                 error.add_note(note)
                 raise error
             raise error from RuntimeError(note)
         if failure is not None:
-            raise RuntimeError(f"worker {worker}: {failure.error_type}: {failure.message}\n"
+            raise RuntimeError(f"{self._noun} {worker}: {failure.error_type}: {failure.message}{history}\n"
                                f"{failure.traceback}")
-        raise RuntimeError(f"rlcollect worker {worker} failed past max_worker_restarts: {what}")
+        raise RuntimeError(f"rlcollect {self._noun} {worker} failed past {self._budget}={self.max_restarts}: "
+                           f"{what}{history}")
+
+    @property
+    def _noun(self) -> str:
+        return "actor" if getattr(self.transport, "kind", "") == "ray" else "worker"
+
+    @property
+    def _budget(self) -> str:
+        return "max_actor_restarts" if self._noun == "actor" else "max_worker_restarts"
+
+    def _history(self, worker: int) -> str:
+        """Where the worker ran and every failure that counted against its budget, in order."""
+        info = self.infos[worker]
+        where = f" on {info.hostname}" if info is not None and getattr(info, "hostname", None) else ""
+        causes = self.causes[worker]
+        if len(causes) < 2:
+            return where
+        listed = "; ".join(f"{number}. {cause}" for number, cause in enumerate(causes, 1))
+        return f"{where} (failures, past {self._budget}={self.max_restarts}: {listed})"
 
     # -- stopping -------------------------------------------------------------------------------
     def close_soon(self) -> None:

@@ -221,6 +221,39 @@ def test_killed_actor_and_broken_env_are_restarted_and_collection_goes_on(tmp_pa
     assert_all_gone(pids)
 
 
+class ReplacementFailsOnceEnv(FailsOnceEnv):
+    """Breaks once in a step (as :class:`FailsOnceEnv`); then the first env built after that fails
+    to build, once: the replacement actor fails while it starts."""
+
+    def __init__(self, bad_uid: int, marker: str) -> None:
+        if os.path.exists(marker) and not os.path.exists(marker + ".built"):
+            Path(marker + ".built").touch()
+            raise OSError("the replacement's env could not be built")
+        super().__init__(bad_uid, marker)
+
+
+@pytest.mark.timeout(150)
+def test_a_failure_while_the_replacement_starts_counts_one_restart(tmp_path: Path) -> None:
+    """One actor: its env breaks, then its replacement fails while it starts: two restarts of the
+    budget, and collection goes on; past the budget, the error names the actor, its node, every
+    cause in order and max_actor_restarts."""
+    env = functools.partial(ReplacementFailsOnceEnv, bad_uid=0, marker=str(tmp_path / "broke"))
+    with RayCollector(env, None, num_collectors=1, frames_per_batch=4, total_frames=40, seed=0,
+                      max_actor_restarts=2) as collector, warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        batches = list(collector)
+        assert collector.stats().restarts == 2 and len(batches) == 10
+    env = functools.partial(ReplacementFailsOnceEnv, bad_uid=0, marker=str(tmp_path / "again"))
+    collector = RayCollector(env, None, num_collectors=1, frames_per_batch=4, seed=0, max_actor_restarts=1)
+    with pytest.raises(OSError, match="could not be built") as info, warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for _ in collector:
+            pass
+    notes = "".join(getattr(info.value, "__notes__", []))
+    assert "raised in rlcollect actor 0 on " in notes
+    assert "past max_actor_restarts=1: 1. EnvBroke: env 0 broke; 2. OSError: the replacement's env" in notes
+
+
 @pytest.mark.timeout(120)
 def test_async_batches_then_past_the_restart_budget_the_original_error_is_raised() -> None:
     env = functools.partial(CountingEnv, fail_at=40)  # each actor's 5th batch of 10 steps fails

@@ -178,3 +178,51 @@ def test_a_worker_answers_errors_instead_of_raising() -> None:
     kind, failure = worker.handle("collect", (0, False, None))
     assert kind == "error" and failure.error_type == "EnvBroke" and "envs_for_tests.py" in failure.traceback
     assert worker.handle("dance", None)[0] == "error"
+
+
+FAIL_NEXT_BUILD = [0]  # envs whose construction raises next (this process builds the fake workers)
+
+
+def flaky_env(**kwargs: Any) -> CountingEnv:
+    if FAIL_NEXT_BUILD[0]:
+        FAIL_NEXT_BUILD[0] -= 1
+        raise OSError("the replacement's env could not be built")
+    return CountingEnv(episode_length=3, **kwargs)
+
+
+def test_a_failure_while_the_replacement_starts_takes_one_more_restart() -> None:
+    """Killed, then the replacement's env build fails once: two restarts of a budget of two, and
+    the lost batch comes from the third process; with a budget of one, the start failure is raised
+    with every cause in order and the option that bounds them."""
+    transport = FakeTransport()
+    built = setups(flaky_env)
+    pool = WorkerPool(transport, built.__getitem__, len(built), timeout=0.2, max_restarts=2,
+                      restart_seed_stride=2 * ENVS)
+    pool.start()
+    pool.collect(0, (0, False, None))
+    transport.kill(0)
+    FAIL_NEXT_BUILD[0] = 1
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        (worker, report), = pool.wait([0])
+    assert worker == 0 and pool.restarts == [2, 0]
+    assert [str(w.message).split(";")[0] for w in caught] == [
+        "rlcollect worker 0 failed (killed by the test)",
+        "rlcollect worker 0 failed (the replacement's env could not be built)"]
+    assert observations(report)[:, 0, 1].tolist() == [0.0, 0.0]  # a whole batch from fresh envs
+
+    transport = FakeTransport()
+    pool = WorkerPool(transport, built.__getitem__, len(built), timeout=0.2, max_restarts=1,
+                      restart_seed_stride=2 * ENVS)
+    pool.start()
+    pool.collect(0, (0, False, None))
+    transport.kill(0)
+    FAIL_NEXT_BUILD[0] = 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        with pytest.raises(OSError, match="could not be built") as info:
+            pool.wait([0])
+    notes = "".join(info.value.__notes__)
+    assert ("raised in rlcollect worker 0 on " in notes and "(failures, past max_worker_restarts=1: "
+            "1. killed by the test; 2. OSError: the replacement's env could not be built)" in notes)
+    assert FAIL_NEXT_BUILD == [0]
