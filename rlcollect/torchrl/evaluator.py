@@ -7,16 +7,18 @@ string looked up in :mod:`rlcollect.torchrl` instead of ``torchrl.collectors``. 
 imports TorchRL (``pip install rlcollect[torchrl]``).
 
 Examples:
+    >>> import warnings
     >>> import torch
     >>> from tensordict.nn import TensorDictModule
     >>> from torchrl.envs import GymEnv
     >>> from rlcollect.torchrl import Evaluator
     >>> env = GymEnv("CartPole-v1")
-    >>> env.set_seed(0)
-    >>> policy = TensorDictModule(lambda obs: (obs[..., 2:3] > 0).long(), in_keys=["observation"],
-    ...                           out_keys=["action"])
+    >>> _ = env.set_seed(0)
+    >>> policy = TensorDictModule(torch.nn.Linear(4, 2), in_keys=["observation"], out_keys=["action"])
     >>> evaluator = Evaluator(env, policy, num_trajectories=2, max_steps=100)
-    >>> metrics = evaluator.evaluate()
+    >>> with warnings.catch_warnings():  # TorchRL 0.14's notices of its coming defaults
+    ...     warnings.simplefilter("ignore", FutureWarning)
+    ...     metrics = evaluator.evaluate()
     >>> metrics["eval/num_episodes"]
     2
     >>> evaluator.shutdown()

@@ -190,18 +190,23 @@ def flaky_env(**kwargs: Any) -> CountingEnv:
     return CountingEnv(episode_length=3, **kwargs)
 
 
+def killed_then_replacement_fails(max_restarts: int) -> WorkerPool:
+    """A pool whose worker 0 is killed mid-batch and whose replacement's env build then fails once."""
+    built = setups(flaky_env)
+    pool = WorkerPool(FakeTransport(), built.__getitem__, len(built), timeout=0.2, max_restarts=max_restarts,
+                      restart_seed_stride=2 * ENVS)
+    pool.start()
+    pool.collect(0, (0, False, None))
+    pool.transport.kill(0)  # type: ignore[attr-defined]
+    FAIL_NEXT_BUILD[0] = 1
+    return pool
+
+
 def test_a_failure_while_the_replacement_starts_takes_one_more_restart() -> None:
     """Killed, then the replacement's env build fails once: two restarts of a budget of two, and
     the lost batch comes from the third process; with a budget of one, the start failure is raised
     with every cause in order and the option that bounds them."""
-    transport = FakeTransport()
-    built = setups(flaky_env)
-    pool = WorkerPool(transport, built.__getitem__, len(built), timeout=0.2, max_restarts=2,
-                      restart_seed_stride=2 * ENVS)
-    pool.start()
-    pool.collect(0, (0, False, None))
-    transport.kill(0)
-    FAIL_NEXT_BUILD[0] = 1
+    pool = killed_then_replacement_fails(max_restarts=2)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         (worker, report), = pool.wait([0])
@@ -211,13 +216,7 @@ def test_a_failure_while_the_replacement_starts_takes_one_more_restart() -> None
         "rlcollect worker 0 failed (the replacement's env could not be built)"]
     assert observations(report)[:, 0, 1].tolist() == [0.0, 0.0]  # a whole batch from fresh envs
 
-    transport = FakeTransport()
-    pool = WorkerPool(transport, built.__getitem__, len(built), timeout=0.2, max_restarts=1,
-                      restart_seed_stride=2 * ENVS)
-    pool.start()
-    pool.collect(0, (0, False, None))
-    transport.kill(0)
-    FAIL_NEXT_BUILD[0] = 1
+    pool = killed_then_replacement_fails(max_restarts=1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         with pytest.raises(OSError, match="could not be built") as info:
