@@ -157,15 +157,15 @@ def check_env(name: str, value: Any) -> None:
 
 def check_scheme(model_id: str, value: Any) -> WeightSyncScheme | None:
     """A weight-sync scheme; TorchRL's schemes become this package's scheme of the same name, and
-    ``None`` (the collector's default scheme) for those it has none of (TorchRL's RPC or
-    torch.distributed ones: rlcollect's workers are reached through their own transport)."""
+    TorchRL's RPC and torch.distributed ones ``None`` (the collector's default scheme: rlcollect
+    reaches its own workers through its own transport)."""
     if isinstance(value, WeightSyncScheme):
         return value
     ours = getattr(schemes_module, type(value).__name__, None)
     if type(value).__module__.startswith("torchrl."):
         if isinstance(ours, type) and issubclass(ours, WeightSyncScheme):
             return ours(getattr(value, "strategy_str", "tensordict"))
-        if callable(getattr(value, "init_on_sender", None)):
+        if type(value).__name__ in ("RPCWeightSyncScheme", "DistributedWeightSyncScheme"):
             return None
     raise TypeError(f"weight_sync_schemes[{model_id!r}] must be a WeightSyncScheme, got "
                     f"{type(value).__name__} {short_repr(value)}")

@@ -116,8 +116,10 @@ class _InnerGymEnv(gym.ActionWrapper):
         self.holds = holds
 
     def action(self, action: Any) -> Any:
-        # as TorchRL's OneHot spec reads it: whole numbers first (float scores truncate), then argmax
-        return int(np.asarray(action).astype(np.int64).argmax()) if self._one_hot else action
+        if not self._one_hot:
+            return action
+        action = np.asarray(action)  # as TorchRL's OneHot spec reads it: float scores truncate first
+        return int((action.astype(np.int64) if action.dtype.kind == "f" else action).argmax())
 
 
 def _gym_env_in_process(create_env_fn: Any, kwargs: dict[str, Any], action_space: spaces.Space[Any]) -> Any:
