@@ -60,11 +60,12 @@ class BaseCollector(BackgroundCollection, WeightApi, RemoteApi, ProfileApi, Iter
     cudagraphed_policy: bool = False
     verbose: bool = False
 
+    _compiled_policy: bool | None = None  # set by a subclass; else read from the options
     @property
     def compiled_policy(self) -> bool:
         """Whether the policy runs ``torch.compile``-d (``compile_policy``); settable."""
-        if "_compiled_policy" in vars(self):
-            return bool(vars(self)["_compiled_policy"])
+        if self._compiled_policy is not None:
+            return self._compiled_policy
         options = getattr(self, "options", None)
         return bool(options is not None and options.compile_policy)
 

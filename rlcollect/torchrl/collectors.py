@@ -25,7 +25,6 @@ import torch
 from rlcollect import collectors
 from rlcollect.collectors import BaseCollector
 from rlcollect.collectors.checks import check_flag, check_int
-from rlcollect.collectors.pool_requests import WorkerRequests
 from rlcollect.data.formats import TorchRLLayout
 from rlcollect.envs.torchrl_env import dump_env_transform
 from rlcollect.policies.devices import warn_unmovable
@@ -127,18 +126,24 @@ class DataCollectorBase(BaseCollector, metaclass=_Deprecated):
     """TorchRL's name from before 0.11 for :class:`~rlcollect.BaseCollector`: subclass it as that."""
 
 
-def _map_fn(self: Any, method_name: str, list_of_args: Any = None, list_of_kwargs: Any = None) -> list[Any]:
-    """``map_fn`` whose workers answer ``get_policy_version`` with None where the collector does
-    (TorchRL's layout without ``track_policy_version``), as TorchRL's workers."""
-    results: list[Any] = WorkerRequests.map_fn(self, method_name, list_of_args, list_of_kwargs)
-    if method_name == "get_policy_version" and self.policy_version is None:
-        return [None] * len(results)
-    return results
+class _WorkerCalls:
+    """TorchRL's view of a collector's workers, shared by the multi-process collectors here: its
+    ``stats`` and ``state_dict`` entries per worker, ``map_fn`` and ``_dump_env_transform``."""
 
+    stats = worker_stats
+    state_dict = worker_state_dict
 
-def _dump_in_workers(self: Any, step: int | None = None) -> None:
-    """TorchRL's ``_dump_env_transform``: each worker's env transform writes what it gathered."""
-    self.map_fn("_dump_env_transform", list_of_kwargs=[{"step": step}] * self.num_workers)
+    def map_fn(self, method_name: str, list_of_args: Any = None, list_of_kwargs: Any = None) -> list[Any]:
+        """``map_fn`` whose workers answer ``get_policy_version`` with None where the collector does
+        (TorchRL's layout without ``track_policy_version``), as TorchRL's workers."""
+        results: list[Any] = super().map_fn(method_name, list_of_args, list_of_kwargs)  # type: ignore[misc]
+        if method_name == "get_policy_version" and getattr(self, "policy_version", None) is None:
+            return [None] * len(results)
+        return results
+
+    def _dump_env_transform(self, step: int | None = None) -> None:
+        """TorchRL's call: each worker's env transform writes what it gathered."""
+        self.map_fn("_dump_env_transform", list_of_kwargs=[{"step": step}] * getattr(self, "num_workers", 1))
 
 
 class _CollectorType(abc.ABCMeta):
@@ -221,7 +226,7 @@ class MultiCollector(BaseCollector, metaclass=_MultiCollectorType):
     instances of this class."""
 
 
-class MultiSyncCollector(_PrivateKeys, collectors.MultiSyncCollector, MultiCollector):
+class MultiSyncCollector(_PrivateKeys, _WorkerCalls, collectors.MultiSyncCollector, MultiCollector):  # type: ignore[misc]  # TorchRL's stats()
     """:class:`rlcollect.MultiSyncCollector` with TorchRL's batch layout and arguments; a batch is
     grouped by worker as ``cat_results`` says (``"stack"`` by default, as in TorchRL).
     ``frames_per_batch`` may be a list, one (equal) count per worker: a batch holds their sum."""
@@ -231,13 +236,9 @@ class MultiSyncCollector(_PrivateKeys, collectors.MultiSyncCollector, MultiColle
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         _torchrl_init(self, collectors.MultiSyncCollector, args, kwargs)
 
-    stats = worker_stats  # type: ignore[assignment]  # TorchRL's signature and dict
-    state_dict = worker_state_dict
-    _dump_env_transform = _dump_in_workers
-    map_fn = _map_fn
 
 
-class MultiAsyncCollector(_PrivateKeys, collectors.MultiAsyncCollector, MultiCollector):
+class MultiAsyncCollector(_PrivateKeys, _WorkerCalls, collectors.MultiAsyncCollector, MultiCollector):  # type: ignore[misc]  # TorchRL's stats()
     """:class:`rlcollect.MultiAsyncCollector` with TorchRL's batch layout and arguments.
     ``frames_per_batch`` may be a list of one count per worker: as in TorchRL 0.14, each worker's
     batches then hold their sum."""
@@ -254,10 +255,6 @@ class MultiAsyncCollector(_PrivateKeys, collectors.MultiAsyncCollector, MultiCol
 
     accepted_arguments = collectors.MultiAsyncCollector.accepted_arguments | _CORE_OPTIONS
 
-    stats = worker_stats  # type: ignore[assignment]  # TorchRL's signature and dict
-    state_dict = worker_state_dict
-    _dump_env_transform = _dump_in_workers
-    map_fn = _map_fn
 
 
 class AsyncCollector(MultiAsyncCollector):

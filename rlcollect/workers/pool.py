@@ -285,7 +285,7 @@ class WorkerPool:
     def _history(self, worker: int) -> str:
         """Where the worker ran and every failure that counted against its budget, in order."""
         info = self.infos[worker]
-        where = f" on {info.hostname}" if info is not None and getattr(info, "hostname", None) else ""
+        where = f" on {info.hostname}" if info is not None else ""
         causes = self.causes[worker]
         if len(causes) < 2:
             return where
