@@ -78,7 +78,9 @@ class RayCollector(PooledCollector):
         max_actor_restarts: restarts allowed per actor (it died, its env raised, or it hung for
             ``timeout``); past them the original error is raised here.
         timeout: seconds an actor may take to collect one batch before it is deemed hung.
-        start_timeout: seconds an actor may take to start or restart (placement, imports, envs).
+        start_timeout: seconds an actor may take to start or restart (placement, imports, envs);
+            a replacement not ready by then counts as one more failure of the actor. Other actors
+            keep delivering while one restarts (``sync=False``).
         **arguments: the :class:`~rlcollect.collectors.arguments.SharedArguments`: ``seed``,
             ``check`` and ``obs_dtype`` apply in each actor; ``postproc``, ``split_trajs``,
             ``return_same_td``, ``storing_device``, ``post_collect_hook``, ``trajs_per_batch`` and

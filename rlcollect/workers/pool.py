@@ -2,10 +2,14 @@
 
 Every wait has a timeout and notices a dead worker at once (a process's sentinel, a Ray actor's
 error); a worker that does not start within ``start_timeout`` seconds, or stops answering a command
-for ``timeout`` seconds, is deemed hung. Either is replaced
-by a fresh worker (fresh envs, the next block of seeds, trajectory ids after the ones it handed
-out, the current weights) and its interrupted ``collect`` is sent again, up to ``max_restarts``
-times; after that its original exception is raised here.
+for ``timeout`` seconds, is deemed hung. Either is replaced by a fresh worker (fresh envs, the next
+block of seeds, trajectory ids after the ones it handed out, the current weights) and its
+interrupted ``collect`` is sent again once the replacement is ready, up to ``max_restarts`` times;
+after that its original exception is raised here (see
+:class:`~rlcollect.workers.failures.FailureLog`). A replacement is not waited for where it fails:
+its start is awaited with the other workers' batches, so they keep coming meanwhile (a Ray actor
+waiting for a node with room holds up nobody but those waiting for its own batch), and its failure
+to start takes one more restart.
 
 Reports that arrived but were not consumed yet (drained before a ``state_dict``, or the rest of
 several that arrived together) are kept in order and count as busy: :meth:`WorkerPool.pending`
@@ -27,6 +31,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from rlcollect.rollout.profiling import ProfileConfig
+from rlcollect.workers.failures import FailureLog
 from rlcollect.workers.transport import Transport
 from rlcollect.workers.worker import BatchReport, WorkerFailure, WorkerInfo, WorkerSetup
 
@@ -36,6 +41,8 @@ __all__ = ["PoolClosed", "WorkerPool"]
 _SLICE = 0.1
 #: after the grace period, how long terminated (then killed) workers are given to exit
 _KILL_WAIT = 0.5
+#: how long a replacement may take to start before the pool looks (once) at what it waits for
+_TELL_AFTER = 2.0
 
 
 class PoolClosed(RuntimeError):
@@ -80,13 +87,14 @@ class WorkerPool:
         self.start_timeout = timeout if start_timeout is None else start_timeout
         self._seed_stride = restart_seed_stride
         self.num_workers = num_workers
-        self.restarts = [0] * num_workers
-        self.causes: list[list[str]] = [[] for _ in range(num_workers)]  # each failure counted, in order
+        self.failures = FailureLog(num_workers, max_restarts, getattr(transport, "kind", "process"))
+        self.restarts, self.causes = self.failures.restarts, self.failures.causes
         self.next_traj_id = [traj_start] * num_workers
         self.infos: list[WorkerInfo | None] = [None] * num_workers
         self._profile: ProfileConfig | None = None
         self._in_flight: dict[int, tuple[Any, float]] = {}  # worker -> (collect argument, sent at)
         self._stash: list[tuple[int, BatchReport]] = []  # reports arrived but not consumed
+        self._starting: dict[int, tuple[float, float, bool]] = {}  # replacement -> (began, deadline, told)
         self.started = self.closed = False
         self._closing = threading.Event()  # set first by shutdown: every wait gives up
         self._lock = threading.RLock()  # held while a worker is spawned: shutdown waits for it
@@ -143,8 +151,7 @@ class WorkerPool:
         not start (the worker is stopped then)."""
         answers = self._wait([worker], max(0.0, deadline - time.monotonic()))
         if not answers:
-            hint = getattr(self.transport, "start_hint", None)  # what the worker waits for, if known
-            why = hint(worker) if hint is not None else ""
+            why = self._start_hint(worker)
             self.transport.stop(worker, 0.0)
             return None, f"did not start within start_timeout={self.start_timeout} s{why}"
         kind, payload = answers[0][1]
@@ -163,6 +170,8 @@ class WorkerPool:
     def request(self, worker: int, command: str, argument: Any = None) -> Any:
         """Send a control command and return the worker's answer (an error is raised)."""
         self._check_open()
+        while worker in self._starting:  # a replacement answers its start first
+            self._stash.extend(self._wait_in_flight([worker]))
         self.transport.send(worker, (command, argument))
         answers = self._wait([worker], self.timeout)
         if not answers:
@@ -205,92 +214,112 @@ class WorkerPool:
         return first
 
     def _wait_in_flight(self, workers: list[int]) -> list[tuple[int, BatchReport]]:
+        """Until one of ``workers`` reports a batch; a failed worker is replaced meanwhile without
+        waiting for its replacement, which joins the wait (so the others' batches keep coming)."""
         if not workers:
             raise RuntimeError("waiting for batches, but none is being collected")
         while True:
-            deadline = min(self._in_flight[w][1] for w in workers) + self.timeout
-            answers = self._wait(workers, max(0.0, deadline - time.monotonic()))
+            answers = self._wait(workers, max(0.0, min(map(self._due, workers)) - time.monotonic()))
             if self.check is not None:
                 self.check()
             reports = []
             for worker, (kind, payload) in answers:
-                if kind == "done":
+                if worker in self._starting:
+                    self._started(worker, kind, payload)
+                elif kind == "done":
                     self._in_flight.pop(worker)
                     self.next_traj_id[worker] = payload.next_traj_id
                     reports.append((worker, payload))
                 else:
                     self._restart(worker, payload if kind == "error" else None, str(payload))
-            if not answers:
-                for worker in workers:
-                    if time.monotonic() - self._in_flight[worker][1] >= self.timeout:
-                        self._restart(worker, None, f"no answer within timeout={self.timeout} s")
+            for worker in workers:  # hung, not started in time, or a look at why it waits
+                if worker in self._in_flight and time.monotonic() >= self._due(worker):
+                    self._check_due(worker)
             if reports:
                 return reports
 
+    def _due(self, worker: int) -> float:
+        """When ``worker`` must have answered: its start, its batch, or a look at why it waits."""
+        if worker in self._starting:
+            began, deadline, told = self._starting[worker]
+            return deadline if told else min(deadline, began + _TELL_AFTER)
+        return self._in_flight[worker][1] + self.timeout
+
+    def _check_due(self, worker: int) -> None:
+        """Restart ``worker``, past its start or batch time, or say once why its replacement waits
+        (a Ray actor waiting for resources)."""
+        now = time.monotonic()
+        if worker not in self._starting:
+            self._restart(worker, None, f"no answer within timeout={self.timeout} s")
+            return
+        began, deadline, told = self._starting[worker]
+        if now >= deadline:
+            self._restart(worker, None, f"its replacement did not start within start_timeout="
+                                        f"{self.start_timeout} s{self._start_hint(worker)}")
+        elif not told:
+            self._starting[worker] = (began, deadline, True)
+            waits = getattr(self.transport, "waits_for", None)
+            why = waits(worker) if waits is not None else ""
+            if why:
+                warnings.warn(f"rlcollect {self._noun} {worker}'s replacement has not started after "
+                              f"{now - began:.1f} s{why}; the other {self._noun}s go on meanwhile, and it "
+                              f"may wait up to start_timeout={self.start_timeout} s",
+                              RuntimeWarning, stacklevel=4)
+
+    def _started(self, worker: int, kind: str, payload: Any) -> None:
+        """The replacement of ``worker`` answered its start: it collects the lost batch again, or
+        its failure takes one more restart."""
+        del self._starting[worker]
+        if kind != "ready":
+            self._restart(worker, payload if kind == "error" else None, str(payload))
+            return
+        self.infos[worker] = payload
+        self.collect(worker, self._in_flight[worker][0])
+
+    def _start_hint(self, worker: int) -> str:
+        hint = getattr(self.transport, "start_hint", None)  # what the worker waits for, if known
+        return hint(worker) if hint is not None else ""
+
     # -- failures -------------------------------------------------------------------------------
     def _restart(self, worker: int, failure: WorkerFailure | None, what: str) -> None:
-        """Replace ``worker`` after it failed; a failure of the replacement while it starts takes
-        one more restart from the worker's budget. Past the budget the last error is raised, with
-        every cause in order."""
+        """Replace ``worker`` after it failed, without waiting for the replacement to start (its
+        start is awaited with the batches: :meth:`_started`). Each failure, the replacement's
+        included, takes one restart from the worker's budget; past it the last error is raised,
+        with every cause in order."""
         while True:
             self._check_open()
             self.transport.stop(worker, 0.0)
-            self.restarts[worker] += 1
+            self._starting.pop(worker, None)
             what = failure.message if failure else what
-            self.causes[worker].append(f"{failure.error_type}: {what}" if failure else what)
-            if self.restarts[worker] > self.max_restarts:
+            if not self.failures.count(worker, failure, what):
                 self._in_flight.pop(worker, None)
                 self._raise(worker, failure, what)
             warnings.warn(
                 f"rlcollect {self._noun} {worker} failed ({what}); restarting it with fresh envs "
                 f"(restart {self.restarts[worker]} of {self.max_restarts})",
                 RuntimeWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
             setup = self._setup(worker)  # built now: the current weights
             seed = None if setup.seed is None else setup.seed + self._seed_stride * self.restarts[worker]
-            deadline = time.monotonic() + self.start_timeout
-            self._spawn(worker, dataclasses.replace(
-                setup, seed=seed, traj_start=self.next_traj_id[worker], profile=self._profile), deadline)
-            problem = self._start_problem(worker, deadline)
-            if problem is None:
-                break
-            failure, what = problem
-        if worker in self._in_flight:  # its batch was lost: collect it again
-            self.collect(worker, self._in_flight[worker][0])
+            began = time.monotonic()
+            try:
+                self._spawn(worker, dataclasses.replace(
+                    setup, seed=seed, traj_start=self.next_traj_id[worker], profile=self._profile),
+                    began + self.start_timeout)
+            except TimeoutError as error:
+                failure, what = None, str(error)
+                continue
+            self._starting[worker] = (began, began + self.start_timeout, False)
+            return
 
     def _raise(self, worker: int, failure: WorkerFailure | None, what: str = "") -> None:
-        history = self._history(worker)
-        if failure is not None and failure.error is not None:
-            error = failure.error
-            note = f"raised in rlcollect {self._noun} {worker}{history}; its traceback:\n{failure.traceback}"
-            if hasattr(error, "add_note"):  # Python >= 3.11
-                error.add_note(note)
-                raise error
-            raise error from RuntimeError(note)
-        if failure is not None:
-            raise RuntimeError(f"{self._noun} {worker}: {failure.error_type}: {failure.message}{history}\n"
-                               f"{failure.traceback}")
-        raise RuntimeError(f"rlcollect {self._noun} {worker} failed past {self._budget}={self.max_restarts}: "
-                           f"{what}{history}")
+        info = self.infos[worker]
+        raise self.failures.error(worker, failure, info.hostname if info is not None else None, what)
 
     @property
     def _noun(self) -> str:
-        return "actor" if getattr(self.transport, "kind", "") == "ray" else "worker"
-
-    @property
-    def _budget(self) -> str:
-        return "max_actor_restarts" if self._noun == "actor" else "max_worker_restarts"
-
-    def _history(self, worker: int) -> str:
-        """Where the worker ran and every failure that counted against its budget, in order."""
-        info = self.infos[worker]
-        where = f" on {info.hostname}" if info is not None else ""
-        causes = self.causes[worker]
-        if len(causes) < 2:
-            return where
-        listed = "; ".join(f"{number}. {cause}" for number, cause in enumerate(causes, 1))
-        return f"{where} (failures, past {self._budget}={self.max_restarts}: {listed})"
+        return self.failures.noun
 
     # -- stopping -------------------------------------------------------------------------------
     def close_soon(self) -> None:

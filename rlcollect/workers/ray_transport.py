@@ -96,19 +96,30 @@ class RayTransport:
     def start_hint(self, worker: int) -> str:
         """Why actor ``worker`` may not have started: the resources it asks for, if no node has
         them free now (it then waits for them), else that it was placed but has not answered."""
+        waits = self.waits_for(worker)
+        if waits:
+            return (f"{waits}. Ask for less in remote_config, start fewer actors, or give Ray more "
+                    "(ray_init_config, more nodes)")
+        return (f": its Ray actor asks for {self._asked()}, which the cluster has free now, so it was placed "
+                "but did not answer (importing, or building its envs; raise start_timeout)")
+
+    def waits_for(self, worker: int) -> str:
+        """What actor ``worker`` waits for, if the cluster has not the resources it asks for free
+        now (``""`` if it has them, or Ray cannot say)."""
         try:
             free, total = self.ray.available_resources(), self.ray.cluster_resources()
         except Exception:  # Ray itself is gone: nothing more to say
             return ""
-        asked = {name: amount for name, amount in self._asks.items() if amount > 0}
+        asked = self._asked()
         short = {name: amount for name, amount in asked.items() if free.get(name, 0.0) < amount}
         if not short:
-            return (f": its Ray actor asks for {asked}, which the cluster has free now, so it was placed but "
-                    "did not answer (importing, or building its envs; raise start_timeout)")
+            return ""
         have = {name: f"{free.get(name, 0.0):g} free of {total.get(name, 0.0):g}" for name in short}
         return (f": its Ray actor waits for resources: it asks for {asked} (remote_config; an actor that "
-                f"runs worker processes asks for one CPU per worker), and the cluster has {have}. Ask for "
-                "less in remote_config, start fewer actors, or give Ray more (ray_init_config, more nodes)")
+                f"runs worker processes asks for one CPU per worker), and the cluster has {have}")
+
+    def _asked(self) -> dict[str, float]:
+        return {name: amount for name, amount in self._asks.items() if amount > 0}
 
     def send(self, worker: int, message: Message) -> None:
         if worker in self.actors:

@@ -9,6 +9,7 @@ each on a busy 2-core machine), so each test builds one collector and checks sev
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import time
 import warnings
@@ -252,6 +253,50 @@ def test_a_failure_while_the_replacement_starts_counts_one_restart(tmp_path: Pat
     notes = "".join(getattr(info.value, "__notes__", []))
     assert "raised in rlcollect actor 0 on " in notes
     assert "past max_actor_restarts=1: 1. EnvBroke: env 0 broke; 2. OSError: the replacement's env" in notes
+
+
+class SlowReplacementEnv(FailsOnceEnv):
+    """Breaks once in a step (as :class:`FailsOnceEnv`); an env built after that takes 3 s to
+    build: the replacement actor is slow to start."""
+
+    def __init__(self, bad_uid: int, marker: str) -> None:
+        if os.path.exists(marker):
+            time.sleep(3.0)
+        super().__init__(bad_uid, marker)
+
+
+@pytest.mark.timeout(150)
+def test_async_actors_keep_delivering_while_another_restarts(tmp_path: Path) -> None:
+    """Async: actor 0's env breaks and its replacement takes 3 s to start; meanwhile actor 1's
+    batches keep coming, and actor 0's own batches come back, from fresh envs, without a gap or a
+    duplicate within any env."""
+    env = functools.partial(SlowReplacementEnv, bad_uid=0, marker=str(tmp_path / "broke"))
+    arrivals: list[tuple[float, int, TensorDictBase]] = []  # (time, actor, batch)
+    with RayCollector(env, None, num_collectors=2, frames_per_batch=10, sync=False, seed=0,
+                      max_actor_restarts=1) as collector, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        deadline = time.monotonic() + 60
+        for batch in collector:
+            actor = int(batch["collector", "traj_ids"][0, 0]) % 2
+            arrivals.append((time.monotonic(), actor, batch))
+            if (actor == 0 and batch["observation"][0, 0, 0] == 2) or time.monotonic() > deadline:
+                break  # the replacement's env (seeded 0 + 2) delivered
+    restarted = [i for i, w in enumerate(caught) if "restarting it with fresh envs" in str(w.message)]
+    assert len(restarted) == 1 and collector.stats().restarts == 1
+    back = next(i for i, (_, actor, batch) in enumerate(arrivals)
+                if actor == 0 and batch["observation"][0, 0, 0] == 2)
+    during = [t for t, actor, _ in arrivals[:back] if actor == 1]  # actor 0 broke in its first batch
+    assert len(during) >= 10, f"actor 1 delivered {len(during)} batches while actor 0 restarted"
+    gaps = [later - earlier for earlier, later in itertools.pairwise(during)]
+    print(f"actor 0 back after {arrivals[back][0] - arrivals[0][0]:.2f} s; actor 1's longest gap "
+          f"meanwhile {max(gaps):.3f} s over {len(during)} batches")
+    for actor in (0, 1):  # within each env: steps follow each other, episodes restart at 0
+        steps = torch.cat([b["observation"][0, :, 1] for _, a, b in arrivals if a == actor])
+        uids = torch.cat([b["observation"][0, :, 0] for _, a, b in arrivals if a == actor])
+        for uid in uids.unique():
+            counts = steps[uids == uid]
+            follows = (counts[1:] == counts[:-1] + 1) | (counts[1:] == 0)
+            assert bool(follows.all()) and counts[0] == 0, (actor, uid, counts.tolist())
 
 
 @pytest.mark.timeout(120)

@@ -225,3 +225,64 @@ def test_a_failure_while_the_replacement_starts_takes_one_more_restart() -> None
     assert ("raised in rlcollect worker 0 on " in notes and "(failures, past max_worker_restarts=1: "
             "1. killed by the test; 2. OSError: the replacement's env could not be built)" in notes)
     assert FAIL_NEXT_BUILD == [0]
+
+
+class SlowStartTransport(FakeTransport):
+    """Once ``slow`` is set, a started worker answers its start only when ``release`` is called."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.slow = False
+        self.held: dict[int, list[Any]] = {}
+
+    def spawn(self, worker: int, setup: WorkerSetup, timeout: float = math.inf) -> None:
+        super().spawn(worker, setup, timeout)
+        if self.slow:
+            self.held[worker], self.answers[worker] = self.answers[worker], []
+
+    def release(self, worker: int) -> None:
+        self.answers[worker] = self.held.pop(worker) + self.answers[worker]
+
+    def waits_for(self, worker: int) -> str:
+        return ": it waits for the test to release it"
+
+
+def test_the_other_workers_report_while_a_replacement_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Worker 0 dies; while its replacement has not started, worker 1's batches keep coming (the
+    pool says once what the replacement waits for); once it starts, it collects the lost batch."""
+    monkeypatch.setattr("rlcollect.workers.pool._TELL_AFTER", 0.0)
+    transport = SlowStartTransport()
+    pool = pool_of(transport, start_timeout=30.0)
+    for worker in (0, 1):
+        pool.collect(worker, (0, False, None))
+    transport.slow = True
+    transport.kill(0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            worker, report = pool.wait_one([0, 1])
+            assert worker == 1 and report.steps == STEPS
+            pool.collect(1, (0, False, None))
+    assert [str(w.message).split(" (")[0].split(";")[0] for w in caught] == [
+        "rlcollect worker 0 failed",
+        "rlcollect worker 0's replacement has not started after 0.0 s: it waits for the test to release it"]
+    assert pool.restarts == [1, 0] and pool.busy() == {0, 1}
+    transport.release(0)
+    (worker, report), = pool.wait([0])
+    assert worker == 0 and observations(report)[:, 0].tolist() == [[104.0, 0.0], [105.0, 0.0]]
+
+
+def test_a_replacement_that_never_starts_counts_and_is_named() -> None:
+    """A replacement not ready within start_timeout takes one more restart; past the budget the
+    error says so, with every cause and the option that bounds them."""
+    transport = SlowStartTransport()
+    pool = pool_of(transport, start_timeout=0.3)
+    pool.collect(0, (0, False, None))
+    transport.slow = True
+    transport.kill(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        with pytest.raises(RuntimeError, match=r"worker 0 failed past max_worker_restarts=1: its replacement "
+                           r"did not start within start_timeout=0.3 s.*1\. killed by the test; 2\. its "):
+            pool.wait([0])
+    assert pool.restarts == [2, 0]
