@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Unpack
 
 from rlcollect.collectors.arguments import SharedArguments, argument_names, check_accepted, named_as
+from rlcollect.collectors.checks import check_seconds
 from rlcollect.collectors.collector import Collector
 from rlcollect.collectors.multi import MultiSyncCollector
 from rlcollect.collectors.nested import nested_spec
@@ -81,6 +82,10 @@ class RayCollector(PooledCollector):
         start_timeout: seconds an actor may take to start or restart (placement, imports, envs);
             a replacement not ready by then counts as one more failure of the actor. Other actors
             keep delivering while one restarts (``sync=False``).
+        health_timeout: seconds an actor may leave a health ping unanswered (pings run beside its
+            batches, every half second) before it is deemed silent, its process or node stopped,
+            and restarted: found long before ``timeout``. ``None`` turns the check off. It must
+            exceed the longest time one env call holds Python's GIL.
         **arguments: the :class:`~rlcollect.collectors.arguments.SharedArguments`: ``seed``,
             ``check`` and ``obs_dtype`` apply in each actor; ``postproc``, ``split_trajs``,
             ``return_same_td``, ``storing_device``, ``post_collect_hook``, ``trajs_per_batch`` and
@@ -129,6 +134,7 @@ class RayCollector(PooledCollector):
         max_actor_restarts: int = 3,
         timeout: float = 120.0,
         start_timeout: float = 120.0,
+        health_timeout: float | None = 10.0,
         **arguments: Unpack[SharedArguments],
     ) -> None:
         check_accepted(type(self), arguments)
@@ -158,7 +164,9 @@ class RayCollector(PooledCollector):
                 **inner, **arguments)
         self.num_collectors = options.num_workers
         remote = {"num_cpus": options.nested_workers, **(remote_config or {})}
-        self._build(options, lambda: RayTransport(dict(ray_init_config or {}), remote, options.num_workers))
+        health = None if health_timeout is None else check_seconds("health_timeout", health_timeout)
+        self._build(options, lambda: RayTransport(dict(ray_init_config or {}), remote, options.num_workers,
+                                                  health_timeout=health))
 
     def _worker_spec(self, worker: int) -> RolloutSpec:
         """As the pool's, with a :class:`NestedRollout` engine when each actor runs processes."""

@@ -16,9 +16,16 @@ Example:
 
 from __future__ import annotations
 
-from rlcollect.workers.worker import WorkerFailure
+from rlcollect.workers.worker import WorkerFailure, WorkerInfo
 
-__all__ = ["FailureLog"]
+__all__ = ["FailureLog", "where"]
+
+
+def where(info: WorkerInfo | None) -> str | None:
+    """Where a worker ran: its host, and its Ray node if it is an actor."""
+    if info is None:
+        return None
+    return f"{info.hostname} ({info.node})" if info.node else info.hostname
 
 
 class FailureLog:

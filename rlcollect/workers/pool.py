@@ -31,8 +31,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from rlcollect.rollout.profiling import ProfileConfig
-from rlcollect.workers.failures import FailureLog
-from rlcollect.workers.transport import Transport
+from rlcollect.workers.failures import FailureLog, where
+from rlcollect.workers.transport import Transport, await_exit
 from rlcollect.workers.worker import BatchReport, WorkerFailure, WorkerInfo, WorkerSetup
 
 __all__ = ["PoolClosed", "WorkerPool"]
@@ -43,6 +43,8 @@ _SLICE = 0.1
 _KILL_WAIT = 0.5
 #: how long a replacement may take to start before the pool looks (once) at what it waits for
 _TELL_AFTER = 2.0
+#: how often a transport with a health check of its own is asked which workers went silent
+_HEALTH_EVERY = 0.5
 
 
 class PoolClosed(RuntimeError):
@@ -218,8 +220,12 @@ class WorkerPool:
         waiting for its replacement, which joins the wait (so the others' batches keep coming)."""
         if not workers:
             raise RuntimeError("waiting for batches, but none is being collected")
+        silent = getattr(self.transport, "silent", None)  # a health check of its own (Ray actors)
         while True:
-            answers = self._wait(workers, max(0.0, min(map(self._due, workers)) - time.monotonic()))
+            due = min(map(self._due, workers))
+            if silent is not None:
+                due = min(due, time.monotonic() + _HEALTH_EVERY)
+            answers = self._wait(workers, max(0.0, due - time.monotonic()))
             if self.check is not None:
                 self.check()
             reports = []
@@ -235,6 +241,9 @@ class WorkerPool:
             for worker in workers:  # hung, not started in time, or a look at why it waits
                 if worker in self._in_flight and time.monotonic() >= self._due(worker):
                     self._check_due(worker)
+            running = [w for w in workers if w in self._in_flight and w not in self._starting]
+            for worker, why in silent(running) if silent is not None and running else ():
+                self._restart(worker, None, why)
             if reports:
                 return reports
 
@@ -315,7 +324,7 @@ class WorkerPool:
 
     def _raise(self, worker: int, failure: WorkerFailure | None, what: str = "") -> None:
         info = self.infos[worker]
-        raise self.failures.error(worker, failure, info.hostname if info is not None else None, what)
+        raise self.failures.error(worker, failure, where(info), what)
 
     @property
     def _noun(self) -> str:
@@ -365,7 +374,7 @@ class WorkerPool:
         try:
             for worker in started:
                 self.transport.send(worker, ("close", None))
-            self._await_exit(started, deadline)
+            await_exit(self.transport, started, deadline, _KILL_WAIT)
             interrupted = False
             self._keep_last_reports()
         finally:  # interrupted (a second Ctrl-C): no more grace, every worker is ended now
@@ -383,16 +392,3 @@ class WorkerPool:
                 for _, (kind, payload) in self.transport.wait([worker], 0.0):
                     if kind == "done":
                         self._stash.append((worker, payload))
-
-    def _await_exit(self, workers: list[int], deadline: float) -> None:
-        """Until every worker exited or ``deadline``; then terminate (and kill) the rest at once."""
-        exited = getattr(self.transport, "exited", None)
-        end = getattr(self.transport, "end", None)
-        if exited is None or end is None:
-            return  # the transport's stop() waits and ends each worker itself
-        exited(workers, max(0.0, deadline - time.monotonic()))
-        for force in (False, True):
-            if exited(workers, 0.0):
-                return
-            end(workers, force)
-            exited(workers, _KILL_WAIT)

@@ -5,6 +5,12 @@ as a worker process. Commands become actor calls (Ray runs one actor's calls in 
 batch comes back in its report as numpy arrays. A failed worker is killed and a fresh actor is
 started, exactly as a failed process is replaced: Ray's own actor restarts are not used.
 
+A health check runs beside the batches: each actor answers a ping in a concurrency group of its
+own (its commands still run one at a time), so a silent actor or node (a stopped process, a node
+that stopped answering without its processes dying) is found within ``health_timeout`` seconds,
+long before a batch's ``timeout`` or Ray's own node timeout (about a minute). Errors name the
+actor's node, and whether Ray still counts it alive.
+
 Ray is imported on demand: without it, building a transport raises an ``ImportError`` naming
 ``pip install rlcollect[ray]``.
 """
@@ -12,17 +18,24 @@ Ray is imported on demand: without it, building a transport raises an ``ImportEr
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import math
 import os
+import signal
+import socket
+import time
 from collections import deque
+from pathlib import Path
 from typing import Any
 
 from rlcollect.workers.transport import Message
-from rlcollect.workers.worker import Worker, WorkerFailure, WorkerSetup, start_worker
+from rlcollect.workers.worker import Worker, WorkerFailure, WorkerInfo, WorkerSetup, start_worker
 
 __all__ = ["RayTransport", "RayWorker", "import_ray"]
 
+#: how often each actor is pinged while its batches are awaited
+_PING_EVERY = 0.5
 _INSTALL_HINT = "RayCollector needs Ray: pip install rlcollect[ray]  (or: pip install 'ray[default]>=2.9')"
 
 
@@ -46,7 +59,15 @@ class RayWorker:
 
     def start(self, setup: WorkerSetup) -> Message:
         self.worker, answer = start_worker(setup)
+        kind, info = answer
+        if kind == "ready":  # say which node this is: hosts of a cluster may share a name
+            ray = importlib.import_module("ray")
+            node = f"node {ray.get_runtime_context().get_node_id()[:8]} at {ray.util.get_node_ip_address()}"
+            answer = kind, dataclasses.replace(info, node=node)
         return answer
+
+    def ping(self) -> None:
+        """Answered beside the commands (the "health" concurrency group): the actor is alive."""
 
     def handle(self, command: str, argument: Any) -> Message:
         assert self.worker is not None
@@ -63,13 +84,16 @@ class RayTransport:
         remote_config: Ray actor options (``num_cpus`` default 1, ``num_gpus``, ``resources``,
             ``runtime_env``, ...).
         num_workers: actors that will be started (sizes a local cluster).
+        health_timeout: seconds an actor may leave a health ping unanswered before it is deemed
+            silent (its process or node stopped); ``None``: no health check.
     """
 
     shared_slots = False
     kind = "ray"
 
     def __init__(
-        self, ray_init_config: dict[str, Any], remote_config: dict[str, Any], num_workers: int
+        self, ray_init_config: dict[str, Any], remote_config: dict[str, Any], num_workers: int,
+        health_timeout: float | None = 10.0,
     ) -> None:
         self.ray = ray = import_ray()
         options = dict(remote_config)  # Ray's own restarts are not used: the pool restarts workers
@@ -78,15 +102,21 @@ class RayTransport:
         if self.owns_ray:
             config = dict(ray_init_config)
             if "address" not in config and not os.environ.get("RAY_ADDRESS"):
+                config["address"] = "local"  # a new local Ray, whatever a crashed run left in /tmp/ray
                 needed = num_workers * max(1, int(-(-options["num_cpus"] // 1)))
                 config.setdefault("num_cpus", max(os.cpu_count() or 1, needed))
                 config.setdefault("include_dashboard", False)
             ray.init(**config)
         self._asks = {"CPU": float(options["num_cpus"]), "GPU": float(options.get("num_gpus") or 0),
                       **{k: float(v) for k, v in (options.get("resources") or {}).items()}}
-        self._actor_class = ray.remote(RayWorker).options(**options, max_restarts=0, max_task_retries=0)
+        remote = ray.remote(concurrency_groups={"health": 1})(RayWorker)
+        self._actor_class = remote.options(**options, max_restarts=0, max_task_retries=0)
         self.actors: dict[int, Any] = {}
         self._calls: dict[int, deque[Any]] = {}  # refs of each actor's unanswered calls, in order
+        self.health_timeout = health_timeout
+        self._pings: dict[int, tuple[Any, float]] = {}  # worker -> (its unanswered ping, sent at)
+        self._last_ping: dict[int, float] = {}
+        self.infos: dict[int, WorkerInfo] = {}  # each started actor's answer: its process and node
 
     def spawn(self, worker: int, setup: WorkerSetup, timeout: float = math.inf) -> None:
         actor = self._actor_class.remote()
@@ -134,10 +164,47 @@ class RayTransport:
         for ref in done:
             worker = heads[ref]
             self._calls[worker].popleft()
-            answers.append((worker, self._answer(ref)))
+            answer = self._answer(worker, ref)
+            if answer[0] == "ready":
+                self.infos[worker] = answer[1]
+            answers.append((worker, answer))
         return answers
 
-    def _answer(self, ref: Any) -> Message:
+    def silent(self, workers: list[int]) -> list[tuple[int, str]]:
+        """The ones of ``workers`` that left a health ping unanswered for ``health_timeout`` s, and
+        why; pings the others (at most every :data:`_PING_EVERY` s each)."""
+        if self.health_timeout is None:
+            return []
+        now, lost = time.monotonic(), []
+        for worker in workers:
+            ping, sent = self._pings.get(worker, (None, 0.0))
+            if ping is not None and self.ray.wait([ping], timeout=0)[0]:
+                del self._pings[worker]  # answered (or the actor died: its calls say so)
+                ping = None
+            actor = self.actors.get(worker)
+            if ping is None and actor is not None and now - self._last_ping.get(worker, 0.0) >= _PING_EVERY:
+                self._pings[worker] = actor.ping.options(concurrency_group="health").remote(), now
+                self._last_ping[worker] = now
+            elif ping is not None and now - sent >= self.health_timeout:
+                lost.append((worker, f"its Ray actor answered no health check for health_timeout="
+                                     f"{self.health_timeout:g} s: its process or its node stopped answering"
+                                     f"{self._node_note(worker)}"))
+        return lost
+
+    def _node_note(self, worker: int) -> str:
+        """Where actor ``worker`` ran, and whether Ray still counts that node alive."""
+        info = self.infos.get(worker)
+        if info is None or not info.node:
+            return ""
+        short = info.node.split()[1]
+        with contextlib.suppress(Exception):  # Ray itself may be gone
+            for node in self.ray.nodes():
+                if str(node.get("NodeID", "")).startswith(short):
+                    state = "alive for Ray" if node.get("Alive") else "dead: lost from the cluster"
+                    return f" (it ran on {info.hostname}, {info.node}, which is {state})"
+        return f" (it ran on {info.hostname}, {info.node}, which Ray no longer lists)"
+
+    def _answer(self, worker: int, ref: Any) -> Message:
         exceptions = self.ray.exceptions
         try:
             message: Message = self.ray.get(ref)
@@ -148,9 +215,10 @@ class RayTransport:
             except Exception:
                 cause = error
             return "error", WorkerFailure.from_exception(cause)
-        except exceptions.RayError as error:  # the actor died
+        except exceptions.RayError as error:  # the actor died, or its node was lost with the batch
             lines = str(error).strip().splitlines()
-            return "died", f"{type(error).__name__}: {lines[0][:200] if lines else ''}"
+            first = lines[0][:200] if lines else ""
+            return "died", f"{type(error).__name__}: {first}{self._node_note(worker)}"
 
     def stop(self, worker: int, grace: float) -> None:
         actor, calls = self.actors.pop(worker, None), self._calls.pop(worker, deque())
@@ -164,6 +232,10 @@ class RayTransport:
                 self.ray.get(ref, timeout=0)
         with contextlib.suppress(Exception):
             self.ray.kill(actor, no_restart=True)
+        self._pings.pop(worker, None)
+        info = self.infos.pop(worker, None)
+        if info is not None and info.hostname == socket.gethostname():
+            _kill_if_stopped(info.pid)  # Ray cannot end a stopped (SIGSTOP) process; SIGKILL can
 
     def can_write(self, replay_buffer: Any) -> bool:
         return callable(getattr(getattr(replay_buffer, "extend", None), "remote", None))  # a Ray actor
@@ -172,3 +244,12 @@ class RayTransport:
         if self.owns_ray and self.ray.is_initialized():
             with contextlib.suppress(Exception):
                 self.ray.shutdown()
+
+
+def _kill_if_stopped(pid: int) -> None:
+    """SIGKILL process ``pid`` of this machine if it is stopped (state ``T``): Ray's kill leaves
+    such a process behind. (An actor stopped on another machine stays: end it there.)"""
+    with contextlib.suppress(OSError, IndexError):
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        if state in ("T", "t"):
+            os.kill(pid, signal.SIGKILL)

@@ -28,8 +28,8 @@ import torch.multiprocessing
 
 from rlcollect.workers.worker import WorkerSetup, process_main
 
-__all__ = ["PRELOAD", "Message", "ProcessTransport", "Transport", "fork_is_safe", "start_context",
-           "start_forkserver"]
+__all__ = ["PRELOAD", "Message", "ProcessTransport", "Transport", "await_exit", "fork_is_safe",
+           "start_context", "start_forkserver"]
 
 Message = tuple[str, Any]  # ("ready" | "done" | "ok" | "error" | "died", payload)
 
@@ -258,3 +258,19 @@ class ProcessTransport:
 
     def close(self) -> None:
         return
+
+
+def await_exit(transport: Transport, workers: list[int], deadline: float, kill_wait: float) -> None:
+    """Until every one of ``workers`` exited or ``deadline``; then terminate the rest at once, and
+    kill those still running ``kill_wait`` s later (a transport without ``exited`` and ``end``
+    waits and ends each worker in its own ``stop``)."""
+    exited = getattr(transport, "exited", None)
+    end = getattr(transport, "end", None)
+    if exited is None or end is None:
+        return
+    exited(workers, max(0.0, deadline - time.monotonic()))
+    for force in (False, True):
+        if exited(workers, 0.0):
+            return
+        end(workers, force)
+        exited(workers, kill_wait)

@@ -109,13 +109,14 @@ class WorkerSetup:
 
 @dataclass(frozen=True)
 class WorkerInfo:
-    """A worker's answer to its start: its envs, process and host, and when it was ready
-    (``time.time()``)."""
+    """A worker's answer to its start: its envs, process, host (and Ray node), and when it was
+    ready (``time.time()``)."""
 
     num_envs: int
     pid: int
     hostname: str
     ready_at: float = 0.0
+    node: str = ""  # a Ray actor's node ("node <id> at <ip>"); empty for a process
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import itertools
 import os
+import signal
 import time
 import warnings
 from pathlib import Path
@@ -297,6 +298,36 @@ def test_async_actors_keep_delivering_while_another_restarts(tmp_path: Path) -> 
             counts = steps[uids == uid]
             follows = (counts[1:] == counts[:-1] + 1) | (counts[1:] == 0)
             assert bool(follows.all()) and counts[0] == 0, (actor, uid, counts.tolist())
+
+
+@pytest.mark.timeout(150)
+def test_a_stopped_actor_is_found_by_the_health_check_and_replaced() -> None:
+    """An actor's process stopped (SIGSTOP) answers no health ping: found after health_timeout,
+    named, and replaced (its stopped process killed), while the other actor keeps delivering; the
+    batch timeout (120 s) plays no part."""
+    with RayCollector(make_cartpole, None, num_collectors=2, frames_per_batch=10, sync=False, seed=0,
+                      health_timeout=3.0) as collector, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        collector.next()
+        stopped = collector.actor_pids[0]
+        os.kill(stopped, signal.SIGSTOP)
+        began, actors = time.monotonic(), []
+        while not any("health" in str(w.message) for w in caught) and time.monotonic() - began < 30:
+            batch = collector.next()
+            actors.append(int(batch["collector", "traj_ids"][0, 0]) % 2)
+        found = time.monotonic() - began
+        messages = [str(w.message) for w in caught if "health" in str(w.message)]
+        assert len(messages) == 1 and 3.0 <= found < 8.0, (found, messages)
+        assert ("actor 0 failed (its Ray actor answered no health check for health_timeout=3 s: its process "
+                "or its node stopped answering (it ran on " in messages[0])
+        assert "which is alive for Ray" in messages[0] and actors.count(1) >= 10
+        while collector.actor_pids[0] == stopped or 0 not in actors[-20:]:
+            batch = collector.next()
+            actors.append(int(batch["collector", "traj_ids"][0, 0]) % 2)
+        assert collector.stats().restarts == 1
+    assert not _alive(stopped)  # Ray's kill leaves a stopped process: the collector killed it
+    with pytest.raises(ValueError, match="health_timeout must be a positive number of seconds, got -1"):
+        RayCollector(make_cartpole, None, num_collectors=1, frames_per_batch=10, health_timeout=-1)
 
 
 @pytest.mark.timeout(120)
