@@ -7,7 +7,9 @@ import re
 import shlex
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +26,9 @@ def section(title: str) -> str:
 
 
 def python_blocks(text: str) -> list[str]:
-    return re.findall(r"^```python\n(.*?)^```", text, flags=re.S | re.M)
+    """The python blocks of ``text``, those indented in a list item too (dedented)."""
+    found = re.findall(r"^( *)```python\n(.*?)^\1```", text, flags=re.S | re.M)
+    return [textwrap.dedent(code) for _, code in found]
 
 
 def run_block(title: str, tmp_path: Path) -> list[str]:
@@ -115,8 +119,14 @@ def every_block() -> list[tuple[str, str]]:
     return blocks
 
 
+def block_params() -> list[Any]:
+    """:func:`every_block` as test parameters; a block that starts Ray runs with ``-m ray``."""
+    return [pytest.param(where, code, id=where, marks=[pytest.mark.ray] if "RayCollector" in code else [])
+            for where, code in every_block()]
+
+
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize(("where", "code"), every_block(), ids=[where for where, _ in every_block()])
+@pytest.mark.parametrize(("where", "code"), block_params())
 def test_every_other_code_block_runs_as_pasted(tmp_path: Path, where: str, code: str) -> None:
     script = tmp_path / "block.py"
     script.write_text(code)

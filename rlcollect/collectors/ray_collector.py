@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Unpack
 
 from rlcollect.collectors.arguments import SharedArguments, argument_names, check_accepted, named_as
@@ -75,7 +75,11 @@ class RayCollector(PooledCollector):
         ray_init_config: ``ray.init`` arguments when Ray is not initialised yet; with an
             ``"address"`` (or ``RAY_ADDRESS`` set) it connects to that cluster, else it starts a
             local one. Ray is shut down at :meth:`shutdown` only if this collector initialised it.
-        remote_config: Ray actor options (``num_cpus`` default 1, ``num_gpus``, ``resources``, ...).
+        remote_config: Ray actor options (``num_cpus`` default 1, ``num_gpus``, ``resources``,
+            ``scheduling_strategy`` (``"SPREAD"``, a node affinity, a placement group's bundle),
+            ``runtime_env``, ...): one dict for every actor, or a list of one dict per actor. A
+            replacement actor goes back to its predecessor's node while Ray counts that node
+            alive, unless its options place it.
         max_actor_restarts: restarts allowed per actor (it died, its env raised, or it hung for
             ``timeout``); past them the original error is raised here.
         timeout: seconds an actor may take to collect one batch before it is deemed hung.
@@ -130,7 +134,7 @@ class RayCollector(PooledCollector):
         sync: bool = True,
         prefetch: bool = False,
         ray_init_config: Mapping[str, Any] | None = None,
-        remote_config: Mapping[str, Any] | None = None,
+        remote_config: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
         max_actor_restarts: int = 3,
         timeout: float = 120.0,
         start_timeout: float = 120.0,
@@ -147,11 +151,7 @@ class RayCollector(PooledCollector):
             inner["policy_factory"] = policy_factory
         if ray_init_config is not None and not isinstance(ray_init_config, Mapping):
             raise TypeError(f"ray_init_config must be a dict, got {type(ray_init_config).__name__}")
-        if remote_config is not None and not isinstance(remote_config, Mapping):
-            raise TypeError(f"remote_config must be a dict, got {type(remote_config).__name__}")
-        clash = sorted({"max_restarts", "max_task_retries"} & set(remote_config or {}))
-        if clash:
-            raise ValueError(f"remote_config must not set {clash}: use max_actor_restarts")
+        configs = _remote_configs(remote_config)
         inner_names = {"num_workers": "nested_workers"} if nested else {"num_envs": "num_envs_per_worker"}
         inner = {inner_names.get(name, name): value for name, value in inner.items()}
         renamed = {"num_workers": "num_collectors", "max_worker_restarts": "max_actor_restarts",
@@ -163,10 +163,13 @@ class RayCollector(PooledCollector):
                 max_worker_restarts=max_actor_restarts, timeout=timeout, start_timeout=start_timeout,
                 **inner, **arguments)
         self.num_collectors = options.num_workers
-        remote = {"num_cpus": options.nested_workers, **(remote_config or {})}
+        if len(configs) not in (1, options.num_workers):
+            raise ValueError(f"remote_config lists {len(configs)} dicts for num_collectors="
+                             f"{options.num_workers}: give one per actor, or one dict for all of them")
+        remote = [{"num_cpus": options.nested_workers, **configs[a % len(configs)]}
+                  for a in range(options.num_workers)]
         health = None if health_timeout is None else check_seconds("health_timeout", health_timeout)
-        self._build(options, lambda: RayTransport(dict(ray_init_config or {}), remote, options.num_workers,
-                                                  health_timeout=health))
+        self._build(options, lambda: RayTransport(dict(ray_init_config or {}), remote, health_timeout=health))
 
     def _worker_spec(self, worker: int) -> RolloutSpec:
         """As the pool's, with a :class:`NestedRollout` engine when each actor runs processes."""
@@ -193,3 +196,19 @@ class RayCollector(PooledCollector):
         mode = "sync" if self.sync else "async"
         return (f"RayCollector(num_collectors={self.num_collectors}, {mode}, "
                 f"frames_per_batch={self.frames_per_batch}, total_frames={self.total_frames})")
+
+
+def _remote_configs(remote_config: Any) -> list[Mapping[str, Any]]:
+    """``remote_config`` as a list of Ray actor options: one dict (for every actor) or one per actor."""
+    if remote_config is None:
+        return [{}]
+    entries = [remote_config] if isinstance(remote_config, Mapping) else remote_config
+    listed = isinstance(entries, (list, tuple)) and bool(entries)
+    if not listed or not all(isinstance(entry, Mapping) for entry in entries):
+        raise TypeError("remote_config must be a dict, or a list of dicts (one per actor), got "
+                        f"{remote_config!r}")
+    for entry in entries:
+        clash = sorted({"max_restarts", "max_task_retries"} & set(entry))
+        if clash:
+            raise ValueError(f"remote_config must not set {clash}: use max_actor_restarts")
+    return list(entries)

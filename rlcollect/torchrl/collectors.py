@@ -277,7 +277,7 @@ class RayCollector(_PrivateKeys, collectors.RayCollector):
     """:class:`rlcollect.RayCollector` with TorchRL's batch layout, arguments and defaults:
     ``sync=False``; the actors' collector arguments (``device``, ``exploration_type``,
     ``max_frames_per_traj``, ...) at the top level as well as in ``collector_kwargs``;
-    ``remote_configs`` (one dict, or one per actor: equal), ``num_workers_per_collector`` (envs per
+    ``remote_configs`` (one dict, or one per actor), ``num_workers_per_collector`` (envs per
     actor), ``update_after_each_batch``, ``use_env_creator`` (accepted; envs are always built in the
     actors) and ``max_weight_update_interval`` (-1 or 0: weights go out on each update)."""
 
@@ -300,11 +300,6 @@ class RayCollector(_PrivateKeys, collectors.RayCollector):
             raise ValueError(f"max_weight_update_interval={interval!r} is not supported: the actors "
                              "receive the weights at each update_policy_weights_() (-1 or 0)")
         remote = kwargs.pop("remote_configs", None)
-        if isinstance(remote, (list, tuple)):
-            if any(entry != remote[0] for entry in remote):
-                raise ValueError("remote_configs lists different resources per actor; rlcollect's actors "
-                                 "share one remote_config: give one dict")
-            remote = remote[0] if remote else None
         if remote is not None:
             kwargs["remote_config"] = remote
         if isinstance(create_env_fn, (list, tuple)):

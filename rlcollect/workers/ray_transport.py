@@ -62,8 +62,9 @@ class RayWorker:
         kind, info = answer
         if kind == "ready":  # say which node this is: hosts of a cluster may share a name
             ray = importlib.import_module("ray")
-            node = f"node {ray.get_runtime_context().get_node_id()[:8]} at {ray.util.get_node_ip_address()}"
-            answer = kind, dataclasses.replace(info, node=node)
+            node_id = ray.get_runtime_context().get_node_id()
+            node = f"node {node_id[:8]} at {ray.util.get_node_ip_address()}"
+            answer = kind, dataclasses.replace(info, node=node, node_id=node_id)
         return answer
 
     def ping(self) -> None:
@@ -81,9 +82,9 @@ class RayTransport:
         ray_init_config: ``ray.init`` arguments when Ray is not initialised yet; with an
             ``"address"`` (or ``RAY_ADDRESS`` set) it connects to that cluster, else it starts a
             local one. Ray is shut down at :meth:`close` only if this transport initialised it.
-        remote_config: Ray actor options (``num_cpus`` default 1, ``num_gpus``, ``resources``,
-            ``runtime_env``, ...).
-        num_workers: actors that will be started (sizes a local cluster).
+        remote_configs: Ray actor options, one dict per actor (``num_cpus`` default 1, ``num_gpus``,
+            ``resources``, ``scheduling_strategy``, ``runtime_env``, ...); they also size a local
+            cluster.
         health_timeout: seconds an actor may leave a health ping unanswered before it is deemed
             silent (its process or node stopped); ``None``: no health check.
     """
@@ -92,36 +93,50 @@ class RayTransport:
     kind = "ray"
 
     def __init__(
-        self, ray_init_config: dict[str, Any], remote_config: dict[str, Any], num_workers: int,
+        self, ray_init_config: dict[str, Any], remote_configs: list[dict[str, Any]],
         health_timeout: float | None = 10.0,
     ) -> None:
         self.ray = ray = import_ray()
-        options = dict(remote_config)  # Ray's own restarts are not used: the pool restarts workers
-        options.setdefault("num_cpus", 1)
+        # Ray's own restarts are not used: the pool restarts workers
+        self._options = [{"num_cpus": 1, **config, "max_restarts": 0, "max_task_retries": 0}
+                         for config in remote_configs]
         self.owns_ray = not ray.is_initialized()
         if self.owns_ray:
             config = dict(ray_init_config)
             if "address" not in config and not os.environ.get("RAY_ADDRESS"):
                 config["address"] = "local"  # a new local Ray, whatever a crashed run left in /tmp/ray
-                needed = num_workers * max(1, int(-(-options["num_cpus"] // 1)))
+                needed = sum(max(1, math.ceil(options["num_cpus"])) for options in self._options)
                 config.setdefault("num_cpus", max(os.cpu_count() or 1, needed))
                 config.setdefault("include_dashboard", False)
             ray.init(**config)
-        self._asks = {"CPU": float(options["num_cpus"]), "GPU": float(options.get("num_gpus") or 0),
-                      **{k: float(v) for k, v in (options.get("resources") or {}).items()}}
-        remote = ray.remote(concurrency_groups={"health": 1})(RayWorker)
-        self._actor_class = remote.options(**options, max_restarts=0, max_task_retries=0)
+        self._remote = ray.remote(concurrency_groups={"health": 1})(RayWorker)
         self.actors: dict[int, Any] = {}
         self._calls: dict[int, deque[Any]] = {}  # refs of each actor's unanswered calls, in order
         self.health_timeout = health_timeout
         self._pings: dict[int, tuple[Any, float]] = {}  # worker -> (its unanswered ping, sent at)
         self._last_ping: dict[int, float] = {}
         self.infos: dict[int, WorkerInfo] = {}  # each started actor's answer: its process and node
+        self._homes: dict[int, str] = {}  # the node each worker's last actor ran on
+        self._silent_nodes: set[str] = set()  # nodes an actor went silent on: no replacement goes there
 
     def spawn(self, worker: int, setup: WorkerSetup, timeout: float = math.inf) -> None:
-        actor = self._actor_class.remote()
+        actor = self._remote.options(**self._placement(worker)).remote()
         self.actors[worker] = actor
         self._calls[worker] = deque([actor.start.remote(setup)])
+
+    def _placement(self, worker: int) -> dict[str, Any]:
+        """Actor ``worker``'s options: a replacement goes back to its predecessor's node while Ray
+        counts it alive (soft: elsewhere once it is gone), unless the options place it already."""
+        options, home = self._options[worker], self._homes.get(worker)
+        placed = {"scheduling_strategy", "placement_group"} & set(options)
+        if home is None or home in self._silent_nodes or placed:
+            return options
+        with contextlib.suppress(Exception):  # Ray cannot say: placed as Ray likes
+            if any(node.get("NodeID") == home and node.get("Alive") for node in self.ray.nodes()):
+                strategies = importlib.import_module("ray.util.scheduling_strategies")
+                home_node = strategies.NodeAffinitySchedulingStrategy(home, soft=True)
+                return {**options, "scheduling_strategy": home_node}
+        return options
 
     def start_hint(self, worker: int) -> str:
         """Why actor ``worker`` may not have started: the resources it asks for, if no node has
@@ -130,8 +145,8 @@ class RayTransport:
         if waits:
             return (f"{waits}. Ask for less in remote_config, start fewer actors, or give Ray more "
                     "(ray_init_config, more nodes)")
-        return (f": its Ray actor asks for {self._asked()}, which the cluster has free now, so it was placed "
-                "but did not answer (importing, or building its envs; raise start_timeout)")
+        return (f": its Ray actor asks for {self._asked(worker)}, which the cluster has free now, so it was "
+                "placed but did not answer (importing, or building its envs; raise start_timeout)")
 
     def waits_for(self, worker: int) -> str:
         """What actor ``worker`` waits for, if the cluster has not the resources it asks for free
@@ -140,7 +155,7 @@ class RayTransport:
             free, total = self.ray.available_resources(), self.ray.cluster_resources()
         except Exception:  # Ray itself is gone: nothing more to say
             return ""
-        asked = self._asked()
+        asked = self._asked(worker)
         short = {name: amount for name, amount in asked.items() if free.get(name, 0.0) < amount}
         if not short:
             return ""
@@ -148,8 +163,11 @@ class RayTransport:
         return (f": its Ray actor waits for resources: it asks for {asked} (remote_config; an actor that "
                 f"runs worker processes asks for one CPU per worker), and the cluster has {have}")
 
-    def _asked(self) -> dict[str, float]:
-        return {name: amount for name, amount in self._asks.items() if amount > 0}
+    def _asked(self, worker: int) -> dict[str, float]:
+        options = self._options[worker]
+        asks = {"CPU": float(options["num_cpus"]), "GPU": float(options.get("num_gpus") or 0),
+                **{name: float(amount) for name, amount in (options.get("resources") or {}).items()}}
+        return {name: amount for name, amount in asks.items() if amount > 0}
 
     def send(self, worker: int, message: Message) -> None:
         if worker in self.actors:
@@ -186,6 +204,8 @@ class RayTransport:
                 self._pings[worker] = actor.ping.options(concurrency_group="health").remote(), now
                 self._last_ping[worker] = now
             elif ping is not None and now - sent >= self.health_timeout:
+                if worker in self.infos:
+                    self._silent_nodes.add(self.infos[worker].node_id)
                 lost.append((worker, f"its Ray actor answered no health check for health_timeout="
                                      f"{self.health_timeout:g} s: its process or its node stopped answering"
                                      f"{self._node_note(worker)}"))
@@ -234,6 +254,8 @@ class RayTransport:
             self.ray.kill(actor, no_restart=True)
         self._pings.pop(worker, None)
         info = self.infos.pop(worker, None)
+        if info is not None and info.node_id:
+            self._homes[worker] = info.node_id
         if info is not None and info.hostname == socket.gethostname():
             _kill_if_stopped(info.pid)  # Ray cannot end a stopped (SIGSTOP) process; SIGKILL can
 

@@ -117,6 +117,7 @@ class WorkerInfo:
     hostname: str
     ready_at: float = 0.0
     node: str = ""  # a Ray actor's node ("node <id> at <ip>"); empty for a process
+    node_id: str = ""  # a Ray actor's node, Ray's whole id
 
 
 @dataclass(frozen=True)
