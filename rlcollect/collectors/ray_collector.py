@@ -186,6 +186,12 @@ class RayCollector(PooledCollector):
         return [info.hostname for info in self._pool.infos if info is not None]
 
     @property
+    def actor_nodes(self) -> list[str]:
+        """Ray node ids of the actors (hosts of a cluster may share a name); they change when a
+        replacement starts on another node."""
+        return [info.node_id for info in self._pool.infos if info is not None]
+
+    @property
     def actors(self) -> list[Any]:
         """The Ray actor handles, in actor order."""
         transport = self._pool.transport

@@ -97,6 +97,7 @@ class WorkerPool:
         self._in_flight: dict[int, tuple[Any, float]] = {}  # worker -> (collect argument, sent at)
         self._stash: list[tuple[int, BatchReport]] = []  # reports arrived but not consumed
         self._starting: dict[int, tuple[float, float, bool]] = {}  # replacement -> (began, deadline, told)
+        self._health_due = 0.0  # when to ask the transport's health check next
         self.started = self.closed = False
         self._closing = threading.Event()  # set first by shutdown: every wait gives up
         self._lock = threading.RLock()  # held while a worker is spawned: shutdown waits for it
@@ -224,7 +225,7 @@ class WorkerPool:
         while True:
             due = min(map(self._due, workers))
             if silent is not None:
-                due = min(due, time.monotonic() + _HEALTH_EVERY)
+                due = min(due, self._health_due)
             answers = self._wait(workers, max(0.0, due - time.monotonic()))
             if self.check is not None:
                 self.check()
@@ -241,9 +242,11 @@ class WorkerPool:
             for worker in workers:  # hung, not started in time, or a look at why it waits
                 if worker in self._in_flight and time.monotonic() >= self._due(worker):
                     self._check_due(worker)
-            running = [w for w in workers if w in self._in_flight and w not in self._starting]
-            for worker, why in silent(running) if silent is not None and running else ():
-                self._restart(worker, None, why)
+            if silent is not None and time.monotonic() >= self._health_due:  # every _HEALTH_EVERY s
+                self._health_due = time.monotonic() + _HEALTH_EVERY
+                running = [w for w in workers if w in self._in_flight and w not in self._starting]
+                for worker, why in silent(running):
+                    self._restart(worker, None, why)
             if reports:
                 return reports
 

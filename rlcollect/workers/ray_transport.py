@@ -82,7 +82,7 @@ class RayTransport:
         ray_init_config: ``ray.init`` arguments when Ray is not initialised yet; with an
             ``"address"`` (or ``RAY_ADDRESS`` set) it connects to that cluster, else it starts a
             local one. Ray is shut down at :meth:`close` only if this transport initialised it.
-        remote_configs: Ray actor options, one dict per actor (``num_cpus`` default 1, ``num_gpus``,
+        actor_options: Ray actor options, one dict per actor (``num_cpus`` default 1, ``num_gpus``,
             ``resources``, ``scheduling_strategy``, ``runtime_env``, ...); they also size a local
             cluster.
         health_timeout: seconds an actor may leave a health ping unanswered before it is deemed
@@ -93,13 +93,13 @@ class RayTransport:
     kind = "ray"
 
     def __init__(
-        self, ray_init_config: dict[str, Any], remote_configs: list[dict[str, Any]],
+        self, ray_init_config: dict[str, Any], actor_options: list[dict[str, Any]],
         health_timeout: float | None = 10.0,
     ) -> None:
         self.ray = ray = import_ray()
         # Ray's own restarts are not used: the pool restarts workers
         self._options = [{"num_cpus": 1, **config, "max_restarts": 0, "max_task_retries": 0}
-                         for config in remote_configs]
+                         for config in actor_options]
         self.owns_ray = not ray.is_initialized()
         if self.owns_ray:
             config = dict(ray_init_config)
