@@ -19,7 +19,6 @@ import math
 import sys
 import time
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +38,7 @@ from rlcollect.cli.planning import (
     warn_about_size,
 )
 from rlcollect.cli.policy import build_policy
+from rlcollect.cli.requests import CollectOptions, CollectSummary
 from rlcollect.cli.signals import StopSignals
 from rlcollect.collectors import Collector, CollectorStats, MultiSyncCollector
 from rlcollect.collectors.loggers import CollectorLogger, TensorBoardLogger, WandbLogger
@@ -49,87 +49,6 @@ __all__ = ["CollectOptions", "CollectSummary", "format_summary", "run_collect"]
 
 
 _BAR_FORMAT = "{desc}{percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} frames [{elapsed}<{remaining}{postfix}]"
-
-
-@dataclass(frozen=True)
-class CollectOptions:
-    """What ``rlcollect collect`` was asked for (the command-line arguments, parsed and checked).
-
-    Attributes:
-        out: the folder that receives the run.
-        env: a Gymnasium env id.
-        env_kwargs: keyword arguments for ``gymnasium.make`` (``--env-kwargs``).
-        device: where the policy runs (``--device``); ``None`` for where its parameters are.
-        obs_dtype: the dtype floating-point observations are stored and given to the policy in
-            (``--obs-dtype``); ``None`` for the env's.
-        frames: frames to collect, summed over envs (rounded up to whole batches).
-        num_envs: copies of the env, in all.
-        workers: worker processes the envs are split over (``num_envs / workers`` each; a
-            :class:`~rlcollect.MultiSyncCollector`); 1: every env in this process.
-        policy: ``"pkg.module:factory"``, or ``None`` for uniform random actions.
-        seed: env ``i`` is reset with ``seed + i`` first; ``None`` for unseeded.
-        frames_per_batch: frames per batch (rounded up to a multiple of ``num_envs``); ``None``
-            for 128 steps per env, or fewer when ``frames`` is smaller.
-        next_obs: store the next observations; ``False``: :func:`rlcollect.load_run` rebuilds them.
-        log: ``"tensorboard"`` or ``"wandb"``: log each batch's episodes and counters there
-            (:mod:`rlcollect.collectors.loggers`); ``None`` for no logging.
-        log_dir: where ``log`` writes; ``None`` for ``out/logs``.
-        force: overwrite a previous run in ``out``.
-        progress: show a progress bar on stderr (when stderr is a terminal).
-    """
-
-    out: Path | str
-    env: str = "CartPole-v1"
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
-    device: str | None = None
-    obs_dtype: str | None = None
-    frames: int = 100_000
-    num_envs: int = 8
-    workers: int = 1
-    policy: str | None = None
-    seed: int | None = None
-    frames_per_batch: int | None = None
-    next_obs: bool = True
-    log: str | None = None
-    log_dir: Path | str | None = None
-    force: bool = False
-    progress: bool = True
-
-
-@dataclass(frozen=True)
-class CollectSummary:
-    """What a run collected and where it went.
-
-    Attributes:
-        out: the run folder.
-        frames: frames collected and stored (whole batches: at least the frames asked for).
-        batches: batches stored.
-        batches_planned: batches the run was to collect (more than ``batches`` if interrupted).
-        batch_shape: ``(num_envs, T)`` of one batch.
-        seconds: wall-clock seconds of the collection loop, writing included.
-        stats: the collector's own counters at the end (``fps`` counts collection time only).
-        signal: the signal that stopped the run, or came while it ended (SIGINT, SIGTERM);
-            ``None`` for none.
-    """
-
-    out: Path
-    frames: int
-    batches: int
-    batches_planned: int
-    batch_shape: tuple[int, int]
-    seconds: float
-    stats: CollectorStats
-    signal: int | None = None
-
-    @property
-    def complete(self) -> bool:
-        """Whether every planned batch was collected."""
-        return self.batches == self.batches_planned
-
-    @property
-    def fps(self) -> float:
-        """Frames per wall-clock second of the loop, writing included."""
-        return self.frames / self.seconds if self.seconds > 0 else 0.0
 
 
 class _Bar(tqdm):
@@ -222,6 +141,7 @@ def run_collect(options: CollectOptions) -> CollectSummary:
                 seconds=seconds,
                 stats=collector.stats(),
                 signal=signals.received,
+                episodes=writer.episodes,
             )
             writer.finish(_result_info(summary))
             _check_stored_frames(summary)
@@ -320,6 +240,7 @@ def _setup_info(options: CollectOptions, collector: Collector | MultiSyncCollect
     """How the run is made: the first part of ``run.json``."""
     return {
         "rlcollect_version": rlcollect.__version__,
+        "command": options.command_line(),
         "env": options.env,
         "env_kwargs": {key: repr(value) for key, value in options.env_kwargs.items()},
         "device": options.device,
@@ -338,13 +259,11 @@ def _setup_info(options: CollectOptions, collector: Collector | MultiSyncCollect
 
 def _result_info(summary: CollectSummary) -> dict[str, Any]:
     """What the run collected: the second part of ``run.json``."""
-    stats = summary.stats
     return {
         "complete": summary.complete,
         "frames": summary.frames,
         "seconds": round(summary.seconds, 3),
-        "episodes": stats.episodes,
-        "mean_return_last_100": None if math.isnan(stats.mean_return) else stats.mean_return,
+        **(summary.episodes.record() if summary.episodes is not None else {}),
     }
 
 
@@ -378,8 +297,7 @@ def format_summary(summary: CollectSummary, options: CollectOptions) -> str:
         f"  batches    {summary.batches} of {summary.batches_planned}, each [{num_envs} envs, {steps} steps]",
         f"  seconds    {summary.seconds:.2f}",
         f"  frames/s   {summary.fps:,.0f} (collection alone: {stats.fps:,.0f})",
-        f"  episodes   {stats.episodes:,} ended, mean return {_format_return(stats.mean_return)} "
-        "(last 100 episodes)",
+        f"  episodes   {summary.episodes.describe() if summary.episodes is not None else 'n/a'}",
         f"  output     {out}  ({loader}({out!r}): batch_size [{summary.batches}, {num_envs}, {steps}]"
         f"{', next observations rebuilt' if not options.next_obs else ''}), "
         f"{size_text(folder_bytes(summary.out))}",

@@ -14,21 +14,20 @@ Examples:
     next.reward            [1, 2, 32, 1]  torch.float32
     ...
     episodes: ... ended (... terminated, ... truncated), mean return ...
-    made by:  rlcollect collect --env CartPole-v1 --num-envs 2 --frames-per-batch 64 --seed 0 (complete)
+    made by:  rlcollect collect --env CartPole-v1 --frames 64 --num-envs 2 --workers 1 --seed 0 ... (complete)
 """
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
-import torch
 from tensordict import TensorDictBase
 
+from rlcollect.cli.episodes import EpisodeTally
 from rlcollect.cli.output import load_run
 
-__all__ = ["describe_run", "episode_summary"]
+__all__ = ["describe_run"]
 
 
 def _leaf_rows(stored: TensorDictBase) -> list[tuple[str, str, str]]:
@@ -40,36 +39,15 @@ def _leaf_rows(stored: TensorDictBase) -> list[tuple[str, str, str]]:
     return sorted(rows)
 
 
-def episode_summary(stored: TensorDictBase) -> str | None:
-    """Episodes that ended in a ``[..., T]`` run: how many, how they ended, their mean return.
-
-    Every episode that ends in a run also started in it (trajectory ids are never reused), so
-    its return is the sum of the rewards under its trajectory id. ``None`` when the run lacks the
-    ``("next", "done")``, ``("next", "reward")`` or ``("collector", "traj_ids")`` entries.
-    """
-    keys = set(stored.keys(include_nested=True, leaves_only=True))
-    needed = {("next", "done"), ("next", "terminated"), ("next", "reward"), ("collector", "traj_ids")}
-    if not needed <= keys:
-        return None
-    done = stored.get(("next", "done")).reshape(-1).bool()
-    terminated = stored.get(("next", "terminated")).reshape(-1).bool()
-    reward = stored.get(("next", "reward")).reshape(-1).double()
-    traj_ids = stored.get(("collector", "traj_ids")).reshape(-1)
-    ids, index = torch.unique(traj_ids, return_inverse=True)
-    returns = torch.zeros(len(ids), dtype=torch.float64).index_add_(0, index, reward)
-    ended = torch.zeros(len(ids), dtype=torch.bool)
-    ended[index[done]] = True
-    count = int(done.sum())
-    mean = float(returns[ended].mean()) if count else math.nan
-    ended_terminated = int(terminated.sum())  # terminated implies done
-    mean_text = "n/a" if math.isnan(mean) else f"{mean:.2f}"
-    return (
-        f"{count:,} ended ({ended_terminated:,} terminated, {count - ended_terminated:,} truncated), "
-        f"mean return {mean_text} (all of them)"
-    )
-
-
 def _made_by(info: dict[str, Any]) -> str:
+    """The command that made the run (as typed; rebuilt for a run.json older than that record)."""
+    command = info.get("command") or _rebuilt(info)
+    written, planned = info.get("batches_written"), info.get("batches_planned")
+    state = "complete" if info.get("complete") else f"INTERRUPTED: {written} of {planned} batches written"
+    return f"{command} ({state})"
+
+
+def _rebuilt(info: dict[str, Any]) -> str:
     command = f"rlcollect collect --env {info.get('env')} --num-envs {info.get('num_envs')}"
     if info.get("env_kwargs"):
         command += " --env-kwargs " + " ".join(f"{key}={value}" for key, value in info["env_kwargs"].items())
@@ -80,9 +58,7 @@ def _made_by(info: dict[str, Any]) -> str:
         command += f" --policy {info['policy']}"
     if info.get("next_obs", "stored") != "stored":
         command += " --no-next-obs"
-    written, planned = info.get("batches_written"), info.get("batches_planned")
-    state = "complete" if info.get("complete") else f"INTERRUPTED: {written} of {planned} batches written"
-    return f"{command} ({state})"
+    return command
 
 
 def describe_run(path: str | Path) -> str:
@@ -97,9 +73,9 @@ def describe_run(path: str | Path) -> str:
     rows = [("key", "shape", "dtype"), *_leaf_rows(stored)]
     widths = [max(len(row[i]) for row in rows) + 2 for i in range(2)]
     lines += [f"{name:<{widths[0]}}{shape:<{widths[1]}}{dtype}" for name, shape, dtype in rows]
-    episodes = episode_summary(stored)
+    episodes = EpisodeTally.of(stored)
     if episodes is not None:
-        lines.append(f"episodes: {episodes}")
+        lines.append(f"episodes: {episodes.describe()}")
     if info.get("next_obs", "stored") != "stored":
         lines.append(f"next observations: {info['next_obs']} (rlcollect.load_run)")
     if info:

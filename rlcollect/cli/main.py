@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import shlex
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -211,6 +212,7 @@ def _collect(args: argparse.Namespace) -> int:
         log_dir=args.log_dir,
         force=args.force,
         progress=not args.no_progress,
+        command=shlex.join(["rlcollect", *args.argv]),
     )
     summary = run_collect(options)
     print(format_summary(summary, options))
@@ -279,6 +281,7 @@ def _run(argv: Sequence[str] | None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # --help, --version and argument errors
         return exit_.code if isinstance(exit_.code, int) else 2
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # run.json records the command as typed
     handler: Callable[[argparse.Namespace], int] = args.handler
     return handler(args)
 

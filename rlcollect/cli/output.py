@@ -31,6 +31,7 @@ from typing import Any
 
 from tensordict import TensorDictBase
 
+from rlcollect.cli.episodes import EPISODE_KEYS, EpisodeTally
 from rlcollect.cli.errors import CliError, one_line
 from rlcollect.data.run_folder import COMMIT, FINALS, RunFolderWriter, replace_file
 from rlcollect.data.run_folder import load_run as load_run_folder
@@ -113,6 +114,7 @@ class RunWriter:
         self._folder = RunFolderWriter(out, next_obs=next_obs, observation_keys=observation_keys)
         self._info = {**info, "next_obs": "stored" if next_obs else f"rebuilt on load from {FINALS}/",
                       "complete": False}
+        self.episodes: EpisodeTally | None = None  # the episodes ended in the frames written
         self._write_info()
 
     @property
@@ -121,10 +123,14 @@ class RunWriter:
         return self._folder.batches
 
     def write(self, batch: TensorDictBase) -> None:
-        """Store ``batch`` at the next index: the folder grows by one batch."""
+        """Store ``batch`` at the next index: the folder grows by one batch; count its episodes."""
         if self.written >= self.num_batches:
             raise IndexError(f"all {self.num_batches} batches are already written")
+        if self.written == 0 and set(EPISODE_KEYS) <= set(batch.keys(include_nested=True, leaves_only=True)):
+            self.episodes = EpisodeTally()
         self._folder.append(batch)
+        if self.episodes is not None:
+            self.episodes.add(batch)
 
     def finish(self, info: dict[str, Any]) -> None:
         """Close the files and rewrite ``run.json`` with ``info`` added (counters, ``complete``, ...)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 import time
@@ -99,9 +100,11 @@ def test_policy_factory_is_used(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(60)
 def test_inspect_prints_layout_frames_and_episodes(tmp_path: Path, capsys: Capsys) -> None:
-    out = tmp_path / "run"
-    assert collect(out, frames=512, num_envs=4) == 0
-    capsys.readouterr()
+    """inspect: the layout, the episodes counted as the summary and run.json count them, and the
+    exact command that made the run, quoted so that it pastes back."""
+    out = tmp_path / "my run"
+    assert collect(out, "--workers", "2", "--force", frames=512, num_envs=4) == 0
+    summary = capsys.readouterr().out
 
     assert main(["inspect", str(out)]) == 0
     text = capsys.readouterr().out
@@ -111,8 +114,33 @@ def test_inspect_prints_layout_frames_and_episodes(tmp_path: Path, capsys: Capsy
     assert "observation         [1, 4, 128, 4]  torch.float32" in text
     stored = TensorDict.load_memmap(out)
     ended = int(stored["next", "done"].sum())
-    assert f"episodes: {ended} ended ({ended} terminated, 0 truncated)" in text
-    assert "made by:  rlcollect collect --env CartPole-v1 --num-envs 4" in text
+    returns = episode_returns(stored)
+    assert len(returns) == ended > 0
+    episodes = (f"{ended} ended ({ended} terminated, 0 truncated), mean return {sum(returns) / ended:.2f} "
+                f"(all {ended}; the last 100: {sum(returns[-100:]) / len(returns[-100:]):.2f})")
+    assert f"episodes: {episodes}" in text and f"  episodes   {episodes}" in summary
+    record = json.loads((out / "run.json").read_text())
+    assert record["episodes"] == ended and record["mean_return"] == pytest.approx(sum(returns) / ended)
+    made_by = next(line for line in text.splitlines() if line.startswith("made by:  "))
+    assert made_by.endswith(" (complete)")
+    assert shlex.split(made_by[len("made by:  "):-len(" (complete)")]) == [
+        "rlcollect", "collect", "--env", "CartPole-v1", "--frames", "512", "--num-envs", "4",
+        "--out", str(out), "--seed", "0", "--no-progress", "--workers", "2", "--force"]
+
+
+def episode_returns(stored: TensorDict) -> list[float]:
+    """The return of every episode that ended in ``stored`` [batches, envs, T], in the order they
+    ended (batch, step, env), by a plain loop."""
+    returns, running = [], {}
+    for b in range(stored.shape[0]):
+        for t in range(stored.shape[2]):
+            for env in range(stored.shape[1]):
+                frame = stored[b, env, t]
+                traj = int(frame["collector", "traj_ids"])
+                running[traj] = running.get(traj, 0.0) + float(frame["next", "reward"])
+                if bool(frame["next", "done"]):
+                    returns.append(running.pop(traj))
+    return returns
 
 
 @pytest.mark.timeout(60)
@@ -202,7 +230,10 @@ def test_an_interrupted_run_holds_only_what_it_wrote(tmp_path: Path, capsys: Cap
     assert collect(out, "--policy", policy, "--frames-per-batch", "64", frames=planned, num_envs=2) == 130
     capsys.readouterr()
     assert (out / "action.memmap").stat().st_size == 2 * 64 * 8  # int64 actions of 2 batches
-    assert TensorDict.load_memmap(out).batch_size == torch.Size([2, 2, 32])
+    stored = TensorDict.load_memmap(out)
+    assert stored.batch_size == torch.Size([2, 2, 32])
+    # the episodes counted are those in the folder, not those of the batch the interruption lost
+    assert json.loads((out / "run.json").read_text())["episodes"] == len(episode_returns(stored))
 
 
 # -- bad arguments: one line on stderr, exit status 2 -------------------------------------------
