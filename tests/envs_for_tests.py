@@ -171,3 +171,11 @@ def assert_ids_label_trajectories(batches: list[Any]) -> None:
     assert torch.equal(ids[:, 1:] != ids[:, :-1], done[:, :-1])
     owners = {int(t): r for r in range(ids.shape[0]) for t in ids[r].unique()}
     assert len(owners) == len(ids.unique())
+
+
+class PixelEnv(gym.Env[np.ndarray, int]):
+    """An Atari-sized pixel observation space (84x84x4 uint8) and two actions: the spaces of a
+    run folder written by a test, not an env to step."""
+
+    observation_space = spaces.Box(0, 255, (84, 84, 4), np.uint8)
+    action_space = spaces.Discrete(2)

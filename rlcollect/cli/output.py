@@ -151,17 +151,29 @@ def load_run(path: str | Path) -> tuple[TensorDictBase, dict[str, Any]]:
         CliError: ``path`` is not a saved TensorDict folder.
     """
     folder = Path(path)
-    if not folder.is_dir():
-        raise CliError(f"{str(folder)!r} is not a folder")
-    if not (folder / "meta.json").is_file() and not (folder / COMMIT).is_file():
-        raise CliError(f"{str(folder)!r} is not a saved TensorDict folder (no meta.json)")
+    info = read_info(folder)
     try:
         stored = load_run_folder(folder)
     except Exception as error:  # a damaged folder: say so on one line
         raise CliError(
             f"{str(folder)!r} cannot be loaded ({type(error).__name__}: {one_line(str(error))})"
         ) from None
-    info: dict[str, Any] = {}  # stays empty for a TensorDict folder written by something else
+    return stored, info
+
+
+def read_info(path: str | Path) -> dict[str, Any]:
+    """The ``run.json`` of the run folder ``path`` (``{}`` for a TensorDict folder written by
+    something else).
+
+    Raises:
+        CliError: ``path`` is not a saved TensorDict folder.
+    """
+    folder = Path(path)
+    if not folder.is_dir():
+        raise CliError(f"{str(folder)!r} is not a folder")
+    if not (folder / "meta.json").is_file() and not (folder / COMMIT).is_file():
+        raise CliError(f"{str(folder)!r} is not a saved TensorDict folder (no meta.json)")
+    info: dict[str, Any] = {}
     with contextlib.suppress(OSError, ValueError):
         info = json.loads((folder / RUN_INFO).read_text())
-    return stored, info
+    return info

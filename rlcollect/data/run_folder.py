@@ -47,15 +47,15 @@ import numpy as np
 import torch
 from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
 
-__all__ = ["COMMIT", "FINALS", "RunFolderWriter", "load_run", "read_commit", "rebuild_next_observations",
-           "replace_file"]
+__all__ = ["COMMIT", "FINALS", "WHERE", "RunFolderWriter", "load_rows", "load_run", "read_commit",
+           "rebuild_next_observations", "replace_file"]
 
 #: The sub-folder of a run without next observations that holds the ones that cannot be rebuilt.
 FINALS = "final_observations"
 #: The file whose atomic replacement commits a batch: what a loader may read.
 COMMIT = "committed.json"
 _FORMAT = 1  # the version of committed.json's content
-_WHERE = ("batch", "env", "step")  # the index of each final observation in the run
+WHERE = ("batch", "env", "step")  # the index of each final observation in the run
 Key = tuple[str, ...]
 
 
@@ -209,7 +209,7 @@ def read_commit(folder: str | Path) -> dict[str, Any] | None:
     return dict(record)
 
 
-def _load_rows(folder: Path, rows: int) -> TensorDictBase:
+def load_rows(folder: Path, rows: int) -> TensorDictBase:
     """The first ``rows`` rows of a memmap folder, from its ``meta.json`` files with the first dim
     set to ``rows`` (they may say more or fewer while a batch is being committed)."""
     if not (folder / "meta.json").is_file():  # no batch was ever written
@@ -222,7 +222,7 @@ def _load_rows(folder: Path, rows: int) -> TensorDictBase:
         if not isinstance(entry, dict):
             continue
         if entry.get("type") == "TensorDict":
-            entries[name] = _load_rows(folder / name, rows)
+            entries[name] = load_rows(folder / name, rows)
         elif "dtype" in entry:
             entries[name] = _load_leaf(folder / f"{name}.memmap", entry, rows)
     return TensorDict(entries, batch_size=[rows, *meta["shape"][1:]])
@@ -243,11 +243,11 @@ def _load_leaf(path: Path, entry: dict[str, Any], rows: int) -> torch.Tensor:
 def rebuild_next_observations(stored: TensorDictBase, finals: TensorDictBase) -> TensorDictBase:
     """``stored`` (``[batches, envs, T]`` without next observations) with them rebuilt in memory:
     step ``t``'s is step ``t + 1``'s observation, or the one ``finals`` holds for ``(batch, env, t)``."""
-    batch, env, step = (finals.get(name) for name in _WHERE)
+    batch, env, step = (finals.get(name) for name in WHERE)
     rebuilt = stored.copy()  # a new TensorDict over the same (memory-mapped) tensors
     if rebuilt.is_locked:
         rebuilt.unlock_()
-    for key in finals.exclude(*_WHERE).keys(include_nested=True, leaves_only=True):
+    for key in finals.exclude(*WHERE).keys(include_nested=True, leaves_only=True):
         key = (key,) if isinstance(key, str) else tuple(key)
         obs = stored.get(key)
         next_obs = torch.empty_like(obs, device="cpu")
@@ -291,7 +291,7 @@ def load_run(folder: str | Path) -> TensorDictBase:
         if not (folder / FINALS).is_dir():
             return stored
         return rebuild_next_observations(stored, TensorDict.load_memmap(folder / FINALS))
-    stored = _load_rows(folder, record["batches"])
+    stored = load_rows(folder, record["batches"])
     if record[FINALS] is None or not record["batches"]:
         return stored
-    return rebuild_next_observations(stored, _load_rows(folder / FINALS, record[FINALS]))
+    return rebuild_next_observations(stored, load_rows(folder / FINALS, record[FINALS]))

@@ -100,7 +100,7 @@ def test_dict_observations_become_episodes_of_dicts() -> None:
                    seed=2) as collector:
         run = torch.stack([batch.clone() for batch in collector])
     keys = ["pos", "count"]
-    episodes = run_episodes(run, [(key,) for key in keys])
+    episodes = list(run_episodes(run, [(key,) for key in keys]))
     expected = reference_episodes(run, keys)
     assert len(episodes) == len(expected) > 0
     for episode, reference in zip(episodes, expected, strict=True):
