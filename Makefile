@@ -12,10 +12,13 @@ venv: $(STAMP)
 
 # torch is pinned and installed first: that pin is the CPU build (an unpinned torch pulls the
 # multi-GB CUDA build); pip then finds it satisfied when installing rlcollect's dependencies.
+# editable_mode=compat puts the checkout on sys.path through a plain .pth line, which type
+# checkers follow (setuptools' default editable import hook is invisible to mypy and pyright).
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install torch==2.13.0
-	$(BIN)/python -m pip install -e ".[dev,torchrl,ray,envpool,atari,minari,logging,video,docs]"
+	$(BIN)/python -m pip install -e ".[dev,torchrl,ray,envpool,atari,minari,logging,video,docs]" \
+		--config-settings editable_mode=compat
 	touch $(STAMP)
 
 demo: venv

@@ -58,3 +58,24 @@ def test_a_user_script_type_checks_against_the_installed_wheel(tmp_path: Path) -
         f'{script.name}:6: error: Incompatible types in assignment (expression has type "int", '
         'variable has type "str")  [assignment]'
     ], done.stdout + done.stderr
+
+
+@pytest.mark.packaging
+@pytest.mark.timeout(300)
+def test_a_user_script_type_checks_against_the_editable_install(tmp_path: Path) -> None:
+    """The README's install (``make venv``: an editable install) from a folder outside the checkout:
+    mypy --strict finds rlcollect and its hints, and reports the user's one error, nothing else."""
+    venv_python = REPO / ".venv" / "bin" / "python"
+    if not venv_python.exists():
+        pytest.skip("no .venv: run make venv (the README's install) first")
+    script = tmp_path / "user_script.py"
+    script.write_text(USER_SCRIPT)
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--python-executable", str(venv_python), "--strict",
+         "--no-incremental", "--no-error-summary", script.name],
+        cwd=tmp_path, capture_output=True, text=True, timeout=240,
+    )
+    assert done.stdout.splitlines() == [
+        f'{script.name}:6: error: Incompatible types in assignment (expression has type "int", '
+        'variable has type "str")  [assignment]'
+    ], done.stdout + done.stderr

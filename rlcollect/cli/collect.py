@@ -51,7 +51,7 @@ __all__ = ["CollectOptions", "CollectSummary", "format_summary", "run_collect"]
 _BAR_FORMAT = "{desc}{percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} frames [{elapsed}<{remaining}{postfix}]"
 
 
-class _Bar(tqdm):
+class _Bar(tqdm):  # type: ignore[misc]
     """tqdm without its monitor thread: a thread in this process would make worker processes start
     through a forkserver (seconds of imports) instead of a fork (milliseconds)."""
 

@@ -47,7 +47,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -98,13 +98,13 @@ class _InMemory:
         self.batch_size = tuple(run.batch_size)
 
     def read(self, key: Key, batch: int, env: int, start: int, stop: int) -> torch.Tensor:
-        return self.run.get(key)[batch, env, start:stop]
+        return cast(torch.Tensor, self.run.get(key)[batch, env, start:stop])
 
     def column(self, key: Key) -> torch.Tensor:
-        return self.run.get(key)
+        return cast(torch.Tensor, self.run.get(key))
 
     def next_observation(self, key: Key, batch: int, env: int, step: int) -> torch.Tensor:
-        return self.run.get(("next", *key))[batch, env, step]
+        return cast(torch.Tensor, self.run.get(("next", *key))[batch, env, step])
 
 
 def run_episodes(run: TensorDictBase | RunReader, observation_keys: list[Key]) -> Iterator[dict[str, Any]]:

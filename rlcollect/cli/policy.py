@@ -15,7 +15,7 @@ import importlib
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from rlcollect.cli.errors import CliError, one_line
 
@@ -59,7 +59,7 @@ def load_factory(spec: str) -> Callable[..., Any]:
         target = getattr(target, part)
     if not callable(target):
         raise CliError(f"--policy {spec!r}: {attr!r} is a {type(target).__name__}, not a callable factory")
-    return target
+    return cast(Callable[..., Any], target)
 
 
 def build_policy(spec: str, observation_space: Any, action_space: Any) -> Any:

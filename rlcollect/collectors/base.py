@@ -37,7 +37,7 @@ __all__ = ["BaseCollector"]
 _OWN_DEVICE: Any = object()  # _get_policy_and_device's default: the collector's policy_device
 
 
-class BaseCollector(BackgroundCollection, WeightApi, RemoteApi, ProfileApi, IterableDataset,
+class BaseCollector(BackgroundCollection, WeightApi, RemoteApi, ProfileApi, IterableDataset,  # type: ignore[type-arg]
                     metaclass=abc.ABCMeta):
     """Base class of the collectors: an iterable of ``[N, T]`` TensorDict batches, and a torch
     ``IterableDataset``: ``DataLoader(collector, batch_size=None, collate_fn=lambda batch: batch)``

@@ -60,7 +60,7 @@ class NestedRollout:
     @property
     def next_local_id(self) -> int:
         """The first local trajectory id no inner worker used yet (a restart starts there)."""
-        return self.collector.next_trajectory_id
+        return int(self.collector.next_trajectory_id)
 
     def collect(self, buffers: BatchBuffers, *, random: bool = False, policy_version: int = 0,
                 stop: Any = None) -> int:

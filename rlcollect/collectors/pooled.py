@@ -30,7 +30,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import cloudpickle
 import numpy as np
@@ -120,7 +120,8 @@ class PooledCollector(WorkerRequests, BaseCollector):
             BatchBuffers.allocate(layout, self.num_envs, steps, shared=shared, masked=masked)
             for _ in range(num_slots)]
         self._whole: dict[tuple[int, int], TensorDictBase] = {}  # (slot, worker): a worker's whole batch
-        self._stop_flags = torch.zeros(num_slots, dtype=torch.uint8).share_memory_() if masked else None
+        self._stop_flags = (torch.zeros(num_slots, dtype=torch.uint8).share_memory_()  # type: ignore[no-untyped-call]
+                            if masked else None)
         if written_elsewhere and hasattr(options.replay_buffer, "init"):
             options.replay_buffer.init(self._slots[0].batch[:1])  # laid out before the workers get it
         self._init_weights(options, transport)
@@ -177,7 +178,7 @@ class PooledCollector(WorkerRequests, BaseCollector):
     def _worker_spec(self, worker: int) -> RolloutSpec:
         """What worker ``worker`` builds its rollout from (its policy from ``policy_factory`` if
         given, even with ``policy``: that one stays here as the source of the weights)."""
-        spec = self.options.rollout_spec(worker)
+        spec: RolloutSpec = self.options.rollout_spec(worker)
         hook = self.options.post_collect_hook
         if self._hooks_in_workers and hook is not None:  # one worker's rows, in the collector's layout
             rows = dataclasses.replace(self._delivery, workers=1, replay_buffer=None, postproc=None,
@@ -238,7 +239,7 @@ class PooledCollector(WorkerRequests, BaseCollector):
     @property
     def preemptive_threshold(self) -> float | None:
         """The fraction of workers whose finished batch stops the others (``None``: never)."""
-        return self.options.preemptive_threshold
+        return cast(float | None, self.options.preemptive_threshold)
 
     @property
     def worker_pids(self) -> list[int | None]:

@@ -19,7 +19,7 @@ Examples:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -91,4 +91,4 @@ def checked_per_worker(kind: str, state: Any, keys: Iterable[str], workers: int)
             count = len(entries) if isinstance(entries, (list, tuple)) else type(entries).__name__
             raise ValueError(f"{kind}.load_state_dict: state[{key!r}] holds {count} entries; this collector "
                              f"has {workers} workers")
-    return state
+    return cast(Mapping[str, Any], state)

@@ -18,7 +18,7 @@ Examples:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from tensordict import TensorDictBase
 
@@ -114,6 +114,6 @@ def layout_of(value: Any) -> NativeLayout | TorchRLLayout:
     if isinstance(value, (NativeLayout, TorchRLLayout)):
         return value
     if isinstance(value, str) and value in LAYOUTS:
-        return LAYOUTS[value]()
+        return cast(NativeLayout | TorchRLLayout, LAYOUTS[value]())
     raise ValueError(f"layout={short_repr(value)} is not one of {tuple(LAYOUTS)} (or a TorchRLLayout; see "
                      "rlcollect.data.torchrl_layout)")

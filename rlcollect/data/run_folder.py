@@ -41,7 +41,7 @@ import errno
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -88,7 +88,7 @@ class _AppendingMemmap:
                 raise ValueError(f"{key} has {len(value)} bytes for {rows} rows, the folder holds "
                                  f"{row_bytes} bytes per row (every batch must have the same shapes)")
             _write_at(path, self.length * row_bytes, value)
-        return self.length + rows
+        return int(self.length) + int(rows)
 
     def _create(self, data: TensorDictBase) -> None:
         """The folder's format from ``data`` without its rows (tensordict's own writer, which makes
@@ -237,7 +237,7 @@ def _load_leaf(path: Path, entry: dict[str, Any], rows: int) -> torch.Tensor:
         raise ValueError(f"{path} holds {held:,} bytes; the {rows} committed rows need {needed:,}")
     if not needed:
         return torch.empty(shape, dtype=dtype)
-    return MemoryMappedTensor.from_filename(path, dtype=dtype, shape=shape)
+    return cast(torch.Tensor, MemoryMappedTensor.from_filename(path, dtype=dtype, shape=shape))
 
 
 def rebuild_next_observations(stored: TensorDictBase, finals: TensorDictBase) -> TensorDictBase:

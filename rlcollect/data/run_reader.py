@@ -25,7 +25,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from tensordict import TensorDictBase
@@ -101,7 +101,7 @@ class RunReader:
             self._final_rows = {index: row for row, index in enumerate(where)}
         row = self._final_rows.get((batch, env, step))
         if row is not None:
-            return self._finals.get(key)[row].clone()
+            return cast(torch.Tensor, self._finals.get(key)[row].clone())
         return self.read(key, batch, env, step + 1, step + 2)[0]
 
 

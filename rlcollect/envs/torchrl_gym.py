@@ -153,7 +153,9 @@ class TorchRLGymEnvs(GymEnvs):
     ) -> None:
         self.env = env
         self.unbatched = not tuple(env.batch_size)
-        per_env = (lambda spec: spec) if self.unbatched else (lambda spec: spec[0])
+        def per_env(spec: Any) -> Any:
+            return spec if self.unbatched else spec[0]
+
         action_space = spec_space(per_env(env.action_spec), "action_spec")
         if isinstance(action_space, OneHotSpace):
             inner = [_InnerGymEnv(e, OneHotSpace(action_space.shape, action_space.dtype)) for e in inner]

@@ -38,7 +38,9 @@ class TorchRLEnv(EnvBatch):
         self.env = env
         self._batched = bool(batch_size)
         self.unbatched = not self._batched
-        per_env = (lambda spec: spec[0]) if self._batched else (lambda spec: spec)
+        def per_env(spec: Any) -> Any:
+            return spec[0] if self._batched else spec
+
         obs_spec = per_env(env.observation_spec)
         self._obs_keys = list(obs_spec.keys())
         self._step_keys = [*self._obs_keys, "reward", "terminated"]  # what every step must return

@@ -8,7 +8,7 @@ collector steps them.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -42,7 +42,10 @@ def tensordict_only(env: Any) -> str | None:
         return f"reward keys {list(env.reward_keys)} (the buffers hold one 'reward')"
     if not set(env.done_keys) <= set(FLAGS) or "terminated" not in env.done_keys:
         return f"done keys {list(env.done_keys)} (the buffers hold 'terminated' and 'truncated' at the root)"
-    per_env = (lambda spec: spec[0]) if batch_size else (lambda spec: spec)
+
+    def per_env(spec: Any) -> Any:
+        return spec[0] if batch_size else spec
+
     try:
         spec_space(per_env(env.observation_spec), "observation_spec")
         spec_space(per_env(env.action_spec), "action_spec")
@@ -86,7 +89,7 @@ class TensorDictEnv:
 
     def step(self, root: Any) -> tuple[Any, Any]:
         """``root`` with its ``"next"``, and the next root (reset where the env ended)."""
-        return self.env.step_and_maybe_reset(root)
+        return cast(tuple[Any, Any], self.env.step_and_maybe_reset(root))
 
     def ends(self, nxt: Any) -> torch.Tensor:
         """``[*batch, T]``: whether the trajectory ended at each frame (any done key, any agent)."""

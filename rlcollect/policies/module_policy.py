@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import torch
@@ -75,7 +75,7 @@ class ModulePolicy(PolicyAdapter):
     def _forward(self, obs: torch.Tensor) -> torch.Tensor:
         if self._moves_obs:
             obs = obs.to(self.device, non_blocking=True)
-        return self.callable(obs)
+        return cast(torch.Tensor, self.callable(obs))
 
     def _views(self, buffers: BatchBuffers) -> dict[str, Any]:
         obs = next(iter(buffers.obs_ext.values()))

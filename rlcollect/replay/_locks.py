@@ -45,7 +45,7 @@ class Lock:
         self.path, self._create = path, create
         self._thread_lock = threading.Lock()
         self._fd: int | None = None
-        self._remove: weakref.finalize | None = None  # set on the lock that created a temporary file
+        self._remove: weakref.finalize[..., Any] | None = None  # set by the lock that made a temporary file
         _LOCKS.add(self)
 
     @classmethod

@@ -24,7 +24,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -95,8 +95,9 @@ class MemmapStorage(Storage):
     def _bookkeeping(self, name: str, shape: tuple[int, ...], create: bool) -> torch.Tensor:
         filename = self.path / f"{name}.memmap"
         if create:
-            return MemoryMappedTensor.zeros(shape, dtype=torch.int64, filename=filename)
-        return MemoryMappedTensor.from_filename(filename, dtype=torch.int64, shape=torch.Size(shape))
+            return cast(torch.Tensor, MemoryMappedTensor.zeros(shape, dtype=torch.int64, filename=filename))
+        return cast(torch.Tensor, MemoryMappedTensor.from_filename(filename, dtype=torch.int64,
+                                                                  shape=torch.Size(shape)))
 
     def _open_files(self, create: bool) -> None:
         self._count = self._bookkeeping("count", (3,), create)

@@ -50,7 +50,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -258,7 +258,7 @@ class Storage:
                 if not busy.any():
                     self._count.numpy()[STORED] -= np.count_nonzero(mine & (stamps >= 0))
                     stamp[slots] = np.where(mine, marker, stamps)
-                    return mine
+                    return cast(np.ndarray, mine)
             dead = [pid for pid in set((-stamps[busy] - 2).tolist()) if not pid_alive(pid)]
             if dead:  # their frames will never be committed: take the slots over
                 with self._lock:
@@ -368,7 +368,7 @@ class SharedStorage(Storage):
         return Lock.temporary()
 
     def _allocate(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        return torch.zeros(shape, dtype=dtype).share_memory_()
+        return torch.zeros(shape, dtype=dtype).share_memory_()  # type: ignore[no-untyped-call,no-any-return]
 
     def __getstate__(self) -> dict[str, Any]:
         if self._data is None:

@@ -111,7 +111,7 @@ class RolloutProfiler:
                 with_stack=config.with_stack,
                 with_flops=config.with_flops,
             )
-            self._profiler.__enter__()
+            self._profiler.__enter__()  # type: ignore[no-untyped-call]
 
     def after_rollout(self) -> None:
         """Advance the schedule; stop (and write the trace) after ``num_rollouts``."""
@@ -126,4 +126,4 @@ class RolloutProfiler:
         """Stop the profiler if it runs (idempotent)."""
         if self._profiler is not None:
             profiler, self._profiler = self._profiler, None
-            profiler.__exit__(None, None, None)
+            profiler.__exit__(None, None, None)  # type: ignore[no-untyped-call]

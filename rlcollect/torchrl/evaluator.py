@@ -51,7 +51,7 @@ def _collector_class(collector_cls: type | str | None) -> type:
     return collector_cls
 
 
-class Evaluator(TorchRLEvaluator):
+class Evaluator(TorchRLEvaluator):  # type: ignore[misc]
     """TorchRL's ``Evaluator`` whose collector is rlcollect's (see the module docstring).
 
     Where it isolates the evaluation in a worker process (``use_multi_collector=True``, or

@@ -45,6 +45,9 @@ from rlcollect.weights.distributed_wire import (
 from rlcollect.weights.forms import check_weights
 from rlcollect.weights.schemes import Strategy
 
+#: torch.distributed's TCPStore (its type stubs do not export it)
+Store = Any
+
 __all__ = ["DistributedWeightSyncScheme"]
 
 
@@ -120,7 +123,7 @@ class DistributedWeightSyncScheme(ReceiverSide):
         self._reset()
 
     def _reset(self) -> None:
-        self._store: dist.TCPStore | None = None
+        self._store: Store | None = None
         self._pg: Any = None
         self._device = torch.device("cpu")
         self._reference: TensorDictBase | None = None
@@ -309,28 +312,28 @@ class DistributedWeightSyncScheme(ReceiverSide):
         self._layout = [[name, list(reference.get(key).shape), str(reference.get(key).dtype)]
                         for name, key in self._order]
 
-    def _join_store(self, is_master: bool) -> dist.TCPStore:
+    def _join_store(self, is_master: bool) -> Store:
         delta = datetime.timedelta(seconds=self._timeout)
         try:
             if is_master:
-                return dist.TCPStore(self._host, self._port, self._world_size, True, delta,
-                                     wait_for_workers=False)
-            return dist.TCPStore(self._host, self._port, None, False, delta)
+                return dist.TCPStore(self._host, self._port, self._world_size, True,  # type: ignore[attr-defined]
+                                     delta, wait_for_workers=False)
+            return dist.TCPStore(self._host, self._port, None, False, delta)  # type: ignore[attr-defined]
         except Exception as exc:
             what = "listen at" if is_master else "reach the learner at"
             raise RuntimeError(f"{self._who()}: could not {what} {self._init_method} within "
                                f"timeout={self._timeout}s: {exc}") from exc
 
-    def _wait_keys(self, store: dist.TCPStore, keys: list[str], what: str) -> None:
+    def _wait_keys(self, store: Store, keys: list[str], what: str) -> None:
         try:
             store.wait(keys, datetime.timedelta(seconds=self._timeout))
         except Exception as exc:
             raise RuntimeError(f"{self._who()}: waited timeout={self._timeout}s for {what} at "
                                f"{self._init_method}: {exc}") from exc
 
-    def _new_group(self, store: dist.TCPStore) -> Any:
+    def _new_group(self, store: Store) -> Any:
         """A private process group (the default one, if any, is untouched)."""
-        prefixed = dist.PrefixStore("pg", store)
+        prefixed = dist.PrefixStore("pg", store)  # type: ignore[attr-defined]
         delta = datetime.timedelta(seconds=self._timeout)
         try:
             if self._backend == "gloo":

@@ -11,7 +11,6 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.distributed as dist
 from tensordict import TensorDictBase
 
 from rlcollect.weights.distributed_wire import (
@@ -24,6 +23,9 @@ from rlcollect.weights.distributed_wire import (
     take,
 )
 from rlcollect.weights.schemes import WeightSyncScheme
+
+#: torch.distributed's TCPStore (its type stubs do not export it)
+Store = Any
 
 __all__ = ["ReceiverSide"]
 
@@ -50,15 +52,15 @@ class ReceiverSide(WeightSyncScheme):
         _published: Buffers | None
         _published_version: int
         _error: BaseException | None
-        _store: dist.TCPStore | None
+        _store: Store | None
         _pg: Any
 
         def _check_usable(self) -> None: ...
         def _connect_sender(self) -> None: ...
         def _describe_model(self) -> None: ...
-        def _join_store(self, is_master: bool) -> dist.TCPStore: ...
-        def _wait_keys(self, store: dist.TCPStore, keys: list[str], what: str) -> None: ...
-        def _new_group(self, store: dist.TCPStore) -> Any: ...
+        def _join_store(self, is_master: bool) -> Store: ...
+        def _wait_keys(self, store: Store, keys: list[str], what: str) -> None: ...
+        def _new_group(self, store: Store) -> Any: ...
         def _who(self) -> str: ...
 
     # -- receiver side --------------------------------------------------------------------------
@@ -152,7 +154,7 @@ class ReceiverSide(WeightSyncScheme):
                                         name=f"DistributedWeightSyncScheme-rank{self._rank}")
         self._thread.start()
 
-    def _run(self, store: dist.TCPStore, pg: Any) -> None:
+    def _run(self, store: Store, pg: Any) -> None:
         """The receiving thread: message after message, until the learner stops or we do."""
         n, delay, claim = 1, POLL_MIN, f"left {self._rank}"
         try:

@@ -136,7 +136,7 @@ class WeightStore:
         workers, count = num_workers, len(self.model_ids)
 
         def shared(*shape: int) -> torch.Tensor:
-            return torch.zeros(*shape, dtype=torch.int64).share_memory_()
+            return torch.zeros(*shape, dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call,no-any-return]
 
         self._counters = {
             "versions": shared(workers),  # newest version written for each worker

@@ -125,7 +125,7 @@ def fork_is_safe() -> bool:
     but this one (a fork copies one thread; a lock another thread held stays held forever).
     multiprocessing's own fd-sharing thread (started when shared tensors are sent through a pipe)
     does not count: multiprocessing resets it in a forked child."""
-    if not sys.platform.startswith("linux") or torch.cuda.is_initialized():
+    if not sys.platform.startswith("linux") or torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
         return False
     sharer = getattr(getattr(resource_sharer, "_resource_sharer", None), "_thread", None)
     others = [t for t in threading.enumerate() if t is not threading.current_thread() and t is not sharer]
