@@ -20,6 +20,7 @@ README = ROOT / "README.md"
 
 # page -> (title, README sections in order)
 PAGES: dict[str, tuple[str, list[str]]] = {
+    "install.md": ("Install and first run", []),
     "index.md": ("Getting started", ["Two commands", "Quick start", "The batch"]),
     "collectors.md": ("Which collector when", ["Multi-process collection: the main-module guard",
                                                 "Batched inference: `AsyncBatchedCollector`"]),
@@ -79,14 +80,77 @@ def for_the_site(text: str, linked: set[str], page: str = "") -> str:
     return re.sub(r"\]\(([^)\s]+)\)", link, text)
 
 
+#: a reStructuredText role as Markdown renders it in a docstring: :class:<code>~pkg.mod.Name</code>
+ROLE = re.compile(r":(?:py:)?(class|meth|func|mod|attr|data|exc|obj):<code>(~?)([^<]+)</code>")
+#: what must never reach a page: a role or directive the site did not render
+RAW = re.compile(r":(?:py:)?(?:class|meth|func|mod|attr|data|exc|obj):[`<]"
+                 r"|\.\. (?:code-block|note|warning)::")
+
+
+def on_page_content(html: str, page: Any, config: Any, files: Files) -> str:
+    """Docstrings' Sphinx roles as code that links to the API reference (``~`` shows the last name
+    only, as Sphinx does): ``:class:`~rlcollect.Collector``` becomes a link on ``Collector``."""
+    api = "../api/" if config.get("use_directory_urls") else "api.html"
+    api = "" if page.file.src_uri == "api.md" else api
+
+    def link(match: re.Match[str]) -> str:
+        kind, short, target = match.groups()
+        shown = target.rsplit(".", 1)[-1] if short else target
+        shown += "()" if kind in ("meth", "func") else ""
+        if not target.startswith("rlcollect"):
+            return f"<code>{shown}</code>"
+        return f'<a class="role" href="{api}#{target}"><code>{shown}</code></a>'
+
+    return ROLE.sub(link, html)
+
+
+def on_post_build(config: Any) -> None:
+    """Point each role's link at the object the API reference documents: its own anchor, else the
+    one object of that name documented under another path (``rlcollect.collectors.CollectorStats``
+    is documented as ``rlcollect.CollectorStats``), else no link at all."""
+    site = Path(config["site_dir"])
+    api = site / "api" / "index.html" if config.get("use_directory_urls") else site / "api.html"
+    ids = set(re.findall(r'id="(rlcollect[^"]*)"', api.read_text()))
+    by_name: dict[str, set[str]] = {}
+    for anchor in ids:
+        by_name.setdefault(anchor.rsplit(".", 1)[-1], set()).add(anchor)
+
+    def resolve(match: re.Match[str]) -> str:
+        prefix, target, code = match.groups()
+        if target not in ids and len(by_name.get(target.rsplit(".", 1)[-1], ())) == 1:
+            (target,) = by_name[target.rsplit(".", 1)[-1]]
+        return f'<a class="role" href="{prefix}#{target}">{code}</a>' if target in ids else code
+
+    for page in site.rglob("*.html"):
+        html = page.read_text()
+        fixed = re.sub(r'<a class="role" href="([^"#]*)#([^"]+)">(<code>[^<]*</code>)</a>', resolve, html)
+        if fixed != html:
+            page.write_text(fixed)
+
+
+def on_post_page(output: str, page: Any, config: Any) -> str:
+    """Fail the build on a role or directive left raw on a page."""
+    found = RAW.search(output)
+    if found is not None:
+        from mkdocs.exceptions import PluginError
+
+        start = max(0, found.start() - 80)
+        raise PluginError(f"{page.file.src_uri}: a raw reStructuredText role or directive on the page: "
+                          f"...{output[start:found.end() + 80]}...")
+    return output
+
+
 def on_files(files: Files, config: Any) -> Files:
     sections = readme_sections()
     linked: set[str] = set()
     for page, (title, names) in PAGES.items():
         own = ROOT / "docs" / "pages" / page
-        body = [] if own.exists() and not names else [f"# {title}\n"]  # a page of its own has its title
-        for name in names:
-            body.append(f"## {name}\n" + for_the_site(sections[name], linked, page))
+        if len(names) == 1:  # one section: its heading is the page's title, its subsections one up
+            text = re.sub(r"^### ", "## ", for_the_site(sections[names[0]], linked, page), flags=re.M)
+            body = [f"# {names[0]}\n" + text]
+        else:
+            body = [] if own.exists() and not names else [f"# {title}\n"]  # a page of its own has its title
+            body += [f"## {name}\n" + for_the_site(sections[name], linked, page) for name in names]
         if own.exists():
             body.append(for_the_site(own.read_text(), linked, page))
         files.append(File.generated(config, page, content="\n".join(body)))

@@ -3,10 +3,10 @@
 Code written against TorchRL imports its collectors from ``torchrl.collectors``; importing the same
 names from here runs rlcollect's collectors instead:
 
-.. code-block:: python
-
-    # from torchrl.collectors import Collector, MultiSyncCollector
-    from rlcollect.torchrl import Collector, MultiSyncCollector
+```python
+# from torchrl.collectors import Collector, MultiSyncCollector
+from rlcollect.torchrl import Collector, MultiSyncCollector
+```
 
 What this module gives today: the names (``Collector`` with ``num_collectors`` / ``backend``,
 ``MultiCollector(sync=...)``, ``AsyncCollector``), and the legacy aliases TorchRL still accepts
