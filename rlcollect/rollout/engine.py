@@ -49,7 +49,7 @@ from rlcollect.policies.adapters import make_policy
 from rlcollect.rollout.config import RolloutConfig
 from rlcollect.rollout.episodes import EpisodeTracker
 from rlcollect.rollout.loop import collect_batch
-from rlcollect.rollout.models import copy_weights, env_modules, find_module
+from rlcollect.rollout.models import ModelLookup, copy_weights, env_modules
 from rlcollect.rollout.stream import StreamLoop
 
 __all__ = ["Rollout", "RolloutSpec", "compile_adapter"]
@@ -134,7 +134,7 @@ def build_policy(spec: RolloutSpec) -> Any:
     return spec.policy_factory() if spec.policy_factory is not None else spec.policy
 
 
-class Rollout:
+class Rollout(ModelLookup):
     """Collects batches for ``spec.num_envs`` envs into given buffers.
 
     Args:
@@ -316,11 +316,6 @@ class Rollout:
             torch.manual_seed(seed + self.env_offset)
         if new_trajectories:
             self.traj_ids.restart()
-
-    # -- weights ---------------------------------------------------------------------------
-    def module(self, model_id: str) -> torch.nn.Module:
-        """The module updated under ``model_id`` (see :func:`find_module`)."""
-        return find_module(self.models, model_id)
 
     # -- state -----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -21,7 +21,7 @@ import torch
 from rlcollect.data.attributes import resolve_path
 from rlcollect.envs.base import source_env
 
-__all__ = ["copy_weights", "env_modules", "find_module"]
+__all__ = ["ModelLookup", "copy_weights", "env_modules", "find_module"]
 
 
 def find_module(models: Mapping[str, torch.nn.Module], model_id: str) -> torch.nn.Module:
@@ -33,6 +33,16 @@ def find_module(models: Mapping[str, torch.nn.Module], model_id: str) -> torch.n
     if model_id not in models:
         raise KeyError(f"unknown model id {model_id!r}; known: {sorted(models)}")
     return models[model_id]
+
+
+class ModelLookup:
+    """An engine's ``module(model_id)``: what a weight update under ``model_id`` writes into."""
+
+    models: Mapping[str, torch.nn.Module]
+
+    def module(self, model_id: str) -> torch.nn.Module:
+        """The module updated under ``model_id`` (see :func:`find_module`)."""
+        return find_module(self.models, model_id)
 
 
 def copy_weights(models: Mapping[str, torch.nn.Module]) -> dict[str, dict[str, torch.Tensor]]:

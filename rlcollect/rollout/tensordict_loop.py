@@ -41,7 +41,7 @@ from rlcollect.data.trajectories import TrajectoryIds
 from rlcollect.envs.torchrl_tensordict import TensorDictEnv
 from rlcollect.rollout.engine import POLICY_FROM_SPEC, RolloutSpec, build_policy
 from rlcollect.rollout.episodes import EpisodeTracker
-from rlcollect.rollout.models import copy_weights, env_modules, find_module
+from rlcollect.rollout.models import ModelLookup, copy_weights, env_modules
 
 __all__ = ["TensorDictRollout"]
 
@@ -68,7 +68,7 @@ class _Policy:
     module: torch.nn.Module | None
 
 
-class TensorDictRollout:
+class TensorDictRollout(ModelLookup):
     """Collects batches of a :class:`TensorDictEnv`; see the module docstring.
 
     The single-process collector and the workers run it in place of a
@@ -211,11 +211,7 @@ class TensorDictRollout:
         if new_trajectories:
             self.traj_ids.restart()
 
-    # -- weights and state -----------------------------------------------------------------
-    def module(self, model_id: str) -> torch.nn.Module:
-        """The module updated under ``model_id`` (see :func:`find_module`)."""
-        return find_module(self.models, model_id)
-
+    # -- state -----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Counters, ids, episode sums, the next root, RNG state and weights."""
         return {
