@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Unpack
 
 from rlcollect.collectors.arguments import SharedArguments, argument_names, check_accepted, named_as
-from rlcollect.collectors.checks import check_seconds
+from rlcollect.collectors.checks import check_int, check_seconds
 from rlcollect.collectors.collector import Collector
 from rlcollect.collectors.multi import MultiSyncCollector
 from rlcollect.collectors.nested import nested_spec
@@ -90,6 +90,10 @@ class RayCollector(PooledCollector):
             batches, every half second) before it is deemed silent, its process or node stopped,
             and restarted: found long before ``timeout``. ``None`` turns the check off. It must
             exceed the longest time one env call holds Python's GIL.
+        spare_actors: actors kept started and idle once every actor is up (each holds the
+            resources it asks for): a failed actor's replacement takes one and starts in the time
+            its envs take to build, not an interpreter's start and imports (seconds); a new spare
+            then starts. Only where every actor asks for the same ``remote_config``.
         **arguments: the :class:`~rlcollect.collectors.arguments.SharedArguments`: ``seed``,
             ``check`` and ``obs_dtype`` apply in each actor; ``postproc``, ``split_trajs``,
             ``return_same_td``, ``storing_device``, ``post_collect_hook``, ``trajs_per_batch`` and
@@ -139,6 +143,7 @@ class RayCollector(PooledCollector):
         timeout: float = 120.0,
         start_timeout: float = 120.0,
         health_timeout: float | None = 10.0,
+        spare_actors: int = 0,
         **arguments: Unpack[SharedArguments],
     ) -> None:
         check_accepted(type(self), arguments)
@@ -169,7 +174,9 @@ class RayCollector(PooledCollector):
         remote = [{"num_cpus": options.nested_workers, **configs[a % len(configs)]}
                   for a in range(options.num_workers)]
         health = None if health_timeout is None else check_seconds("health_timeout", health_timeout)
-        self._build(options, lambda: RayTransport(dict(ray_init_config or {}), remote, health_timeout=health))
+        spares = check_int("spare_actors", spare_actors, minimum=0, allowed="an int >= 0")
+        self._build(options, lambda: RayTransport(dict(ray_init_config or {}), remote, health_timeout=health,
+                                                  spare_actors=spares))
 
     def _worker_spec(self, worker: int) -> RolloutSpec:
         """As the pool's, with a :class:`NestedRollout` engine when each actor runs processes."""

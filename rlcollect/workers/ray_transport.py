@@ -67,8 +67,10 @@ class RayWorker:
             answer = kind, dataclasses.replace(info, node=node, node_id=node_id)
         return answer
 
-    def ping(self) -> None:
-        """Answered beside the commands (the "health" concurrency group): the actor is alive."""
+    def ping(self) -> str:
+        """Answered beside the commands (the "health" concurrency group): the actor is alive; its
+        node's id."""
+        return str(importlib.import_module("ray").get_runtime_context().get_node_id())
 
     def handle(self, command: str, argument: Any) -> Message:
         assert self.worker is not None
@@ -87,6 +89,9 @@ class RayTransport:
             cluster.
         health_timeout: seconds an actor may leave a health ping unanswered before it is deemed
             silent (its process or node stopped); ``None``: no health check.
+        spare_actors: actors kept started and idle (imports done, resources held) once every
+            worker is up: a failed worker's replacement takes one, if it asks for what the spare
+            asks for (the first actor's options), and starts in the time its envs take to build.
     """
 
     shared_slots = False
@@ -94,7 +99,7 @@ class RayTransport:
 
     def __init__(
         self, ray_init_config: dict[str, Any], actor_options: list[dict[str, Any]],
-        health_timeout: float | None = 10.0,
+        health_timeout: float | None = 10.0, spare_actors: int = 0,
     ) -> None:
         self.ray = ray = import_ray()
         # Ray's own restarts are not used: the pool restarts workers
@@ -118,11 +123,44 @@ class RayTransport:
         self.infos: dict[int, WorkerInfo] = {}  # each started actor's answer: its process and node
         self._homes: dict[int, str] = {}  # the node each worker's last actor ran on
         self._silent_nodes: set[str] = set()  # nodes an actor went silent on: no replacement goes there
+        self.spare_actors = spare_actors
+        self._spares: list[tuple[Any, Any]] = []  # (actor, its ping: answered once it is up)
+        self._spawned: set[int] = set()  # workers started at least once: a later spawn is a restart
 
     def spawn(self, worker: int, setup: WorkerSetup, timeout: float = math.inf) -> None:
-        actor = self._remote.options(**self._placement(worker)).remote()
+        actor = self._spare(worker) if worker in self._spawned else None
+        if actor is None:
+            actor = self._remote.options(**self._placement(worker)).remote()
+        self._spawned.add(worker)
         self.actors[worker] = actor
         self._calls[worker] = deque([actor.start.remote(setup)])
+
+    def _spare(self, worker: int) -> Any:
+        """A spare actor for ``worker``'s replacement: up, on a node that did not go silent, and
+        asking for what ``worker`` asks for; ``None`` if there is none."""
+        if self._options[worker] != self._options[0]:
+            return None
+        for spare in list(self._spares):
+            actor, ping = spare
+            if not self.ray.wait([ping], timeout=0)[0]:
+                continue  # still starting
+            self._spares.remove(spare)
+            try:
+                node = self.ray.get(ping)
+            except Exception:  # it died meanwhile
+                node = None
+            if node is not None and node not in self._silent_nodes:
+                return actor
+            with contextlib.suppress(Exception):
+                self.ray.kill(actor, no_restart=True)
+        return None
+
+    def _keep_spares(self) -> None:
+        """Start spare actors up to ``spare_actors`` (once every worker is up: none competes with a
+        worker's start for resources)."""
+        while len(self._spares) < self.spare_actors:
+            actor = self._remote.options(**self._options[0]).remote()
+            self._spares.append((actor, actor.ping.options(concurrency_group="health").remote()))
 
     def _placement(self, worker: int) -> dict[str, Any]:
         """Actor ``worker``'s options: a replacement goes back to its predecessor's node while Ray
@@ -185,6 +223,8 @@ class RayTransport:
             answer = self._answer(worker, ref)
             if answer[0] == "ready":
                 self.infos[worker] = answer[1]
+                if len(self.infos) == len(self._options):
+                    self._keep_spares()
             answers.append((worker, answer))
         return answers
 
@@ -263,6 +303,10 @@ class RayTransport:
         return callable(getattr(getattr(replay_buffer, "extend", None), "remote", None))  # a Ray actor
 
     def close(self) -> None:
+        for actor, _ in self._spares:
+            with contextlib.suppress(Exception):
+                self.ray.kill(actor, no_restart=True)
+        self._spares.clear()
         if self.owns_ray and self.ray.is_initialized():
             with contextlib.suppress(Exception):
                 self.ray.shutdown()

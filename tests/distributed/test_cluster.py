@@ -181,3 +181,27 @@ def test_faults_across_the_nodes_of_a_cluster(cluster: Cluster, tmp_path: Path) 
         assert collector.actor_nodes[0] == joined.node_id and collector.stats().restarts == 5
     print("\n".join(f"{what}: {value}" for what, value in figures.items()))
     assert_steps_follow(run.arrivals)
+
+
+@pytest.mark.timeout(200)
+def test_a_spare_actor_replaces_one_lost_with_its_node(cluster: Cluster, tmp_path: Path) -> None:
+    """spare_actors=1: when the actor's node is removed, the spare (up, on another node) is its
+    replacement at once: no interpreter to start, no imports."""
+    for _ in range(2):  # room for the actor and its spare, whatever the test before left
+        cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    env = functools.partial(FaultyEnv, folder=str(tmp_path))
+    with RayCollector(env, None, num_collectors=1, frames_per_batch=20, sync=False, seed=0,
+                      spare_actors=1) as collector, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run = Run(collector, caught)
+        run.until(lambda: bool(run.arrivals))
+        spares = collector._pool.transport._spares  # type: ignore[attr-defined]
+        run.until(lambda: bool(spares) and bool(ray.wait([spares[0][1]], timeout=0)[0]))
+        spare = spares[0][0]
+        replaced = run.replaced(0)
+        cluster.remove_node(node_of(cluster, collector.actor_nodes[0]))
+        back = run.until(replaced)
+        assert collector.actors[0] is spare and collector.stats().restarts == 1
+    print(f"node removed, the spare took over: back after {back:.2f} s")
+    assert_steps_follow(run.arrivals)

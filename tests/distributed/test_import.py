@@ -35,6 +35,7 @@ def test_missing_ray_names_the_extra_to_install(monkeypatch: pytest.MonkeyPatch)
          "remote_config lists 3 dicts for num_collectors=2: give one per actor, or one dict for all"),
         ({"remote_config": "SPREAD"}, TypeError, "remote_config must be a dict, or a list of dicts"),
         ({"health_timeout": -1}, ValueError, "health_timeout must be a positive number of seconds, got -1"),
+        ({"spare_actors": -1}, ValueError, "spare_actors must be an int >= 0"),
         ({"max_actor_restarts": -1}, ValueError, "max_actor_restarts must be an int >= 0"),
         ({"sync": False, "prefetch": True}, ValueError, "prefetch=True applies to synchronous"),
         ({"replay_buffer": object()}, TypeError, "replay_buffer must have an extend"),

@@ -338,6 +338,33 @@ def test_a_stopped_actor_is_found_by_the_health_check_and_replaced() -> None:
     assert not _alive(stopped)  # Ray's kill leaves a stopped process: the collector killed it
 
 
+@pytest.mark.timeout(150)
+def test_a_spare_actor_takes_over_a_killed_one() -> None:
+    """spare_actors=1: once the actor is up, a spare starts; when the actor is killed, the spare
+    becomes its replacement (no interpreter start, no imports), and a new spare starts."""
+    with RayCollector(make_cartpole, None, num_collectors=1, frames_per_batch=10, seed=0,
+                      spare_actors=1) as collector, warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        collector.next()
+        transport = collector._pool.transport
+        deadline = time.monotonic() + 60
+        while not (transport._spares and ray.wait([transport._spares[0][1]], timeout=0)[0]):
+            assert time.monotonic() < deadline, "the spare did not start"
+            time.sleep(0.1)
+        spare = transport._spares[0][0]
+        killed = collector.actor_pids[0]
+        began = time.monotonic()
+        os.kill(killed, signal.SIGKILL)
+        batch = collector.next()
+        print(f"back after {time.monotonic() - began:.2f} s with the spare")
+        assert batch is not None and collector.actors[0] is spare and collector.actor_pids[0] != killed
+        assert collector.stats().restarts == 1
+        while not transport._spares:  # a new spare once the replacement is up
+            assert time.monotonic() < deadline, "no new spare"
+            collector.next()
+    assert_all_gone([killed, *collector.actor_pids])
+
+
 @pytest.mark.timeout(120)
 def test_async_batches_then_past_the_restart_budget_the_original_error_is_raised() -> None:
     env = functools.partial(CountingEnv, fail_at=40)  # each actor's 5th batch of 10 steps fails
