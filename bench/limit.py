@@ -1,0 +1,186 @@
+"""The machine's limit, and each collector as a fraction of it.
+
+A collector can go no faster than stepping the envs and running the policy allow. For a workload
+(its envs, its policy at the batch size the collectors use), two extra rows are measured in the
+same interleaved run as the collectors, each in a fresh process with one torch thread:
+
+- **the envs alone**: the workload's envs stepped in a loop, replaying the actions the policy
+  chose for them in a first, untimed batch (no policy, no storage): ``1 / env cost`` frames/s;
+- **the policy alone**: its forward pass on a batch of the workload's observations (as many as
+  it has envs), converted from numpy as a collector does: ``1 / policy cost`` frames/s.
+
+The limit of one core is ``1 / (env cost + policy cost)`` frames/s; of the machine, that times its
+cores (``len(os.sched_getaffinity(0))``). Each collector's row shows its frames/s as a fraction
+of both. Workloads: ``pong-8`` (preprocessed Pong, the Nature CNN, 8 envs: 2 workers x 4 for the
+multi-process collectors) and ``cartpole-2x8`` (CartPole, the MLP, 16 envs: 2 workers x 8).
+
+    python -m bench.limit [--quick] [--workload pong-8] [--repetitions N] [--seconds S]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from typing import Any
+
+import numpy as np
+import torch
+
+from bench.harness import (
+    RESULTS,
+    Batches,
+    Contender,
+    header,
+    markdown_table,
+    parse_args,
+    rates,
+    run_interleaved,
+)
+from bench.workloads import iterate, make_env, make_nature_cnn, make_policy, make_pong_preprocessed, workload
+
+FAMILY = "limit"
+WORKLOADS = ("pong-8", "cartpole-2x8")
+WORKERS = 2
+
+
+def _env_factory(name: str) -> Any:
+    return make_pong_preprocessed if name == "pong-8" else _CartPole()
+
+
+class _CartPole:
+    """``make_env("CartPole-v1")``, picklable."""
+
+    def __call__(self) -> Any:
+        return make_env("CartPole-v1")
+
+
+def _policy(name: str) -> torch.nn.Module:
+    return make_nature_cnn() if name == "pong-8" else make_policy(workload(name))
+
+
+def envs_alone(workload_name: str, quick: bool) -> Batches:
+    """The workload's envs stepped in a loop with the actions the policy chose in a first, untimed
+    batch, replayed: the env's cost, for the actions the collectors' envs see."""
+    w = workload(workload_name, quick)
+    envs = [_env_factory(workload_name)() for _ in range(w.num_envs)]
+    obs = [env.reset(seed=i)[0] for i, env in enumerate(envs)]
+    policy, actions = _policy(workload_name), []
+    with torch.inference_mode():
+        for _ in range(w.steps):
+            chosen = policy(torch.from_numpy(np.stack(obs))).numpy()
+            actions.append(chosen)
+            for i, env in enumerate(envs):
+                obs[i], _, terminated, truncated, _ = env.step(chosen[i])
+                if terminated or truncated:
+                    obs[i] = env.reset()[0]
+    actions = [list(column) for column in np.stack(actions).swapaxes(0, 1)]  # per env, per step
+
+    def batch() -> int:
+        for t in range(w.steps):
+            for env, planned in zip(envs, actions, strict=True):
+                _, _, terminated, truncated, _ = env.step(planned[t])
+                if terminated or truncated:
+                    env.reset()
+        return w.steps * w.num_envs
+
+    return Batches(batch, lambda: [env.close() for env in envs])
+
+
+def policy_alone(workload_name: str, quick: bool) -> Batches:
+    """The policy's forward pass on a batch of the workload's observations: the policy's cost."""
+    w = workload(workload_name, quick)
+    envs = [_env_factory(workload_name)() for _ in range(w.num_envs)]
+    obs = np.stack([env.reset(seed=i)[0] for i, env in enumerate(envs)])
+    for env in envs:
+        env.close()
+    policy = _policy(workload_name)
+
+    def batch() -> int:
+        with torch.inference_mode():
+            for _ in range(w.steps):
+                policy(torch.from_numpy(obs))
+        return w.steps * w.num_envs
+
+    return Batches(batch)
+
+
+def collector(workload_name: str, quick: bool, kind: str) -> Batches:
+    """One of rlcollect's collectors on the workload, iterated as users do."""
+    import rlcollect
+
+    w = workload(workload_name, quick)
+    source, policy, per_worker = _env_factory(workload_name), _policy(workload_name), w.num_envs // WORKERS
+    common: dict[str, Any] = {"seed": 0, "return_same_td": True}
+    if kind == "single":
+        return iterate(rlcollect.Collector(source, policy, num_envs=w.num_envs,
+                                           frames_per_batch=w.frames_per_batch, **common))
+    if kind == "batched":
+        return iterate(rlcollect.AsyncBatchedCollector(
+            source, policy, num_envs=w.num_envs, envs_per_worker=per_worker,
+            frames_per_batch=w.frames_per_batch // WORKERS, **common), warmup_batches=WORKERS + 1)
+    multi = rlcollect.MultiSyncCollector if kind == "sync" else rlcollect.MultiAsyncCollector
+    fpb = w.frames_per_batch if kind == "sync" else w.frames_per_batch // WORKERS
+    built = multi(source, policy, num_workers=WORKERS, num_envs_per_worker=per_worker, frames_per_batch=fpb,
+                  **common)
+    return iterate(built, warmup_batches=1 if kind == "sync" else WORKERS + 1)
+
+
+def contenders(name: str, quick: bool) -> list[Contender]:
+    w, kwargs = workload(name, quick), {"workload_name": name, "quick": quick}
+    m = w.num_envs // WORKERS
+    return [
+        Contender("envs", f"the {w.num_envs} envs alone (the policy's actions, replayed)", envs_alone,
+                  kwargs),
+        Contender("policy", f"the policy alone (batches of {w.num_envs} observations)", policy_alone,
+                  kwargs),
+        Contender("sync", f"MultiSyncCollector ({WORKERS} x {m} envs)", collector,
+                  {**kwargs, "kind": "sync"}),
+        Contender("async", f"MultiAsyncCollector ({WORKERS} x {m} envs)", collector,
+                  {**kwargs, "kind": "async"}),
+        Contender("batched", f"AsyncBatchedCollector ({WORKERS} x {m} envs, one policy server)", collector,
+                  {**kwargs, "kind": "batched"}),
+        Contender("single", f"Collector ({w.num_envs} envs in one process)", collector,
+                  {**kwargs, "kind": "single"}),
+    ]
+
+
+def limit_table(
+    plan: list[Contender], samples: dict[str, list[dict[str, Any]]], cores: int
+) -> tuple[str, dict[str, Any]]:
+    """The costs, the limits and every collector's fraction of them (medians over repetitions)."""
+    fps = {name: statistics.median(rates(s)) for name, s in samples.items()}
+    env_us, policy_us = 1e6 / fps["envs"], 1e6 / fps["policy"]
+    one_core = 1e6 / (env_us + policy_us)
+    rows = [[c.label, f"{fps[c.name]:,.0f}", f"{fps[c.name] / one_core:.2f}",
+             f"{fps[c.name] / (cores * one_core):.2f}"]
+            for c in plan if c.name not in ("envs", "policy") and c.name in fps]
+    head = ["collector", "frames/s", "of 1 core's limit", f"of the {cores}-core limit"]
+    text = (f"env {env_us:,.1f} µs + policy {policy_us:,.1f} µs per frame: the limit is {one_core:,.0f} "
+            f"frames/s on one core, **{cores * one_core:,.0f} on {cores}**\n\n" + markdown_table(head, rows))
+    return text, {"env_us": env_us, "policy_us": policy_us, "limit_1": one_core, "cores": cores, "fps": fps}
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(FAMILY, __doc__, WORKLOADS, repetitions=2, seconds=4.0, argv=argv)
+    cores = len(os.sched_getaffinity(0))
+    sections, data = [header("The machine's limit: each collector as a fraction of it", args)], {}
+    for name in args.workload:
+        plan = contenders(name, args.quick)
+        load = os.getloadavg()[0]
+        samples, failed = run_interleaved(plan, args.repetitions, args.seconds)
+        table, figures = limit_table(plan, samples, cores)
+        missing = f"; did not run: {json.dumps(failed)}" if failed else ""
+        sections.append(f"## {name}\n\nLoad average (1 min) at start / end: {load:.2f} / "
+                        f"{os.getloadavg()[0]:.2f}{missing}\n\n{table}\n")
+        print("\n" + sections[-1], flush=True)
+        data[name] = {**figures, "failed": failed, "samples": samples}
+    stem = FAMILY + ("_quick" if args.quick else "")
+    (RESULTS / f"{stem}.md").write_text("\n".join(sections))
+    raw = {"command": args.command, "workloads": data}
+    (RESULTS / f"{stem}.json").write_text(json.dumps(raw, indent=1) + "\n")
+    print(f"wrote bench/results/{stem}.md and {stem}.json")
+
+
+if __name__ == "__main__":
+    main()
