@@ -87,6 +87,7 @@ class BatchBuffers:
         self.policy_version = data.get("policy_version")
         self.mask: torch.Tensor | None = data.get(("collector", "mask"), None)
         self.env_ids: torch.Tensor | None = data.get(("collector", "env_ids"), None)
+        self.is_init: torch.Tensor | None = data.get("is_init", None)  # [N, T, 1]: an episode's first frame
         batch = data.clone(recurse=False)  # same tensors, own key set
         for key, tensor in self.obs_ext.items():
             batch.set(_key(key), tensor[:, :num_steps])
@@ -142,6 +143,8 @@ class BatchBuffers:
             data.set(("collector", "mask"), torch.ones(n, t, dtype=torch.bool))
         if layout.env_ids:
             data.set(("collector", "env_ids"), torch.zeros(n, t, dtype=torch.int64))
+        if layout.is_init:
+            data.set("is_init", torch.zeros(n, t, 1, dtype=torch.bool))
         storage = TensorDict({"batch": data, "obs_ext": obs_ext}, batch_size=[n])
         if shared:
             storage.share_memory_()

@@ -93,7 +93,9 @@ class BatchLayout:
     ``observations`` appear twice in a batch (``key`` and ``("next", key)``); ``action`` once;
     ``extras`` are what a TensorDict policy writes beside the action (``action_log_prob``, ...).
     ``env_ids`` adds ``("collector", "env_ids")``: the env of each frame, for batches whose rows
-    are not envs (an asynchronous EnvPool's frames, in the order they complete).
+    are not envs (an asynchronous EnvPool's frames, in the order they complete). ``is_init`` adds
+    ``is_init`` (``[1]``, bool): whether the frame's observation is the first of an episode, for
+    policies that carry state from step to step (see :class:`~rlcollect.policies.adapter.Carried`).
     """
 
     observations: tuple[Field, ...]
@@ -101,6 +103,7 @@ class BatchLayout:
     extras: tuple[Field, ...] = ()
     dict_observations: bool = False  # observations arrive as (nested) dicts, one field per leaf
     env_ids: bool = False
+    is_init: bool = False
 
 
 def torch_dtype(dtype: Any) -> torch.dtype:

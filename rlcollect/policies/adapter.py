@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import copy
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
@@ -24,6 +25,7 @@ from rlcollect.data.checks import BadDataError
 from rlcollect.data.layout import Field, OneHotSpace, action_fields, observation_fields
 
 __all__ = [
+    "Carried",
     "NestedKey",
     "PolicyAdapter",
     "PrivateInput",
@@ -76,17 +78,45 @@ def _whole(values: torch.Tensor) -> bool:
     return bool(torch.isfinite(values).all()) and torch.equal(values, torch.trunc(values))
 
 
+@dataclass(frozen=True)
+class Carried:
+    """One entry of state a policy carries from each step to the next, per env.
+
+    The policy writes ``written`` at step ``t`` and reads it back as ``read`` at step ``t + 1``:
+    ``read == written`` for state kept under one key (``"h"`` in and out), ``written == ("next",
+    *read)`` for TorchRL's recurrent modules (``LSTMModule`` reads ``recurrent_state_h`` and writes
+    ``("next", "recurrent_state_h")``). ``resets``: the state is zeros at the first step of each
+    episode (state the policy lists in its ``in_keys``, as TorchRL's ``TensorDictPrimer`` resets
+    it); private state read without being listed (an exploration module's ``_``-prefixed noise) is
+    kept across episode ends, as in TorchRL. ``stored``: the batch also holds ``read`` at each
+    step (the state the step started from, what a learner replays sequences from), besides
+    ``written`` (``read == written`` stores the written value under the one key).
+    """
+
+    read: tuple[str, ...]
+    written: tuple[str, ...]
+    resets: bool
+
+    @property
+    def stored(self) -> bool:
+        """Whether ``read`` is a field of its own in the batch."""
+        return self.read != self.written
+
+
 class PolicyAdapter(abc.ABC):
     """Chooses the actions of all envs of a batch at step ``t``, in place in the buffers."""
 
-    #: What the policy writes besides the action (TensorDict policies only).
+    #: What the policy writes besides the action (TensorDict policies only), then the state it
+    #: reads (:attr:`Carried.stored`), which the adapter writes.
     extras: tuple[Field, ...] = ()
     #: The module that runs (the device copy where there is one), for weight updates.
     module: torch.nn.Module | None = None
-    #: Extras the policy reads back at the next step (its carried state), and their values for
-    #: the step before a batch's first, per env (TensorDict policies only).
-    carried: tuple[tuple[str, ...], ...] = ()
+    #: The state the policy carries from step to step (TensorDict policies only), and the values
+    #: the step before a batch's first wrote, per env, keyed by :attr:`Carried.written`.
+    carried: tuple[Carried, ...] = ()
     carry: dict[tuple[str, ...], torch.Tensor] = {}  # noqa: RUF012 (never written: subclasses set their own)
+    #: The policy reads ``is_init`` (``[N, 1]`` bool: the envs whose observation starts an episode).
+    reads_is_init: bool = False
     #: Check every output before writing it (``check="full"``; see ``rlcollect.data.checks``).
     check_writes: bool = True
     #: The dtype of the action the policy returned on its dry step (``None``: random actions).
@@ -94,6 +124,25 @@ class PolicyAdapter(abc.ABC):
     #: The action as the batch stores it (the rollout sets it from its layout; the server's
     #: :meth:`outputs` checks against it).
     action_field: Field
+
+    @property
+    def needs_is_init(self) -> bool:
+        """Whether the batch holds ``is_init``: the policy reads it, or resets state with it."""
+        return self.reads_is_init or any(c.resets for c in self.carried)
+
+    def state_inputs(self, previous: Mapping[NestedKey, torch.Tensor], is_init: torch.Tensor | None
+                     ) -> dict[NestedKey, torch.Tensor]:
+        """What the policy reads of its state, from what it wrote at each env's previous step
+        (``previous``, keyed by :attr:`Carried.written`): zeros where ``is_init`` (``[N, 1]``) for
+        the state that :attr:`~Carried.resets` (new tensors there, the same ones elsewhere)."""
+        inputs = {}
+        for c in self.carried:
+            value = previous[c.written]
+            if c.resets and is_init is not None:
+                starts = is_init.reshape(is_init.shape[0], *([1] * (value.dim() - 1)))
+                value = torch.where(starts, torch.zeros((), dtype=value.dtype), value)
+            inputs[c.read] = value
+        return inputs
 
     def bind(self, buffers: BatchBuffers) -> None:
         """Point the adapter at ``buffers``; views are made once per buffers and reused.

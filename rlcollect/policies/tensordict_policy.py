@@ -5,6 +5,7 @@ policy adapter: :class:`TensorDictPolicy`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import gymnasium as gym
@@ -14,6 +15,7 @@ from tensordict import TensorDict, TensorDictBase
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.data.layout import Field, action_fields, is_private_key, observation_fields
 from rlcollect.policies.adapter import (
+    Carried,
     NestedKey,
     PolicyAdapter,
     PrivateInput,
@@ -24,6 +26,22 @@ from rlcollect.policies.adapter import (
 )
 
 __all__ = ["TensorDictPolicy"]
+
+_IS_INIT = ("is_init",)
+
+
+def _carried(written: tuple[Field, ...], reads: set[NestedKey]) -> tuple[Carried, ...]:
+    """The state among what the policy writes: each entry it reads back at the next step (listed
+    in its in_keys, under its own key or, TorchRL's recurrent modules' way, written under
+    ``"next"``), or private (``_``-prefixed: modules read such state without listing it)."""
+    carried = []
+    for field in written:
+        key = field.key
+        if key[0] == "next" and key[1:] in reads:
+            carried.append(Carried(key[1:], key, resets=True))
+        elif key[0] != "next" and (key in reads or is_private_key(key)):
+            carried.append(Carried(key, key, resets=key in reads))
+    return tuple(carried)
 
 
 def _leaf_keys(td: TensorDictBase) -> list[tuple[str, ...]]:
@@ -39,11 +57,15 @@ class TensorDictPolicy(PolicyAdapter):
     observation keys gets its own buffer and lands in the batch. The TensorDicts the policy is
     called on are views of the batch buffers, built once per buffers and step, never per step.
 
-    State the policy carries from step to step (an extra it lists in its ``in_keys``, or a private
-    one, ``_``-prefixed, such as TorchRL's Ornstein-Uhlenbeck noise ``_ou_prev_noise``): step ``t``
-    reads what step ``t - 1`` wrote, as TorchRL's collectors carry the root keys from one step to
-    the next (zeros before the first step; kept across episode ends, which such modules see
-    through ``is_init``).
+    State the policy carries from step to step (see :class:`~rlcollect.policies.adapter.Carried`:
+    an extra it lists in its ``in_keys``, written under its own key or under ``"next"``, or a
+    private one, ``_``-prefixed, such as TorchRL's Ornstein-Uhlenbeck noise ``_ou_prev_noise``):
+    step ``t`` reads what step ``t - 1`` wrote, as TorchRL's collectors carry keys from one step to
+    the next. Listed state is zeros at each episode's first step (as TorchRL's primer makes it);
+    private state is kept across episode ends. A policy listing ``is_init`` in its ``in_keys`` is
+    given it (``[N, 1]`` bool, ``True`` where the observation is an episode's first), and the
+    batch stores it; the dry step gives ``is_init`` all ``True`` and no state: a recurrent policy
+    makes its first state where the state is missing, as TorchRL's ``LSTMModule`` does.
 
     Args:
         module: the policy: a ``TensorDictModuleBase``, TorchRL's ``RandomPolicy``, or any callable
@@ -53,12 +75,17 @@ class TensorDictPolicy(PolicyAdapter):
             an env without a batch size; ``num_envs`` must then be 1.
     """
 
-    # set by bind(): per-step input TensorDicts, (key, output view) pairs, (key, carried state
-    # view) pairs, and (carry, extra) pairs copied at a batch's end
+    # set by bind(), per step: the input TensorDict, the policy's own copy of each observation
+    # entry, (key, output view) pairs, the is_init view and the flags it is made of (the step
+    # before's; none at a batch's first step, which the loop fills), what each carried state was
+    # written as at the step before, and where stored state inputs go; at a batch's end: (carry,
+    # extra) pairs
     _inputs: list[TensorDictBase]
-    _private: list[tuple[NestedKey, PrivateInput]]  # the policy's own copy of each observation entry
+    _private: list[tuple[NestedKey, PrivateInput]]
     _outputs: list[list[tuple[tuple[str, ...], torch.Tensor]]]
-    _carried: list[list[tuple[tuple[str, ...], torch.Tensor]]]
+    _starts: list[tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]] | None
+    _previous: list[dict[NestedKey, torch.Tensor]]
+    _state_targets: list[dict[NestedKey, torch.Tensor]]
     _last: list[tuple[torch.Tensor, torch.Tensor]]
 
     def __init__(
@@ -77,7 +104,12 @@ class TensorDictPolicy(PolicyAdapter):
         self.device = device
         self.unbatched = unbatched
         self._obs_keys = [f.key for f in observation_fields(observation_space)]
+        reads = {(k,) if isinstance(k, str) else tuple(k) for k in getattr(self.callable, "in_keys", ())}
+        # is_init comes from the collector, unless the env observes it itself (TorchRL's InitTracker)
+        self.reads_is_init = _IS_INIT in reads and _IS_INIT not in self._obs_keys
         sample = TensorDict(sample_observations(observation_space, num_envs), batch_size=[num_envs])
+        if self.reads_is_init:  # the dry step: every env starts an episode
+            sample.set(_IS_INIT, torch.ones(num_envs, 1, dtype=torch.bool))
         with torch.inference_mode():
             out = self._forward(sample[0] if unbatched else sample)
         if unbatched:
@@ -89,18 +121,20 @@ class TensorDictPolicy(PolicyAdapter):
         check_action(out.get("action"), action_space, num_envs)
         self.action_dtype = out.get("action").dtype
         self.action_field = action_fields(action_space)[0]
-        self.extras = tuple(
+        written = tuple(
             Field(key, tuple(out.get(key).shape[1:]), out.get(key).dtype)
             for key in _leaf_keys(out)
-            if key != ("action",) and key not in self._obs_keys
+            if key not in (("action",), _IS_INIT) and key not in self._obs_keys
         )
-        reads = {(k,) if isinstance(k, str) else tuple(k) for k in getattr(self.callable, "in_keys", ())}
-        #: the extras the policy reads back (its in_keys, or private keys, "_"-prefixed, which
-        #: modules read without listing them): state carried from each step to the next
-        self.carried = tuple(field.key for field in self.extras if field.key[0] != "next" and (
-            field.key in reads or is_private_key(field.key)))
-        self.carry = {key: torch.zeros((num_envs, *out.get(key).shape[1:]), dtype=out.get(key).dtype)
-                      for key in self.carried}  # what the step before a batch's first wrote
+        self.carried = _carried(written, reads)
+        stored = {c.read: c.written for c in self.carried if c.stored}
+        by_key = {f.key: f for f in written}
+        #: what the policy writes besides the action, then the state it reads (stored apart)
+        self.extras = written + tuple(replace(by_key[w], key=r) for r, w in stored.items() if r not in by_key)
+        self._stored_reads = {f.key for f in self.extras[len(written):]}
+        self.carry = {  # what the step before a batch's first wrote
+            c.written: torch.zeros((num_envs, *by_key[c.written].shape), dtype=by_key[c.written].dtype)
+            for c in self.carried}
 
     def _forward(self, td: TensorDictBase) -> TensorDictBase:
         if self.device is not None:
@@ -116,21 +150,38 @@ class TensorDictPolicy(PolicyAdapter):
                   for t in range(steps)]
         outputs = [
             [(("action",), buffers.action[env, t])]
-            + [(key, buffers.extras[key][env, t]) for key in buffers.extras]
+            + [(key, buffers.extras[key][env, t]) for key in buffers.extras if key not in self._stored_reads]
             for t in range(steps)
         ]
-        carried = [[(key, self.carry[key][env] if t == 0 else buffers.extras[key][env, t - 1])
-                    for key in self.carried] for t in range(steps)]
-        last = [(self.carry[key], buffers.extras[key]) for key in self.carried]
-        return {"_inputs": inputs, "_private": list(private.items()), "_outputs": outputs,
-                "_carried": carried, "_last": last}
+        starts = None
+        if buffers.is_init is not None and self.needs_is_init:
+            flags = [None] + [(buffers.terminated[env, t - 1], buffers.truncated[env, t - 1])
+                              for t in range(1, steps)]
+            starts = [(buffers.is_init[env, t], flags[t]) for t in range(steps)]
+        previous = [{c.written: buffers.extras[c.written][env, t - 1] if t else self.carry[c.written][env]
+                     for c in self.carried} for t in range(steps)]
+        targets = [{key: buffers.extras[key][env, t] for key in self._stored_reads} for t in range(steps)]
+        last = [(self.carry[c.written], buffers.extras[c.written]) for c in self.carried]
+        return {"_inputs": inputs, "_private": list(private.items()), "_outputs": outputs, "_starts": starts,
+                "_previous": previous, "_state_targets": targets, "_last": last}
 
     def act(self, t: int) -> None:
         inputs = self._inputs[t]
         for key, private in self._private:  # the policy's own copy, (re)set: it may have replaced it
             inputs.set(key, private.take(t))
-        for key, previous in self._carried[t]:  # (re)set: the policy may have replaced the entry
-            inputs.set(key, previous)
+        starts = None
+        if self._starts is not None:  # whether each env starts an episode: did its step before end one?
+            starts, flags = self._starts[t]
+            if flags is not None:
+                torch.logical_or(*flags, out=starts)
+            if self.reads_is_init:
+                inputs.set(_IS_INIT, starts)
+        if self.carried:  # (re)set: the policy may have replaced the entries
+            targets = self._state_targets[t]
+            for key, value in self.state_inputs(self._previous[t], starts).items():
+                if key in targets:
+                    value = targets[key].copy_(value)
+                inputs.set(key, value)
         out = self._forward(inputs)
         for key, view in self._outputs[t]:
             value = out.get(key)
@@ -145,9 +196,14 @@ class TensorDictPolicy(PolicyAdapter):
                 carry.copy_(source[:, steps - 1])
 
     def outputs(self, obs: Mapping[NestedKey, torch.Tensor]) -> list[torch.Tensor]:
+        """The action, then each extra, for ``obs`` (observations, and ``is_init`` and the state
+        inputs of :meth:`state_inputs` where the policy needs them): a stored state input is
+        returned as given."""
         first = next(iter(obs.values()))
         out = self._forward(TensorDict(dict(obs), batch_size=first.shape[:1]))
-        values = [out.get("action"), *(out.get(field.key) for field in self.extras)]
+        stored = self._stored_reads
+        values = [out.get("action"),
+                  *(obs[f.key] if f.key in stored else out.get(f.key) for f in self.extras)]
         if self.check_writes:
             for field, value in zip((self.action_field, *self.extras), values, strict=True):
                 checked_output(value, (first.shape[0], *field.shape), field.dtype, ".".join(field.key), None)

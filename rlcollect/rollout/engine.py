@@ -178,10 +178,7 @@ class Rollout(ModelLookup):
         action_space = self.envs.action_space
         self.random_policy = RandomPolicy(action_space, self.num_envs)
         self.policy: PolicyAdapter = self._adapt_policy(served_policy, obs_space, action_space)
-        self.layout = BatchLayout(
-            tuple(observation_fields(obs_space)), self._stored_action(action_space), self.policy.extras,
-            dict_observations=isinstance(obs_space, gym.spaces.Dict), env_ids=self.envs.streams,
-        )
+        self.layout = self._layout(obs_space, action_space)
         self.policy.action_field = self.layout.action
         self._value_check = BatchValueCheck(obs_space, action_space, self.layout.observations,
                                             self.layout.action)
@@ -196,9 +193,11 @@ class Rollout(ModelLookup):
         self.traj_ids = TrajectoryIds(pool, stride=traj_stride, offset=traj_offset, start=traj_start)
         self.episodes = EpisodeTracker(pool, env_offset=self.first_env)
         self.stream = StreamLoop(self.envs, self.layout, self.first_env) if self.envs.streams else None
+        # what the next batch's first step starts from: each env's observation and whether it
+        # starts an episode (all do at first, and after a reset)
         self.pending_obs = {
-            f.key: torch.zeros((self.num_envs, *f.shape), dtype=f.dtype) for f in self.layout.observations
-        }
+            f.key: torch.zeros((self.num_envs, *f.shape), dtype=f.dtype) for f in self.layout.observations}
+        self.pending_init = torch.ones(self.num_envs, 1, dtype=torch.bool) if self.layout.is_init else None
         self._scratch = BatchBuffers.allocate(self.layout, self.num_envs, 1)  # resets write here
         self.frames = self.batches = 0
         self.collect_seconds = 0.0
@@ -224,6 +223,15 @@ class Rollout(ModelLookup):
         )
         compile_adapter(policy, spec.compile_policy)
         return policy
+
+    def _layout(self, obs_space: gym.Space[Any], action_space: gym.Space[Any]) -> BatchLayout:
+        """What a batch holds: the observations, the action as stored, the policy's extras, and
+        the env of each frame and ``is_init`` where the envs or the policy need them."""
+        return BatchLayout(
+            tuple(observation_fields(obs_space)), self._stored_action(action_space), self.policy.extras,
+            dict_observations=isinstance(obs_space, gym.spaces.Dict), env_ids=self.envs.streams,
+            is_init=self.policy.needs_is_init,
+        )
 
     def _stored_action(self, action_space: gym.Space[Any]) -> Field:
         """The action as stored: the space's dtype, or the policy's (an integer one) when the spec
@@ -272,7 +280,7 @@ class Rollout(ModelLookup):
                                             version)
             else:
                 steps = collect_batch(self.envs, policy, buffers, self.config, self.traj_ids, self.episodes,
-                                      version, self.pending_obs, stop)
+                                      version, self.pending_obs, stop, self.pending_init)
             if self.check_values is not None:
                 self.check_values(buffers, steps)
         except BadDataError as error:
@@ -298,6 +306,8 @@ class Rollout(ModelLookup):
             self.stream.restart()
         for key, obs in self._scratch.obs_ext.items():
             self.pending_obs[key].copy_(obs[:, 0])
+        if self.pending_init is not None:
+            self.pending_init.fill_(True)
 
     def reset(self) -> None:
         """Reset every env now (unseeded); the next batch starts new trajectories."""
@@ -329,6 +339,10 @@ class Rollout(ModelLookup):
             "pending_obs": {k: v.clone() for k, v in self.pending_obs.items()},
             "models": copy_weights(self.models),
             "rng": {"torch": torch.get_rng_state(), "random_policy": self.random_policy.state_dict()},
+            "policy_state": {  # what a policy carrying state continues from
+                "pending_init": None if self.pending_init is None else self.pending_init.clone(),
+                "carry": {key: value.clone() for key, value in self.policy.carry.items()},
+            },
         })
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -355,6 +369,12 @@ class Rollout(ModelLookup):
             self.module(model_id).load_state_dict(weights)
         torch.set_rng_state(state["rng"]["torch"])
         self.random_policy.load_state_dict(state["rng"]["random_policy"])
+        carried = state.get("policy_state") or {}
+        if self.pending_init is not None and carried.get("pending_init") is not None:
+            self.pending_init.copy_(carried["pending_init"])
+        for key, value in (carried.get("carry") or {}).items():
+            if key in self.policy.carry:
+                self.policy.carry[key].copy_(value)
 
     def close(self) -> None:
         """Close the envs."""

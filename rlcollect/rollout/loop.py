@@ -23,10 +23,13 @@ __all__ = ["begin_batch", "collect_batch", "finish_batch"]
 Observations = dict[tuple[str, ...], torch.Tensor]
 
 
-def begin_batch(buffers: BatchBuffers, pending_obs: Observations) -> None:
-    """Put the carried-over observations in slot 0 and clear the per-batch flags."""
+def begin_batch(buffers: BatchBuffers, pending_obs: Observations, pending_init: torch.Tensor | None = None
+                ) -> None:
+    """Put the carried-over observations (and ``is_init``) in slot 0 and clear the per-batch flags."""
     for key, obs in buffers.obs_ext.items():
         obs[:, 0] = pending_obs[key]
+    if buffers.is_init is not None and pending_init is not None:
+        buffers.is_init[:, 0] = pending_init
     buffers.terminated.zero_()
     buffers.truncated.zero_()
     buffers.finals.clear()
@@ -40,11 +43,14 @@ def finish_batch(
     episodes: EpisodeTracker,
     policy_version: int | None,
     pending_obs: Observations,
+    pending_init: torch.Tensor | None = None,
 ) -> None:
     """Fill what the steps did not write: next observations, done, ids, versions, statistics.
 
     ``steps`` < ``T`` when collection stopped early; the frames after it are masked out.
     ``policy_version`` ``None``: the policy stamped each step's version itself (a policy server).
+    ``pending_init`` (``[N, 1]``, with an ``is_init`` in the buffers): whether each env's next
+    observation starts an episode, set here from the episode ends (not from the collector's cut).
     """
     for key, next_obs in buffers.next_obs.items():
         next_obs[:, :steps] = buffers.obs_ext[key][:, 1 : steps + 1]
@@ -52,6 +58,11 @@ def finish_batch(
     for env, t, final_obs in buffers.finals:  # true final observations, not the reset ones
         buffers.write_final_obs(env, t, final_obs)
     torch.logical_or(buffers.terminated, buffers.truncated, out=buffers.done)
+    if buffers.is_init is not None and steps:  # an episode starts where the step before ended one
+        buffers.is_init[:, 1:steps] = buffers.done[:, : steps - 1]
+        buffers.is_init[:, steps:] = False
+        if pending_init is not None:
+            pending_init.copy_(buffers.done[:, steps - 1])
     done = buffers.done_np[:, :steps, 0]
     episodes.update(buffers.reward_np[:, :steps, 0], done)
     if config.truncate_last and steps:  # a collector cut: the trajectory ends here for the learner
@@ -78,14 +89,15 @@ def collect_batch(
     policy_version: int | None,
     pending_obs: Observations,
     stop: np.ndarray | None = None,
+    pending_init: torch.Tensor | None = None,
 ) -> int:
     """Fill ``buffers`` with one batch; return the steps taken (``buffers.num_steps`` unless
     ``stop[0]`` was set).
 
     ``stop`` is a one-element flag another process may raise (preemption); without it the loop
-    has nothing to check per step.
+    has nothing to check per step. ``pending_init``: see :func:`finish_batch`.
     """
-    begin_batch(buffers, pending_obs)
+    begin_batch(buffers, pending_obs, pending_init)
     steps = buffers.num_steps
     with torch.inference_mode(), set_interaction_type(config.exploration_type):
         if stop is None:
@@ -101,5 +113,5 @@ def collect_batch(
                 envs.step(t)
         policy.finish(steps)  # what the policy adapter checks once per batch (its outputs)
         envs.finish(steps)  # what the env adapter writes once per batch (rewards)
-    finish_batch(buffers, steps, config, traj_ids, episodes, policy_version, pending_obs)
+    finish_batch(buffers, steps, config, traj_ids, episodes, policy_version, pending_obs, pending_init)
     return steps

@@ -64,10 +64,12 @@ class StreamLoop:
         self._written = 0  # of its completed frames
         self._version = -1  # the version acting.version holds
         self._targets: dict[int, _Frames] = {}  # per batch buffers (a worker alternates slots)
+        self.starts = np.ones(envs.pool_size, dtype=bool)  # per env: its next answer starts an episode
 
     def restart(self) -> None:
         """Forget the held answer (the envs were just reset)."""
         self.pending = None
+        self.starts[:] = True
 
     def collect(self, policy: PolicyAdapter, buffers: BatchBuffers, config: RolloutConfig,
                 traj_ids: TrajectoryIds, episodes: EpisodeTracker, policy_version: int | None) -> int:
@@ -123,6 +125,8 @@ class StreamLoop:
             for key, extra in frames.extras.items():
                 extra[start:stop] = staged.extras[key][envs_t]
         frames.version[start:stop] = staged.version[envs]
+        if frames.is_init is not None and staged.is_init is not None:
+            frames.is_init[start:stop] = staged.is_init[envs]
         frames.reward[start:stop] = answer.reward if rows is None else answer.reward[rows]
         frames.terminated[start:stop] = answer.terminated if rows is None else answer.terminated[rows]
         frames.truncated[start:stop] = answer.truncated if rows is None else answer.truncated[rows]
@@ -135,8 +139,12 @@ class StreamLoop:
         acting.buffers.write_obs_all(0, answer.obs)
         if policy_version is not None and policy_version != self._version:
             acting.version[:] = self._version = policy_version
-        for key in policy.carried:  # each answering env's own state, from its last step
-            policy.carry[key].copy_(staged.extras[key][envs_t])
+        for c in policy.carried:  # each answering env's own state, from its last step
+            policy.carry[c.written].copy_(staged.extras[c.written][envs_t])
+        if acting.is_init is not None and staged.is_init is not None:  # a reset observation starts one
+            acting.is_init[:] = self.starts[envs]
+            staged.is_init[envs] = acting.is_init
+        self.starts[envs] = (answer.terminated | answer.truncated) & answer.completes  # next: a reset one
         policy.bind(acting.buffers)
         policy.act(0)
         policy.finish(1)
@@ -181,6 +189,7 @@ class _Row:
         self.action = buffers.action_np[:, 0]
         self.extras = {key: extra[:, 0] for key, extra in buffers.extras.items()}
         self.version = buffers.policy_version.numpy()[:, 0]
+        self.is_init = None if buffers.is_init is None else buffers.is_init.numpy()[:, 0, 0]
 
 
 class _Frames:
@@ -200,6 +209,7 @@ class _Frames:
         self.reward, self.terminated, self.truncated = (
             _flat(array, 3) for array in (buffers.reward_np, buffers.terminated_np, buffers.truncated_np))
         self.env_ids = _flat(buffers.env_ids.numpy(), 2)
+        self.is_init = None if buffers.is_init is None else _flat(buffers.is_init.numpy(), 3)
 
     def write_obs(self, obs: np.ndarray, start: int, values: np.ndarray) -> None:
         """Write ``values`` as the observations of frames ``start, ...``."""

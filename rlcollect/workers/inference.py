@@ -66,19 +66,35 @@ class ServedPolicy(PolicyAdapter):
         timeout: seconds to wait for one answer.
         action_dtype: the dtype of the served policy's actions (its dry step's), which decides
             how the worker's batch stores them as it does for a policy of its own.
+        is_init: the served policy needs ``is_init``, which this side writes into the slot (from
+            the flags of the step before) before it asks for the step's actions.
     """
 
+    _starts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]  # set by bind(): steps 1, 2, ...
+
     def __init__(self, conn: Connection, extras: tuple[Field, ...], timeout: float,
-                 action_dtype: torch.dtype | None = None) -> None:
+                 action_dtype: torch.dtype | None = None, is_init: bool = False) -> None:
         self._conn, self.extras, self._timeout = conn, extras, timeout
         self.action_dtype = action_dtype
+        self._is_init = is_init
         self._parent = -1  # the worker's parent process, read in the worker by bind()
 
+    @property
+    def needs_is_init(self) -> bool:
+        return self._is_init
+
     def _views(self, buffers: BatchBuffers) -> dict[str, Any]:
-        return {"_parent": os.getppid()}  # in the worker; the server writes the actions itself
+        # in the worker; the server writes the actions itself
+        starts = [] if buffers.is_init is None else [
+            (buffers.is_init[:, t], buffers.terminated[:, t - 1], buffers.truncated[:, t - 1])
+            for t in range(1, buffers.num_steps)]
+        return {"_parent": os.getppid(), "_starts": starts}
 
     def act(self, t: int) -> None:
         conn = self._conn
+        if t and self._starts:  # the server reads is_init from the slot: an episode ended at t - 1
+            starts, terminated, truncated = self._starts[t - 1]
+            torch.logical_or(terminated, truncated, out=starts)
         conn.send_bytes(_STEP.pack(t))
         deadline = time.monotonic() + self._timeout
         while not conn.poll(min(1.0, max(0.0, deadline - time.monotonic()))):
@@ -126,6 +142,13 @@ class PolicyServer:
         self.policy, self.envs_per_worker = policy, envs_per_worker
         self._targets = [[s.action, *(s.extras[f.key] for f in policy.extras)] for s in slots]
         self._obs = [s.obs_ext for s in slots]
+        self._is_init = [s.is_init for s in slots if s.is_init is not None] if policy.needs_is_init else None
+        #: the state each env's policy carries (see :class:`~rlcollect.policies.adapter.Carried`),
+        #: as its last step wrote it; every worker's envs, in the slots' rows
+        self.state = {c.written: torch.zeros((slots[0].num_envs, *policy.carry[c.written].shape[1:]),
+                                             dtype=policy.carry[c.written].dtype) for c in policy.carried}
+        extras = [f.key for f in policy.extras]
+        self._state_outputs = [(c.written, 1 + extras.index(c.written)) for c in policy.carried]
         self._versions = [s.policy_version for s in slots]
         self._workers_per_pass = max(1, (max_batch_size or slots[0].num_envs) // envs_per_worker)
         self._min, self._server_timeout = min_batch_size, server_timeout
@@ -253,6 +276,7 @@ class PolicyServer:
         else:
             obs = {key: torch.cat([self._obs[slot][key][rows, t] for slot, rows, t in blocks])
                    for key in keys}
+        obs.update(self._state_inputs(blocks))
         with self.lock:
             outputs = self.policy.outputs(obs)
             version = self.version
@@ -260,10 +284,25 @@ class PolicyServer:
             for target, output in zip(self._targets[slot], outputs, strict=True):
                 target[rows, t] = output[i * m : (i + 1) * m]
             self._versions[slot][rows, t] = version
+            for key, index in self._state_outputs:  # what these envs' next step reads
+                self.state[key][rows] = outputs[index][i * m : (i + 1) * m]
         self.forward_passes += 1
         self.envs_served += len(blocks) * m
         for conn, _, _ in requests:
             self._answer(conn, _SERVED)
+
+    def _state_inputs(self, blocks: list[tuple[int, slice, int]]) -> dict[tuple[str, ...], torch.Tensor]:
+        """``is_init`` and the carried state of the requests' envs, where the policy needs them."""
+        if not self.state and self._is_init is None:
+            return {}
+        slots = self._is_init
+        is_init = None if slots is None else torch.cat([slots[slot][rows, t] for slot, rows, t in blocks])
+        previous = {key: torch.cat([state[rows] for _, rows, _ in blocks])
+                    for key, state in self.state.items()}
+        inputs = self.policy.state_inputs(previous, is_init)
+        if self.policy.reads_is_init and is_init is not None:
+            inputs[("is_init",)] = is_init
+        return inputs
 
     @staticmethod
     def _answer(conn: Connection, message: bytes) -> None:
