@@ -68,3 +68,20 @@ def test_sac_pendulum_learns_within_8k_frames() -> None:
     assert result.final_return > result.first_return + 400.0, (result.first_return, result.final_return)
     assert result.final_return > -600.0, result.final_return
     assert result.eval_return > -600.0, result.eval_return
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.usefixtures("examples_on_path")
+def test_lstm_ppo_cartpole_without_velocities_learns_to_remember() -> None:
+    lstm = importlib.import_module("lstm_ppo_cartpole")
+    args = lstm.Args(seed=0, frames=40_000, log_every=0, out="")
+    result = lstm.main(args)
+
+    # The replayed log-probabilities (from the state the batch stores, reset where is_init) equal
+    # the ones the workers stored: 0.0 measured.
+    assert result.replay_error < 1e-5, result.replay_error
+    # Measured (seed 0, 2026-12-04): the best mean of 20 episodes reached 193 by 38k frames with
+    # memory; the same network without memory (--no-memory) stays under 60 through 60k frames.
+    # Random play scores ~22.
+    assert result.frames == 39_936
+    assert result.best_return > 100.0, result.best_return
