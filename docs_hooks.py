@@ -2,7 +2,7 @@
 
 Each page of ``PAGES`` is made at build time from the README sections it names (with their
 subsections), followed by the hand-written page of the same name in ``docs/`` when there is one.
-Links are rewritten for the site: ``docs/x.md`` to ``x.md``; files of the repository outside
+Links are rewritten for the site: ``docs/x.md`` and ``docs/pages/x.md`` to ``x.md``; files of the repository outside
 ``docs/`` (benchmark results, examples) are added to the site at the same path, so those links
 resolve too.
 """
@@ -30,6 +30,7 @@ PAGES: dict[str, tuple[str, list[str]]] = {
     "logging.md": ("Logging and video", ["Logging and video"]),
     "envpool.md": ("EnvPool", ["EnvPool"]),
     "ray_guide.md": ("Ray", ["Across machines: Ray"]),
+    "recurrent.md": ("Recurrent policies", []),
     "torchrl.md": ("Coming from TorchRL", ["Coming from TorchRL"]),
     "cli.md": ("The command line", ["Command line"]),
     "benchmarks.md": ("Benchmarks", ["Benchmarks"]),
@@ -71,8 +72,8 @@ def for_the_site(text: str, linked: set[str], page: str = "") -> str:
         if target.startswith(("http://", "https://", "#", "mailto:")):
             return match.group(0)
         path, _, anchor = target.partition("#")
-        if path.startswith("docs/"):
-            path = path.removeprefix("docs/")
+        if path.startswith("docs/"):  # a page of its own (docs/pages/x.md) is the site's x.md
+            path = path.removeprefix("docs/").removeprefix("pages/")
         elif (ROOT / path).exists():
             linked.add(path)
         return f"]({path}{'#' + anchor if anchor else ''})"

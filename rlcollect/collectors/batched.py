@@ -91,6 +91,9 @@ class AsyncBatchedCollector(PooledCollector):
             :class:`~rlcollect.collectors.arguments.WorkerArguments` (``seed``, ``timeout``,
             ``replay_buffer``, ``check``, ...).
 
+    A recurrent policy's state (a TensorDict policy reading ``is_init``, or state it writes and
+    reads back) is kept by the server, per env, and stored in the batches as in every collector.
+
     Frames are reproducible for a deterministic policy: the batches then equal
     :class:`~rlcollect.MultiAsyncCollector`'s with the same seed. A policy that samples draws in the
     order the workers' requests arrive.

@@ -30,14 +30,16 @@ __all__ = ["TensorDictPolicy"]
 _IS_INIT = ("is_init",)
 
 
-def _carried(written: tuple[Field, ...], reads: set[NestedKey]) -> tuple[Carried, ...]:
+def _carried(written: tuple[Field, ...], reads: set[NestedKey], observed: list[NestedKey]
+             ) -> tuple[Carried, ...]:
     """The state among what the policy writes: each entry it reads back at the next step (listed
     in its in_keys, under its own key or, TorchRL's recurrent modules' way, written under
-    ``"next"``), or private (``_``-prefixed: modules read such state without listing it)."""
+    ``"next"``), or private (``_``-prefixed: modules read such state without listing it). State
+    the env observes (a TorchRL env with the module's primer) is the env's to carry."""
     carried = []
     for field in written:
         key = field.key
-        if key[0] == "next" and key[1:] in reads:
+        if key[0] == "next" and key[1:] in reads and key[1:] not in observed:
             carried.append(Carried(key[1:], key, resets=True))
         elif key[0] != "next" and (key in reads or is_private_key(key)):
             carried.append(Carried(key, key, resets=key in reads))
@@ -126,7 +128,7 @@ class TensorDictPolicy(PolicyAdapter):
             for key in _leaf_keys(out)
             if key not in (("action",), _IS_INIT) and key not in self._obs_keys
         )
-        self.carried = _carried(written, reads)
+        self.carried = _carried(written, reads, self._obs_keys)
         stored = {c.read: c.written for c in self.carried if c.stored}
         by_key = {f.key: f for f in written}
         #: what the policy writes besides the action, then the state it reads (stored apart)

@@ -80,7 +80,7 @@ def test_lstm_ppo_cartpole_without_velocities_learns_to_remember() -> None:
     # The replayed log-probabilities (from the state the batch stores, reset where is_init) equal
     # the ones the workers stored: 0.0 measured.
     assert result.replay_error < 1e-5, result.replay_error
-    # Measured (seed 0, 2026-12-04): the best mean of 20 episodes reached 193 by 38k frames with
+    # Measured (seed 0, 2026-12-03): the best mean of 20 episodes reached 193 by 38k frames with
     # memory; the same network without memory (--no-memory) stays under 60 through 60k frames.
     # Random play scores ~22.
     assert result.frames == 39_936
