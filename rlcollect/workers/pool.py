@@ -113,13 +113,15 @@ class WorkerPool:
         for worker in range(self.num_workers):
             self._await_ready(worker, deadline)
 
-    def _spawn(self, worker: int, setup: WorkerSetup, deadline: float) -> None:
+    def _spawn(self, worker: int, setup: WorkerSetup, deadline: float, block: bool = True) -> None:
         """Start ``worker`` by ``deadline`` (a forkserver may still be importing), unless the pool
-        is closing; one that a shutdown missed (it could not wait for this start) is stopped here."""
+        is closing; one that a shutdown missed (it could not wait for this start) is stopped here.
+        ``block=False``: the transport may go on starting it in the background (its start is
+        awaited with the batches, by ``deadline``)."""
         with self._lock:
             self._check_open()
             try:
-                self.transport.spawn(worker, setup, max(0.0, deadline - time.monotonic()))
+                self.transport.spawn(worker, setup, max(0.0, deadline - time.monotonic()), block=block)
             except TimeoutError:
                 raise TimeoutError(f"worker {worker} did not start within start_timeout="
                                    f"{self.start_timeout} s (the forkserver starting it was still "
@@ -318,7 +320,7 @@ class WorkerPool:
             try:
                 self._spawn(worker, dataclasses.replace(
                     setup, seed=seed, traj_start=self.next_traj_id[worker], profile=self._profile),
-                    began + self.start_timeout)
+                    began + self.start_timeout, block=False)
             except TimeoutError as error:
                 failure, what = None, str(error)
                 continue

@@ -127,7 +127,8 @@ class RayTransport:
         self._spares: list[tuple[Any, Any]] = []  # (actor, its ping: answered once it is up)
         self._spawned: set[int] = set()  # workers started at least once: a later spawn is a restart
 
-    def spawn(self, worker: int, setup: WorkerSetup, timeout: float = math.inf) -> None:
+    def spawn(self, worker: int, setup: WorkerSetup, timeout: float = math.inf, *,
+              block: bool = True) -> None:
         actor = self._spare(worker) if worker in self._spawned else None
         if actor is None:
             actor = self._remote.options(**self._placement(worker)).remote()

@@ -42,9 +42,12 @@ class Transport(Protocol):
     #: what the workers are, for the weight-sync schemes: "process" or "ray"
     kind: str
 
-    def spawn(self, worker: int, setup: WorkerSetup, timeout: float = math.inf) -> None:
+    def spawn(self, worker: int, setup: WorkerSetup, timeout: float = math.inf, *,
+              block: bool = True) -> None:
         """Start worker ``worker``; its first message is ``ready`` or ``error``. ``TimeoutError`` if
-        it could not even be started within ``timeout`` s (a forkserver still importing)."""
+        it could not even be started within ``timeout`` s (a forkserver still importing).
+        ``block=False``: return at once where starting takes a while; :meth:`wait` then says
+        ``died`` if it could not be started (``timeout`` is the caller's to keep)."""
 
     def send(self, worker: int, message: Message) -> None:
         """Send a command (a dead worker is noticed by :meth:`wait`, not here)."""
@@ -61,6 +64,9 @@ class Transport(Protocol):
     def close(self) -> None:
         """Release what the transport holds (every worker is stopped already)."""
 
+
+#: seconds between looks at a worker's background start
+_START_POLL = 0.02
 
 #: what a forkserver imports once, before it forks workers: what every worker needs; the first
 #: makes the forkserver (and so every process it forks) ignore SIGINT from the start
@@ -84,40 +90,54 @@ def _sigint_blocked() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
-def _start_within(process: BaseProcess, timeout: float) -> None:
-    """``process.start()`` through a forkserver, given up (``TimeoutError``) after ``timeout`` s.
+class _Start:
+    """``process.start()`` through a forkserver, in a thread of its own.
 
     A forkserver hands out no process until it has imported its preloads, which may take tens of
-    seconds on a loaded machine, and ``start()`` waits for that unbounded. So a thread starts the
-    process; if this one gave up meanwhile, that thread kills the process as soon as it exists.
+    seconds on a loaded machine, and ``start()`` waits for that unbounded. Whoever gives up on the
+    start calls :meth:`abandon`: the process is killed as soon as it exists.
     """
-    lock = threading.Lock()
-    outcome: list[BaseException | None] = []  # set by the thread once start() returned
-    gave_up: list[bool] = []  # set by this thread when it stops waiting
 
-    def start() -> None:
+    def __init__(self, process: BaseProcess, child_end: Connection) -> None:
+        self.process, self._child_end = process, child_end
+        self.error: BaseException | None = None
+        self._lock = threading.Lock()
+        self._abandoned = False
+        self.thread = threading.Thread(target=self._run, name="rlcollect-worker-start", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
         try:
-            process.start()
-        except BaseException as error:  # raised here, unless this process gave up meanwhile
-            result: BaseException | None = error
-        else:
-            result = None
-        with lock:
-            outcome.append(result)
-            abandoned = bool(gave_up)
-        if abandoned and result is None:
-            process.kill()
-            process.join(5.0)
+            self.process.start()
+        except BaseException as error:  # raised by whoever waits for the start
+            self.error = error
+        finally:
+            self._child_end.close()
+        with self._lock:
+            if self._abandoned and self.error is None:
+                self.process.kill()
+                self.process.join(5.0)
 
-    thread = threading.Thread(target=start, name="rlcollect-worker-start", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    with lock:
-        if not outcome:
-            gave_up.append(True)
+    @property
+    def done(self) -> bool:
+        return not self.thread.is_alive()
+
+    def abandon(self) -> None:
+        """Nobody waits for this process: kill it now or as soon as it is started."""
+        with self._lock:
+            self._abandoned = True
+            if self.done and self.error is None:
+                self.process.kill()
+
+    def join(self, timeout: float) -> None:
+        """Wait up to ``timeout`` s for the start; ``TimeoutError`` (the start abandoned) after it,
+        or the start's own error."""
+        self.thread.join(None if timeout == math.inf else timeout)
+        if not self.done:
+            self.abandon()
             raise TimeoutError(f"the forkserver did not start the worker within {timeout:.1f} s")
-    if outcome[0] is not None:
-        raise outcome[0]
+        if self.error is not None:
+            raise self.error
 
 
 def fork_is_safe() -> bool:
@@ -173,26 +193,57 @@ class ProcessTransport:
         self._start_method, self._preload = start_method, tuple(preload)
         self._processes: dict[int, BaseProcess] = {}
         self._conns: dict[int, Connection] = {}
+        self._starting: dict[int, _Start] = {}  # background starts through the forkserver
 
-    def spawn(self, worker: int, setup: WorkerSetup, timeout: float = math.inf) -> None:
+    def spawn(self, worker: int, setup: WorkerSetup, timeout: float = math.inf, *,
+              block: bool = True) -> None:
+        """Start ``worker``. ``block=False``: a start through a forkserver goes on in the background
+        (the worker answers :meth:`wait` once it runs, or ``died`` if it could not be started)."""
         context = start_context(self._start_method, self._preload)
         parent_end, child_end = context.Pipe()
         process = context.Process(  # type: ignore[attr-defined]
             target=process_main, args=([setup], child_end), name=f"rlcollect-worker-{worker}",
             daemon=False,  # envs may start processes of their own
         )
-        try:
-            if context.get_start_method() == "forkserver" and timeout < math.inf:
-                _start_within(process, timeout)
-            else:
+        if context.get_start_method() == "forkserver":
+            start = _Start(process, child_end)
+            if not block:
+                self._starting[worker], self._conns[worker] = start, parent_end
+                return
+            try:
+                start.join(timeout)
+            except BaseException:
+                parent_end.close()
+                raise
+        else:
+            try:
                 with _sigint_blocked():  # a forked or spawned worker starts with it blocked, then ignores it
                     process.start()
-        except BaseException:
-            parent_end.close()
-            raise
-        finally:
-            child_end.close()
+            except BaseException:
+                parent_end.close()
+                raise
+            finally:
+                child_end.close()
         self._processes[worker], self._conns[worker] = process, parent_end
+
+    def start_hint(self, worker: int) -> str:
+        """Why ``worker`` may not have answered its start yet."""
+        return " (the forkserver starting it was still importing)" if worker in self._starting else ""
+
+    def _settle(self, worker: int) -> Message | None:
+        """``("starting", "")`` while ``worker``'s background start goes on, ``("died", why)`` if it
+        failed, ``None`` once the worker runs (or it had no background start)."""
+        start = self._starting.get(worker)
+        if start is None:
+            return None
+        if not start.done:
+            return "starting", ""
+        del self._starting[worker]
+        if start.error is not None:
+            self.stop(worker, 0.0)
+            return "died", f"the forkserver could not start it: {start.error!r}"
+        self._processes[worker] = start.process
+        return None
 
     def send(self, worker: int, message: Message) -> None:
         conn = self._conns.get(worker)
@@ -202,6 +253,16 @@ class ProcessTransport:
 
     def wait(self, workers: list[int], timeout: float) -> list[tuple[int, Message]]:
         owner: dict[Any, int] = {}
+        settled = {w: self._settle(w) for w in workers}
+        failed = [(w, m) for w, m in settled.items() if m is not None and m[0] != "starting"]
+        if failed:
+            return failed
+        starting = [w for w, m in settled.items() if m is not None]
+        if starting:  # looked at again soon: a start ends without a message to wake this wait
+            workers, timeout = [w for w in workers if w not in starting], min(timeout, _START_POLL)
+            if not workers:
+                self._starting[starting[0]].thread.join(timeout)
+                return []
         gone = [w for w in workers if w not in self._conns]  # stopped meanwhile (a shutdown)
         if gone:
             return [(w, ("died", "the worker was stopped")) for w in gone]
@@ -225,6 +286,9 @@ class ProcessTransport:
         return "died", f"process exited with code {process.exitcode}"
 
     def stop(self, worker: int, grace: float) -> None:
+        start = self._starting.pop(worker, None)
+        if start is not None:  # not started yet: killed as soon as it is
+            start.abandon()
         process, conn = self._processes.pop(worker, None), self._conns.pop(worker, None)
         if process is not None:
             process.join(grace)

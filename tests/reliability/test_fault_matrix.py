@@ -213,7 +213,7 @@ def test_worker_sigkilled_mid_batch(kind: str, leaks: Leaks) -> None:
 
 
 # -- an env raises ----------------------------------------------------------------------------
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", [*KINDS, "batched"])
 def test_env_raising_once_in_step_restarts_and_collection_goes_on(kind: str, leaks: Leaks,
                                                                   tmp_path: Path) -> None:
     once = functools.partial(CountingEnv, fail_at=25, fail_marker=str(tmp_path / "failed"))
@@ -230,6 +230,42 @@ def test_env_raising_once_in_step_restarts_and_collection_goes_on(kind: str, lea
     gap = max(b - a for (a, _), (b, _) in zip(got, got[1:], strict=False))
     record("env_raises_once_in_step", kind=kind, recovery_s=round(gap, 3), frames=sum(counts.values()))
     assert gap < RECOVERY_LIMIT
+    leaks.check()
+
+
+BATCHED_RECOVERY_LIMIT = 2.0  # seconds: the longest wait for a batch across one worker's failure
+
+
+@pytest.mark.parametrize("fault", ["env_raises", "sigkill"])
+def test_batched_collection_goes_on_while_a_worker_restarts(fault: str, leaks: Leaks, tmp_path: Path) -> None:
+    """AsyncBatchedCollector replaces a failed worker in the background (through a forkserver that
+    may still be importing): the other worker's batches keep coming, no wait between two batches
+    is over 2 s, and every frame arrives once, in order. The run lasts about 8 s, so that the
+    replacement is up before the last batch."""
+    marker = str(tmp_path / "failed")
+    env = functools.partial(CountingEnv, episode_length=50, step_sleep=0.005,
+                            **({"fail_at": 25, "fail_marker": marker} if fault == "env_raises" else {}))
+    collector = build("batched", env, total_frames=2 * 160 * 10, timeout=30)
+    faulted_at: list[float] = []
+    got: list[tuple[float, TensorDictBase]] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for arrived, batch in timed_batches(collector, leaks):
+            got.append((arrived, batch))
+            if fault == "sigkill" and len(got) == 4:
+                victim = collector.worker_pids[0]
+                assert victim is not None
+                faulted_at.append(time.monotonic())
+                os.kill(victim, signal.SIGKILL)
+    stats = collector.stats()
+    collector.shutdown()
+    assert stats.restarts == 1
+    assert any("restarting it with fresh envs" in str(w.message) for w in caught)
+    counts = assert_exactly_once([b for _, b in got])
+    assert len(counts) == 3  # the failed worker came back with a fresh env
+    gap = max(b - a for (a, _), (b, _) in zip(got, got[1:], strict=False))
+    record("batched_restart", fault=fault, longest_wait_s=round(gap, 3), frames=sum(counts.values()))
+    assert gap < BATCHED_RECOVERY_LIMIT
     leaks.check()
 
 

@@ -39,7 +39,8 @@ class FakeTransport:
         self.hung: set[int] = set()
         self.closed = False
 
-    def spawn(self, worker: int, setup: WorkerSetup, timeout: float = math.inf) -> None:
+    def spawn(self, worker: int, setup: WorkerSetup, timeout: float = math.inf, *,
+              block: bool = True) -> None:
         self.spawned.append(setup)
         self.hung.discard(worker)
         self.workers[worker], answer = start_worker(setup)
@@ -235,8 +236,9 @@ class SlowStartTransport(FakeTransport):
         self.slow = False
         self.held: dict[int, list[Any]] = {}
 
-    def spawn(self, worker: int, setup: WorkerSetup, timeout: float = math.inf) -> None:
-        super().spawn(worker, setup, timeout)
+    def spawn(self, worker: int, setup: WorkerSetup, timeout: float = math.inf, *,
+              block: bool = True) -> None:
+        super().spawn(worker, setup, timeout, block=block)
         if self.slow:
             self.held[worker], self.answers[worker] = self.answers[worker], []
 
