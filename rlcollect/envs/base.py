@@ -39,6 +39,9 @@ class EnvBatch(abc.ABC):
     streams: bool = False
     #: The envs behind the rows (``num_envs`` unless :attr:`streams`).
     pool_size: int
+    #: A policy that reads ``is_init`` gets it from the env (a TorchRL env's ``InitTracker``), not
+    #: from the collector, as in TorchRL's collectors.
+    observes_episode_starts: bool = False
 
     def __init__(self, num_envs: int, max_episode_steps: int | None) -> None:
         self.num_envs = self.pool_size = num_envs

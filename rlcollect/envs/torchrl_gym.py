@@ -146,6 +146,8 @@ class TorchRLGymEnvs(GymEnvs):
         (2, False, OneHotSpace((2,), int64))
     """
 
+    observes_episode_starts = True  # is_init is its InitTracker's, as in TorchRL
+
     follows_num_envs = False  # the TorchRL env brings its own envs
 
     def __init__(
@@ -182,6 +184,8 @@ class TorchRLGymVector(GymVectorEnv):
     seed chain) and policy preparation are the ``ParallelEnv``'s, so the batches are the ones
     TorchRL's collector makes, without TorchRL's per-step TensorDicts and pipes.
     """
+
+    observes_episode_starts = True  # is_init is its InitTracker's, as in TorchRL
 
     def __init__(self, env: Any, max_episode_steps: int | None = None) -> None:
         self.torchrl_env = env

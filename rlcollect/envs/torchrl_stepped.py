@@ -30,6 +30,8 @@ class TorchRLEnv(EnvBatch):
         1
     """
 
+    observes_episode_starts = True  # is_init is its InitTracker's, as in TorchRL
+
     def __init__(self, env: Any, max_episode_steps: int | None = None) -> None:
         batch_size = tuple(env.batch_size)
         if len(batch_size) > 1:

@@ -118,6 +118,7 @@ def make_policy(
     device: torch.device | None = None,
     exploration_type: InteractionType = InteractionType.RANDOM,
     unbatched: bool = False,
+    episode_starts: bool = True,
 ) -> PolicyAdapter:
     """The adapter for ``policy`` (see the module docstring), checked by a dry step.
 
@@ -125,7 +126,8 @@ def make_policy(
     observation entries is called with those entries, as TorchRL's collectors do; one taking
     ``observation`` and returning a tuple writes ``action``, ``output1``, ``output2``, ...
     ``unbatched``: a TensorDict policy is called on one env's TensorDict (batch size ``[]``; see
-    :class:`TensorDictPolicy`).
+    :class:`TensorDictPolicy`). ``episode_starts``: the collector gives a policy reading
+    ``is_init`` which envs start an episode (see :class:`TensorDictPolicy`).
 
     Raises:
         TypeError: ``policy`` is not callable, or takes tensors but observations are a Dict.
@@ -141,7 +143,7 @@ def make_policy(
             keyword = None if _is_tensordict_policy(policy) else _keyword_policy(policy, observation_space)
             if keyword is not None or _is_tensordict_policy(policy):
                 adapter = TensorDictPolicy(keyword or policy, observation_space, action_space, num_envs,
-                                           device, unbatched)
+                                           device, unbatched, episode_starts)
                 if keyword is not None:  # the weights are the user's module's, not the wrapper's
                     inner = adapter.callable.module
                     adapter.module = inner if isinstance(inner, torch.nn.Module) else None
@@ -151,7 +153,7 @@ def make_policy(
             except TupleOutput as returned:  # forward(observation) -> (action, ...): TorchRL's rule
                 wrapped = _outputs_module(policy, ["observation"], returned.size)
                 adapter = TensorDictPolicy(wrapped, observation_space, action_space, num_envs, device,
-                                           unbatched)
+                                           unbatched, episode_starts)
                 adapter.module = policy if isinstance(policy, torch.nn.Module) else None
                 return adapter
     except Exception as error:

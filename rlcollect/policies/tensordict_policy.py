@@ -30,19 +30,22 @@ __all__ = ["TensorDictPolicy"]
 _IS_INIT = ("is_init",)
 
 
-def _carried(written: tuple[Field, ...], reads: set[NestedKey], observed: list[NestedKey]
+def _carried(written: tuple[Field, ...], reads: set[NestedKey], observed: list[NestedKey], resets: bool
              ) -> tuple[Carried, ...]:
     """The state among what the policy writes: each entry it reads back at the next step (listed
     in its in_keys, under its own key or, TorchRL's recurrent modules' way, written under
-    ``"next"``), or private (``_``-prefixed: modules read such state without listing it). State
-    the env observes (a TorchRL env with the module's primer) is the env's to carry."""
+    ``"next"``, which wins where it writes both, as TorchRL's ``step_mdp`` moves ``"next"`` to the
+    root), or private (``_``-prefixed: modules read such state without listing it). State the env
+    observes (a TorchRL env with the module's primer) is the env's to carry. ``resets``: the
+    listed state is zeros at each episode's first step."""
+    keys = {field.key for field in written}
     carried = []
     for field in written:
         key = field.key
         if key[0] == "next" and key[1:] in reads and key[1:] not in observed:
-            carried.append(Carried(key[1:], key, resets=True))
-        elif key[0] != "next" and (key in reads or is_private_key(key)):
-            carried.append(Carried(key, key, resets=key in reads))
+            carried.append(Carried(key[1:], key, resets=resets))
+        elif key[0] != "next" and (key in reads or is_private_key(key)) and ("next", *key) not in keys:
+            carried.append(Carried(key, key, resets=resets and key in reads))
     return tuple(carried)
 
 
@@ -63,11 +66,12 @@ class TensorDictPolicy(PolicyAdapter):
     an extra it lists in its ``in_keys``, written under its own key or under ``"next"``, or a
     private one, ``_``-prefixed, such as TorchRL's Ornstein-Uhlenbeck noise ``_ou_prev_noise``):
     step ``t`` reads what step ``t - 1`` wrote, as TorchRL's collectors carry keys from one step to
-    the next. Listed state is zeros at each episode's first step (as TorchRL's primer makes it);
-    private state is kept across episode ends. A policy listing ``is_init`` in its ``in_keys`` is
-    given it (``[N, 1]`` bool, ``True`` where the observation is an episode's first), and the
-    batch stores it; the dry step gives ``is_init`` all ``True`` and no state: a recurrent policy
-    makes its first state where the state is missing, as TorchRL's ``LSTMModule`` does.
+    the next. A policy listing ``is_init`` in its ``in_keys`` is given it (``[N, 1]`` bool, ``True``
+    where the observation is an episode's first), the batch stores it, and the state the policy
+    lists is zeros at each episode's first step (as TorchRL's primer makes it); other state is kept
+    across episode ends, as in TorchRL without a primer. The dry step gives ``is_init`` all
+    ``True`` and no state: a recurrent policy makes its first state where the state is missing,
+    as TorchRL's ``LSTMModule`` does.
 
     Args:
         module: the policy: a ``TensorDictModuleBase``, TorchRL's ``RandomPolicy``, or any callable
@@ -75,6 +79,9 @@ class TensorDictPolicy(PolicyAdapter):
         observation_space, action_space, num_envs, device: as for :class:`ModulePolicy`.
         unbatched: call the policy on one env's TensorDict (batch size ``[]``), as TorchRL does for
             an env without a batch size; ``num_envs`` must then be 1.
+        episode_starts: give a policy that reads ``is_init`` which envs start an episode, and
+            reset its state there (``False``: a TorchRL env's ``InitTracker`` observes it, as in
+            TorchRL's collectors, and a policy reading it on an env without one fails its dry step).
     """
 
     # set by bind(), per step: the input TensorDict, the policy's own copy of each observation
@@ -98,6 +105,7 @@ class TensorDictPolicy(PolicyAdapter):
         num_envs: int,
         device: torch.device | None = None,
         unbatched: bool = False,
+        episode_starts: bool = True,
     ) -> None:
         if unbatched and num_envs != 1:
             raise ValueError(f"an unbatched TensorDict policy steps one env, got num_envs={num_envs}")
@@ -108,7 +116,7 @@ class TensorDictPolicy(PolicyAdapter):
         self._obs_keys = [f.key for f in observation_fields(observation_space)]
         reads = {(k,) if isinstance(k, str) else tuple(k) for k in getattr(self.callable, "in_keys", ())}
         # is_init comes from the collector, unless the env observes it itself (TorchRL's InitTracker)
-        self.reads_is_init = _IS_INIT in reads and _IS_INIT not in self._obs_keys
+        self.reads_is_init = episode_starts and _IS_INIT in reads and _IS_INIT not in self._obs_keys
         sample = TensorDict(sample_observations(observation_space, num_envs), batch_size=[num_envs])
         if self.reads_is_init:  # the dry step: every env starts an episode
             sample.set(_IS_INIT, torch.ones(num_envs, 1, dtype=torch.bool))
@@ -128,7 +136,7 @@ class TensorDictPolicy(PolicyAdapter):
             for key in _leaf_keys(out)
             if key not in (("action",), _IS_INIT) and key not in self._obs_keys
         )
-        self.carried = _carried(written, reads, self._obs_keys)
+        self.carried = _carried(written, reads, self._obs_keys, self.reads_is_init)
         stored = {c.read: c.written for c in self.carried if c.stored}
         by_key = {f.key: f for f in written}
         #: what the policy writes besides the action, then the state it reads (stored apart)

@@ -218,7 +218,7 @@ class Rollout(ModelLookup):
             else make_policy(
                 self.user_policy, obs_space, action_space, self.num_envs,
                 device=spec.policy_device, exploration_type=spec.exploration_type,
-                unbatched=self.envs.unbatched,
+                unbatched=self.envs.unbatched, episode_starts=not self.envs.observes_episode_starts,
             )
         )
         compile_adapter(policy, spec.compile_policy)
