@@ -86,9 +86,10 @@ class Carried:
     ``read == written`` for state kept under one key (``"h"`` in and out), ``written == ("next",
     *read)`` for TorchRL's recurrent modules (``LSTMModule`` reads ``recurrent_state_h`` and writes
     ``("next", "recurrent_state_h")``). ``resets``: the state is zeros at the first step of each
-    episode (state the policy lists in its ``in_keys``, as TorchRL's ``TensorDictPrimer`` resets
-    it); private state read without being listed (an exploration module's ``_``-prefixed noise) is
-    kept across episode ends, as in TorchRL. ``stored``: the batch also holds ``read`` at each
+    episode (state a policy reading ``is_init`` lists in its ``in_keys``, as TorchRL's
+    ``TensorDictPrimer`` resets it); other state (an exploration module's ``_``-prefixed noise,
+    a policy that does not read ``is_init``) is kept across episode ends, as in TorchRL without a
+    primer. ``stored``: the batch also holds ``read`` at each
     step (the state the step started from, what a learner replays sequences from), besides
     ``written`` (``read == written`` stores the written value under the one key).
     """
