@@ -198,7 +198,7 @@ class AsyncBatchedCollector(PooledCollector):
     def _worker_setup(self, worker: int) -> WorkerSetup:
         served = self._server.policy
         client = ServedPolicy(self._server.connect(worker), served.extras, self.options.timeout,
-                              served.action_dtype, served.needs_is_init)
+                              served.action_dtype, served.reads_is_init)
         return dataclasses.replace(super()._worker_setup(worker), served_policy=client)
 
     def _ensure_started(self) -> None:

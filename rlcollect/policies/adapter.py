@@ -26,6 +26,7 @@ from rlcollect.data.layout import Field, OneHotSpace, action_fields, observation
 
 __all__ = [
     "Carried",
+    "EpisodeStarts",
     "NestedKey",
     "PolicyAdapter",
     "PrivateInput",
@@ -104,6 +105,25 @@ class Carried:
         return self.read != self.written
 
 
+class EpisodeStarts:
+    """A batch's ``is_init`` as its steps go, for the envs ``env`` (an index or ``slice(None)``):
+    :meth:`at` ``t`` writes where step ``t - 1`` ended an episode and returns the view (step 0's is
+    written before the batch, from the batch before's last step)."""
+
+    def __init__(self, buffers: BatchBuffers, env: int | slice) -> None:
+        assert buffers.is_init is not None
+        self._views = [buffers.is_init[env, t] for t in range(buffers.num_steps)]
+        self._flags = [None] + [(buffers.terminated[env, t - 1], buffers.truncated[env, t - 1])
+                                for t in range(1, buffers.num_steps)]
+
+    def at(self, t: int) -> torch.Tensor:
+        """``is_init`` of step ``t`` (a view into the buffers)."""
+        flags = self._flags[t]
+        if flags is not None:
+            torch.logical_or(*flags, out=self._views[t])
+        return self._views[t]
+
+
 class PolicyAdapter(abc.ABC):
     """Chooses the actions of all envs of a batch at step ``t``, in place in the buffers."""
 
@@ -116,7 +136,8 @@ class PolicyAdapter(abc.ABC):
     #: the step before a batch's first wrote, per env, keyed by :attr:`Carried.written`.
     carried: tuple[Carried, ...] = ()
     carry: dict[tuple[str, ...], torch.Tensor] = {}  # noqa: RUF012 (never written: subclasses set their own)
-    #: The policy reads ``is_init`` (``[N, 1]`` bool: the envs whose observation starts an episode).
+    #: The policy reads ``is_init`` (``[N, 1]`` bool: the envs whose observation starts an episode),
+    #: which the batch then holds; only such a policy's state :attr:`~Carried.resets`.
     reads_is_init: bool = False
     #: Check every output before writing it (``check="full"``; see ``rlcollect.data.checks``).
     check_writes: bool = True
@@ -125,11 +146,6 @@ class PolicyAdapter(abc.ABC):
     #: The action as the batch stores it (the rollout sets it from its layout; the server's
     #: :meth:`outputs` checks against it).
     action_field: Field
-
-    @property
-    def needs_is_init(self) -> bool:
-        """Whether the batch holds ``is_init``: the policy reads it, or resets state with it."""
-        return self.reads_is_init or any(c.resets for c in self.carried)
 
     def state_inputs(self, previous: Mapping[NestedKey, torch.Tensor], is_init: torch.Tensor | None
                      ) -> dict[NestedKey, torch.Tensor]:

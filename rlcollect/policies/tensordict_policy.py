@@ -16,6 +16,7 @@ from rlcollect.data.buffers import BatchBuffers
 from rlcollect.data.layout import Field, action_fields, is_private_key, observation_fields
 from rlcollect.policies.adapter import (
     Carried,
+    EpisodeStarts,
     NestedKey,
     PolicyAdapter,
     PrivateInput,
@@ -92,7 +93,7 @@ class TensorDictPolicy(PolicyAdapter):
     _inputs: list[TensorDictBase]
     _private: list[tuple[NestedKey, PrivateInput]]
     _outputs: list[list[tuple[tuple[str, ...], torch.Tensor]]]
-    _starts: list[tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]] | None
+    _starts: EpisodeStarts | None
     _previous: list[dict[NestedKey, torch.Tensor]]
     _state_targets: list[dict[NestedKey, torch.Tensor]]
     _last: list[tuple[torch.Tensor, torch.Tensor]]
@@ -163,11 +164,7 @@ class TensorDictPolicy(PolicyAdapter):
             + [(key, buffers.extras[key][env, t]) for key in buffers.extras if key not in self._stored_reads]
             for t in range(steps)
         ]
-        starts = None
-        if buffers.is_init is not None and self.needs_is_init:
-            flags = [None] + [(buffers.terminated[env, t - 1], buffers.truncated[env, t - 1])
-                              for t in range(1, steps)]
-            starts = [(buffers.is_init[env, t], flags[t]) for t in range(steps)]
+        starts = EpisodeStarts(buffers, env) if buffers.is_init is not None and self.reads_is_init else None
         previous = [{c.written: buffers.extras[c.written][env, t - 1] if t else self.carry[c.written][env]
                      for c in self.carried} for t in range(steps)]
         targets = [{key: buffers.extras[key][env, t] for key in self._stored_reads} for t in range(steps)]
@@ -181,11 +178,8 @@ class TensorDictPolicy(PolicyAdapter):
             inputs.set(key, private.take(t))
         starts = None
         if self._starts is not None:  # whether each env starts an episode: did its step before end one?
-            starts, flags = self._starts[t]
-            if flags is not None:
-                torch.logical_or(*flags, out=starts)
-            if self.reads_is_init:
-                inputs.set(_IS_INIT, starts)
+            starts = self._starts.at(t)
+            inputs.set(_IS_INIT, starts)
         if self.carried:  # (re)set: the policy may have replaced the entries
             targets = self._state_targets[t]
             for key, value in self.state_inputs(self._previous[t], starts).items():

@@ -230,7 +230,7 @@ class Rollout(ModelLookup):
         return BatchLayout(
             tuple(observation_fields(obs_space)), self._stored_action(action_space), self.policy.extras,
             dict_observations=isinstance(obs_space, gym.spaces.Dict), env_ids=self.envs.streams,
-            is_init=self.policy.needs_is_init,
+            is_init=self.policy.reads_is_init,
         )
 
     def _stored_action(self, action_space: gym.Space[Any]) -> Field:

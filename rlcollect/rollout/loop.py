@@ -58,10 +58,10 @@ def finish_batch(
     for env, t, final_obs in buffers.finals:  # true final observations, not the reset ones
         buffers.write_final_obs(env, t, final_obs)
     torch.logical_or(buffers.terminated, buffers.truncated, out=buffers.done)
-    if buffers.is_init is not None and steps:  # an episode starts where the step before ended one
-        buffers.is_init[:, 1:steps] = buffers.done[:, : steps - 1]
-        buffers.is_init[:, steps:] = False
-        if pending_init is not None:
+    if buffers.is_init is not None:  # an episode starts where the step before ended one
+        buffers.is_init[:, 1:steps] = buffers.done[:, : max(steps - 1, 0)]
+        buffers.is_init[:, steps:] = False  # masked frames
+        if pending_init is not None and steps:
             pending_init.copy_(buffers.done[:, steps - 1])
     done = buffers.done_np[:, :steps, 0]
     episodes.update(buffers.reward_np[:, :steps, 0], done)

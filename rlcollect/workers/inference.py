@@ -47,7 +47,7 @@ from tensordict.nn import InteractionType, set_interaction_type
 
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.data.layout import Field
-from rlcollect.policies.adapter import PolicyAdapter
+from rlcollect.policies.adapter import EpisodeStarts, PolicyAdapter
 
 __all__ = ["PolicyServer", "ServedPolicy"]
 
@@ -70,31 +70,24 @@ class ServedPolicy(PolicyAdapter):
             the flags of the step before) before it asks for the step's actions.
     """
 
-    _starts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]  # set by bind(): steps 1, 2, ...
+    _starts: EpisodeStarts | None  # set by bind()
 
     def __init__(self, conn: Connection, extras: tuple[Field, ...], timeout: float,
                  action_dtype: torch.dtype | None = None, is_init: bool = False) -> None:
         self._conn, self.extras, self._timeout = conn, extras, timeout
         self.action_dtype = action_dtype
-        self._is_init = is_init
+        self.reads_is_init = is_init
         self._parent = -1  # the worker's parent process, read in the worker by bind()
-
-    @property
-    def needs_is_init(self) -> bool:
-        return self._is_init
 
     def _views(self, buffers: BatchBuffers) -> dict[str, Any]:
         # in the worker; the server writes the actions itself
-        starts = [] if buffers.is_init is None else [
-            (buffers.is_init[:, t], buffers.terminated[:, t - 1], buffers.truncated[:, t - 1])
-            for t in range(1, buffers.num_steps)]
+        starts = EpisodeStarts(buffers, slice(None)) if buffers.is_init is not None else None
         return {"_parent": os.getppid(), "_starts": starts}
 
     def act(self, t: int) -> None:
         conn = self._conn
-        if t and self._starts:  # the server reads is_init from the slot: an episode ended at t - 1
-            starts, terminated, truncated = self._starts[t - 1]
-            torch.logical_or(terminated, truncated, out=starts)
+        if self._starts is not None:  # the server reads is_init from the slot
+            self._starts.at(t)
         conn.send_bytes(_STEP.pack(t))
         deadline = time.monotonic() + self._timeout
         while not conn.poll(min(1.0, max(0.0, deadline - time.monotonic()))):
@@ -142,7 +135,10 @@ class PolicyServer:
         self.policy, self.envs_per_worker = policy, envs_per_worker
         self._targets = [[s.action, *(s.extras[f.key] for f in policy.extras)] for s in slots]
         self._obs = [s.obs_ext for s in slots]
-        self._is_init = [s.is_init for s in slots if s.is_init is not None] if policy.needs_is_init else None
+        self._is_init: list[torch.Tensor] | None = None  # each slot's, indexed like the slots
+        if policy.reads_is_init:
+            self._is_init = [s.is_init for s in slots if s.is_init is not None]
+            assert len(self._is_init) == len(slots), "every worker's slot holds is_init for this policy"
         #: the state each env's policy carries (see :class:`~rlcollect.policies.adapter.Carried`),
         #: as its last step wrote it; every worker's envs, in the slots' rows
         self.state = {c.written: torch.zeros((slots[0].num_envs, *policy.carry[c.written].shape[1:]),

@@ -102,7 +102,7 @@ class _Start:
         self.process, self._child_end = process, child_end
         self.error: BaseException | None = None
         self._lock = threading.Lock()
-        self._abandoned = False
+        self._abandoned = self._finished = False
         self.thread = threading.Thread(target=self._run, name="rlcollect-worker-start", daemon=True)
         self.thread.start()
 
@@ -113,7 +113,8 @@ class _Start:
             self.error = error
         finally:
             self._child_end.close()
-        with self._lock:
+        with self._lock:  # abandon() before this point is seen here, after it sees _finished
+            self._finished = True
             if self._abandoned and self.error is None:
                 self.process.kill()
                 self.process.join(5.0)
@@ -126,7 +127,7 @@ class _Start:
         """Nobody waits for this process: kill it now or as soon as it is started."""
         with self._lock:
             self._abandoned = True
-            if self.done and self.error is None:
+            if self._finished and self.error is None:
                 self.process.kill()
 
     def join(self, timeout: float) -> None:

@@ -19,7 +19,7 @@ from rlcollect.envs.base import EnvBatch
 from rlcollect.policies import PolicyAdapter, make_policy
 from rlcollect.rollout.config import RolloutConfig
 from rlcollect.rollout.episodes import EpisodeTracker
-from rlcollect.rollout.loop import collect_batch
+from rlcollect.rollout.loop import begin_batch, collect_batch, finish_batch
 
 N, T = 3, 5
 
@@ -445,3 +445,30 @@ def test_policy_runs_under_the_exploration_type_in_inference_mode() -> None:
     assert current_interaction_type() is before  # restored after the batch
     assert not torch.is_inference_mode_enabled()
     assert rig.buffers.batch["next", "reward"][:, :, 0].tolist() == script(N, T, ENDS)["reward"].tolist()
+
+
+def test_is_init_follows_the_episode_ends_and_is_false_in_masked_frames() -> None:
+    obs_space, act_space = spaces.Box(-1, 1, (2,)), spaces.Discrete(2)
+    layout = BatchLayout(tuple(observation_fields(obs_space)), action_fields(act_space)[0], is_init=True)
+    buffers = BatchBuffers.allocate(layout, 2, 4, masked=True)
+    assert buffers.is_init is not None
+    pending_obs = {f.key: torch.zeros(2, *f.shape, dtype=f.dtype) for f in layout.observations}
+    pending_init = torch.tensor([[True], [False]])
+
+    def finish(steps: int) -> None:
+        finish_batch(buffers, steps, RolloutConfig(), TrajectoryIds(2), EpisodeTracker(2, window=10), 0,
+                     pending_obs, pending_init)
+
+    buffers.is_init.fill_(True)  # what an earlier batch left
+    begin_batch(buffers, pending_obs, pending_init)
+    buffers.terminated[0, 1] = True  # env 0's episode ends at step 1, env 1's is cut at step 2
+    buffers.truncated[1, 2] = True
+    finish(3)
+    assert buffers.is_init[..., 0].tolist() == [[True, False, True, False], [False, False, False, False]]
+    assert pending_init[:, 0].tolist() == [False, True]
+
+    buffers.is_init.fill_(True)
+    begin_batch(buffers, pending_obs, pending_init)
+    finish(0)  # stopped before its first step: every frame masked, the next batch starts as this one
+    assert not bool(buffers.is_init.any())
+    assert pending_init[:, 0].tolist() == [False, True]
