@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from rlcollect.data import split_trajectories
     from rlcollect.data.run_folder import load_run
     from rlcollect.replay import ReplayBuffer
+    from rlcollect.tuning import tune
 
 __version__ = "0.1.0"
 
@@ -42,6 +43,7 @@ _WHERE = {
     **dict.fromkeys(["TensorBoardLogger", "WandbLogger"], "rlcollect.collectors.loggers"),
     "load_run": "rlcollect.data.run_folder",
     "ReplayBuffer": "rlcollect.replay",
+    "tune": "rlcollect.tuning",
 }
 
 
@@ -70,4 +72,5 @@ __all__ = [
     "WandbLogger",
     "load_run",
     "split_trajectories",
+    "tune",
 ]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "rlcollect"
 #: Top to bottom; a module imports only from its own layer and those below it.
-LAYERS = ("cli", "torchrl", "distributed", "collectors", "workers", "weights", "rollout", "envs",
+LAYERS = ("cli", "tuning", "torchrl", "distributed", "collectors", "workers", "weights", "rollout", "envs",
           "policies", "data", "replay", "common")
 
 

@@ -1,4 +1,5 @@
-"""The ``rlcollect`` command: argument parsing and dispatch to ``collect``, ``inspect`` and ``export``.
+"""The ``rlcollect`` command: argument parsing and dispatch to ``collect``, ``tune``, ``inspect`` and
+``export``.
 
 Every bad argument or input ends the same way: one line ``rlcollect: error: <what is wrong>`` on
 stderr and exit status 2, never a traceback. A run stopped with Ctrl-C keeps the batches collected
@@ -96,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"rlcollect {rlcollect.__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_collect(commands)
+    _add_tune(commands)
     _add_inspect_and_export(commands)
     return parser
 
@@ -159,6 +161,47 @@ def _add_collect(commands: Any) -> None:
                          "and a Minari dataset of the same id")
     collect.add_argument("--no-progress", action="store_true", help="no progress bar")
     collect.set_defaults(handler=_collect)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+    return value
+
+
+def _add_tune(commands: Any) -> None:
+    """The ``tune`` subcommand."""
+    from rlcollect.tuning.kinds import KINDS
+
+    tune = commands.add_parser(
+        "tune",
+        help="measure which collector, workers, envs and batch collect fastest for an env and policy",
+        description="Measure the env's and the policy's cost per frame, predict every collector "
+        "configuration, run the most promising ones for real and print the fastest with the code "
+        "that builds it.",
+        epilog="example: rlcollect tune --env CartPole-v1 --policy my_pkg.policies:make_policy --seconds 60",
+    )
+    tune.add_argument("--env", default="CartPole-v1", help="Gymnasium env id (default: %(default)s)")
+    tune.add_argument("--env-kwargs", type=_env_kwarg, nargs="+", action="extend", default=[],
+                      metavar="KEY=VALUE", help="keyword arguments for gymnasium.make, as for collect")
+    tune.add_argument("--policy", metavar="MODULE:FACTORY",
+                      help="policy factory, as for collect (default: uniform random actions)")
+    tune.add_argument("--seconds", type=_positive_float, default=60.0,
+                      help="about how long to measure (default: %(default)s)")
+    tune.add_argument("--num-envs", type=_positive_int, help="envs in all (default: tuned too)")
+    tune.add_argument("--max-envs", type=_positive_int, default=64,
+                      help="the most envs in all to try without --num-envs (default: %(default)s)")
+    tune.add_argument("--frames-per-batch", type=_positive_int,
+                      help="frames per delivered batch (MultiAsync and AsyncBatched deliver one worker's; "
+                      "default: tuned, about a tenth of a second's frames)")
+    tune.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS), metavar="KIND",
+                      help=f"the collectors to weigh, some of {', '.join(KINDS)} (default: all)")
+    tune.add_argument("--no-progress", action="store_true", help="no progress bar")
+    tune.set_defaults(handler=_tune)
 
 
 def _add_inspect_and_export(commands: Any) -> None:
@@ -246,6 +289,17 @@ def _num_envs(num_envs: int | None, workers: int, per_worker: int | None) -> int
         raise CliError(f"--num-envs {num_envs} is not --workers {workers} x --envs-per-worker {per_worker}: "
                        "give two of the three")
     return workers * per_worker
+
+
+def _tune(args: argparse.Namespace) -> int:
+    from rlcollect.cli.tune import TuneOptions, run_tune
+
+    print(run_tune(TuneOptions(
+        env=args.env, env_kwargs=dict(args.env_kwargs), policy=args.policy, seconds=args.seconds,
+        num_envs=args.num_envs, max_envs=args.max_envs, frames_per_batch=args.frames_per_batch,
+        kinds=args.kinds, progress=not args.no_progress,
+    )))
+    return 0
 
 
 def _inspect(args: argparse.Namespace) -> int:

@@ -1,0 +1,112 @@
+"""The configurations ``tune`` weighs: a collector kind, its workers and envs, its batch; what each
+is predicted to deliver from the measured :class:`~rlcollect.tuning.costs.Costs`; the code that
+builds it.
+
+Examples:
+    >>> Candidate("MultiSyncCollector", workers=2, envs_per_worker=4, steps=64).frames_per_batch
+    512
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from rlcollect.tuning.costs import Costs
+
+__all__ = ["Candidate", "candidates", "predict"]
+#: A batch is sized to take about this long at the predicted speed (within the step bounds below).
+BATCH_SECONDS = 0.1
+MIN_STEPS, MAX_STEPS = 16, 256
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One configuration: ``workers`` processes of ``envs_per_worker`` envs (``Collector``: one
+    process, this one), ``steps`` steps of each env per batch.
+
+    ``frames_per_batch`` is what a batch holds: every env's steps for ``Collector`` and
+    ``MultiSyncCollector``, one worker's for ``MultiAsyncCollector`` and ``AsyncBatchedCollector``
+    (which deliver each worker's batch as it is ready).
+    """
+
+    kind: str
+    workers: int
+    envs_per_worker: int
+    steps: int
+
+    @property
+    def num_envs(self) -> int:
+        return self.workers * self.envs_per_worker
+
+    @property
+    def frames_per_batch(self) -> int:
+        per_worker = self.kind in ("MultiAsyncCollector", "AsyncBatchedCollector")
+        return self.steps * (self.envs_per_worker if per_worker else self.num_envs)
+
+    @property
+    def label(self) -> str:
+        shape = f"{self.num_envs} envs" if self.kind == "Collector" else (
+            f"{self.workers} x {self.envs_per_worker} envs")
+        return f"{self.kind} ({shape}, {self.frames_per_batch} frames per batch)"
+
+    def arguments(self) -> dict[str, Any]:
+        """The constructor's keyword arguments for this configuration."""
+        if self.kind == "Collector":
+            return {"num_envs": self.num_envs, "frames_per_batch": self.frames_per_batch}
+        if self.kind == "AsyncBatchedCollector":
+            return {"num_envs": self.num_envs, "envs_per_worker": self.envs_per_worker,
+                    "frames_per_batch": self.frames_per_batch}
+        return {"num_workers": self.workers, "num_envs_per_worker": self.envs_per_worker,
+                "frames_per_batch": self.frames_per_batch}
+
+    def code(self, env: str = "create_env_fn", policy: str = "policy") -> str:
+        """Python that builds this configuration (``env`` and ``policy`` as written there)."""
+        arguments = ", ".join(f"{key}={value}" for key, value in self.arguments().items())
+        return f"collector = rlcollect.{self.kind}({env}, {policy}, {arguments}, total_frames=...)"
+
+
+def predict(candidate: Candidate, costs: Costs) -> float:
+    """Frames/s the candidate should deliver: each process steps its envs and runs the policy on
+    them at its batch size, as many processes at once as there are cores; a policy server runs one
+    pass for every worker's envs while the workers wait for it."""
+    per_process = costs.env_us + costs.loop_us
+    if candidate.kind == "AsyncBatchedCollector":
+        served = costs.policy_at(candidate.num_envs)  # per frame, one pass over every env
+        cpu_bound = costs.cores * 1e6 / (per_process + served)
+        waits = candidate.workers * 1e6 / (per_process + candidate.workers * served)
+        return min(cpu_bound, waits)
+    frame = per_process + costs.policy_at(candidate.envs_per_worker)
+    return min(candidate.workers, costs.cores) * 1e6 / frame
+
+
+def _steps(candidate: Candidate, costs: Costs) -> int:
+    """Steps per env that make a batch of about ``BATCH_SECONDS`` (a power of two)."""
+    frames = predict(candidate, costs) * BATCH_SECONDS
+    per_batch = candidate.frames_per_batch // candidate.steps
+    steps = MIN_STEPS
+    while steps * 2 <= min(MAX_STEPS, frames / per_batch):
+        steps *= 2
+    return steps
+
+
+def candidates(costs: Costs, kinds: tuple[str, ...], num_envs: int | None, max_envs: int,
+               frames_per_batch: int | None) -> Iterator[Candidate]:
+    """Every configuration to weigh: 1 to ``2 x cores`` workers (powers of two and the cores),
+    envs per worker in powers of two, ``num_envs`` in all where given (else up to ``max_envs``),
+    ``frames_per_batch`` where given (else sized by :data:`BATCH_SECONDS`)."""
+    cores = costs.cores
+    counts = sorted({1, cores, 2 * cores} | {2**i for i in range(8) if 2**i <= 2 * cores})
+    totals = [num_envs] if num_envs is not None else [2**i for i in range(12) if 2**i <= max_envs]
+    for kind in kinds:
+        for workers in [1] if kind == "Collector" else [w for w in counts if w > 1]:
+            for total in totals:
+                if total % workers:
+                    continue
+                draft = Candidate(kind, workers, total // workers, MIN_STEPS)
+                if frames_per_batch is None:
+                    yield Candidate(kind, workers, total // workers, _steps(draft, costs))
+                elif frames_per_batch % (draft.frames_per_batch // MIN_STEPS) == 0:
+                    yield Candidate(kind, workers, total // workers,
+                                    frames_per_batch // (draft.frames_per_batch // MIN_STEPS))

@@ -1,0 +1,50 @@
+"""``tune``'s result as text: the costs, the limit, each trial against it, the pick and its code.
+
+Examples:
+    >>> print(fraction(750.0, 1000.0))
+    0.75
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rlcollect.tuning.tuner import TuneResult
+
+__all__ = ["format_report", "fraction"]
+
+
+def fraction(fps: float, limit: float) -> str:
+    """``fps`` as a fraction of ``limit``, two decimals."""
+    return f"{fps / limit:.2f}"
+
+
+def format_report(result: TuneResult, code: str) -> str:
+    """The text ``rlcollect tune`` prints (and ``str(result)``)."""
+    costs, limit = result.costs, result.limit
+    best = costs.best_batch_size
+    lines = [
+        f"per frame: env {costs.env_us:,.1f} µs, policy {costs.policy_us[best]:,.1f} µs (at {best} envs "
+        f"per pass; {costs.policy_at(1):,.1f} µs at 1), loop {costs.loop_us:,.1f} µs",
+        f"the limit (every core stepping envs and running the policy, nothing else): "
+        f"{limit:,.0f} frames/s on {costs.cores} core{'s' if costs.cores > 1 else ''}",
+        "",
+        f"{'collector':<72} {'predicted':>10} {'measured':>10} {'of limit':>8} {'start-up':>9}",
+    ]
+    for trial in result.trials:
+        if trial.error is not None:
+            lines.append(f"{trial.candidate.label:<72} {trial.predicted_fps:>10,.0f} failed: {trial.error}")
+            continue
+        lines.append(f"{trial.candidate.label:<72} {trial.predicted_fps:>10,.0f} {trial.fps:>10,.0f} "
+                     f"{fraction(trial.fps, limit):>8} {trial.startup_seconds:>8.1f}s")
+    pick = result.pick
+    lines += [
+        "",
+        f"pick: {pick.candidate.label}: {pick.fps:,.0f} frames/s measured, "
+        f"{fraction(pick.fps, limit)} of the limit (predicted {fraction(pick.predicted_fps, limit)}); "
+        f"first batch after {pick.startup_seconds:.1f} s; tuned in {result.seconds:.0f} s",
+        "",
+        *("    " + line if line else "" for line in code.splitlines()),
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,142 @@
+"""``rlcollect.tune`` and ``rlcollect tune``: the costs measured against envs and policies of known
+cost, the predictions against the formula written out, the pick against its own trials, the code
+it prints building a working collector, and every bad argument named."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import rlcollect
+from rlcollect.cli.main import main
+from rlcollect.tuning import Candidate, Costs, measure_costs, tune
+from rlcollect.tuning.candidates import candidates, predict
+
+ENV_US, POLICY_US = 400.0, 600.0  # per env step; per forward pass (whatever its batch)
+
+
+def _spin(microseconds: float) -> None:
+    end = time.perf_counter() + microseconds / 1e6
+    while time.perf_counter() < end:
+        pass
+
+
+class SpinEnv(gym.Env[np.ndarray, int]):
+    """Costs ENV_US per step; episodes of 50 steps."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        _spin(ENV_US)
+        self.t += 1
+        return np.zeros(3, np.float32), 1.0, False, self.t >= 50, {}
+
+
+class SpinPolicy(nn.Module):
+    """Costs POLICY_US per forward pass, whatever the batch: POLICY_US / N per frame."""
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        _spin(POLICY_US)
+        return torch.zeros(observation.shape[0], dtype=torch.int64)
+
+
+@pytest.mark.timeout(60)
+def test_costs_are_the_env_step_and_the_forward_pass_per_frame() -> None:
+    costs = measure_costs(SpinEnv, SpinPolicy(), sizes=(1, 2, 4), seconds=3.0)
+    assert sorted(costs.policy_us) == [1, 2, 4]
+    # the least of several rounds: no faster than the spin, and not much slower on a loaded machine
+    assert ENV_US <= costs.env_us < 1.6 * ENV_US
+    for size, per_frame in costs.policy_us.items():
+        assert POLICY_US / size <= per_frame < 1.6 * POLICY_US / size, size
+    assert costs.best_batch_size == 4 and costs.policy_at(3) == costs.policy_us[2]
+    assert costs.limit == pytest.approx(costs.cores * 1e6 / (costs.env_us + costs.policy_us[4]))
+
+
+def test_predictions_follow_the_costs() -> None:
+    costs = Costs(env_us=100.0, policy_us={1: 80.0, 2: 50.0, 4: 30.0}, loop_us=10.0, cores=2)
+    single = Candidate("Collector", 1, 4, 16)
+    assert predict(single, costs) == pytest.approx(1e6 / (100 + 10 + 30))
+    # one process per core at most: 4 workers on 2 cores go no faster than 2
+    assert predict(Candidate("MultiSyncCollector", 2, 2, 16), costs) == pytest.approx(2e6 / (100 + 10 + 50))
+    assert predict(Candidate("MultiAsyncCollector", 4, 1, 16), costs) == pytest.approx(2e6 / (100 + 10 + 80))
+    # a server's pass over all 4 envs, which the workers wait for
+    served = Candidate("AsyncBatchedCollector", 2, 2, 16)
+    assert predict(served, costs) == pytest.approx(min(2e6 / (110 + 30), 2e6 / (110 + 2 * 30)))
+
+
+def test_candidates_keep_the_given_envs_and_batch() -> None:
+    costs = Costs(env_us=100.0, policy_us={1: 80.0, 8: 20.0}, loop_us=10.0, cores=2)
+    kinds = ("MultiSyncCollector", "MultiAsyncCollector", "Collector", "AsyncBatchedCollector")
+    fixed = list(candidates(costs, kinds, num_envs=8, max_envs=64, frames_per_batch=256))
+    assert {c.kind for c in fixed} == set(kinds)
+    assert all(c.num_envs == 8 and c.frames_per_batch == 256 for c in fixed)
+    assert {(c.kind, c.workers) for c in fixed if c.kind != "Collector"} == {
+        (k, w) for k in kinds if k != "Collector" for w in (2, 4)}  # up to 2 workers per core
+    free = list(candidates(costs, ("Collector",), num_envs=None, max_envs=16, frames_per_batch=None))
+    assert [c.num_envs for c in free] == [1, 2, 4, 8, 16]
+    assert all(16 <= c.steps <= 256 and c.steps & (c.steps - 1) == 0 for c in free)
+    # a batch that 3 envs cannot fill evenly: no candidate
+    assert list(candidates(costs, ("Collector",), num_envs=3, max_envs=64, frames_per_batch=100)) == []
+
+
+@pytest.mark.timeout(120)
+def test_tune_picks_its_fastest_trial_and_builds_it() -> None:
+    result = tune("CartPole-v1", seconds=8, max_envs=8, kinds=("Collector", "MultiSyncCollector"),
+                  progress=False)
+    ran = [t for t in result.trials if t.error is None]
+    assert {t.candidate.kind for t in ran} == {"Collector", "MultiSyncCollector"}
+    assert result.pick is ran[0] and result.pick.fps == max(t.fps for t in ran) > 0
+    assert all(t.startup_seconds > 0 and t.predicted_fps > 0 for t in ran)
+    assert result.limit > 0 and result.seconds < 30
+    text = str(result)
+    assert result.pick.candidate.label in text and "collector = rlcollect." in text
+
+    pick = result.pick.candidate
+    code = result.code().replace("total_frames=...", f"total_frames={2 * pick.frames_per_batch}")
+    scope: dict[str, Any] = {}
+    exec(code, scope)  # the printed code, as a user pastes it
+    with scope["collector"] as collector:
+        shapes = [batch.numel() for batch in collector]
+    assert type(collector).__name__ == pick.kind
+    assert shapes == [pick.frames_per_batch] * 2
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    ({"seconds": 0}, "seconds must be > 0, got 0"),
+    ({"num_envs": 0}, "num_envs must be a positive integer, got 0"),
+    ({"frames_per_batch": 2.5}, "frames_per_batch must be a positive integer, got 2.5"),
+    ({"kinds": ("Collector", "SyncDataCollector")}, "kinds must be some of"),
+    ({"num_envs": 3, "frames_per_batch": 100, "kinds": ("Collector",)}, "no configuration of"),
+])
+def test_bad_arguments_are_named(arguments: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        tune("CartPole-v1", **{"seconds": 2, "progress": False, **arguments})
+
+
+@pytest.mark.timeout(120)
+def test_the_command_prints_the_pick_and_its_code(capsys: pytest.CaptureFixture[str]) -> None:
+    assert rlcollect.tune is tune
+    status = main(["tune", "--env", "CartPole-v1", "--policy", "tests.cli.policies_for_tests:always_zero",
+                   "--seconds", "5", "--max-envs", "4", "--kinds", "Collector", "--no-progress"])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert "the limit" in out and "pick: Collector (" in out
+    assert "from tests.cli.policies_for_tests import always_zero" in out
+    assert "collector = rlcollect.Collector('CartPole-v1', policy, num_envs=" in out
+
+    assert main(["tune", "--seconds", "0"]) == 2
+    assert main(["tune", "--kinds", "Nope"]) == 2
+    assert "must be a number of seconds > 0" in capsys.readouterr().err
