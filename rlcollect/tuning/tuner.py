@@ -13,9 +13,10 @@ Examples:
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tqdm import tqdm
@@ -25,14 +26,16 @@ from rlcollect.tuning.candidates import Candidate, candidates, predict
 from rlcollect.tuning.costs import Costs, measure_costs
 from rlcollect.tuning.kinds import KINDS
 
-__all__ = ["Trial", "TuneResult", "tune"]
+__all__ = ["Trial", "TuneResult", "run_trial", "tune"]
 
 #: Share of the time budget spent measuring the env and the policy alone.
 COST_SHARE = 0.2
 #: A trial's timed part runs at least this long, after its first batches.
 MIN_TRIAL_SECONDS = 1.0
 #: About one configuration is run per this many seconds of the budget (at least one per kind).
-TRIAL_SECONDS = 6.0
+TRIAL_SECONDS = 4.0
+#: The fastest few configurations are run again, and their figure is the mean of their runs.
+FINAL = 3
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,7 @@ class Trial:
         fps: frames/s measured after its first batches (steady state); 0 where it failed.
         startup_seconds: from building the collector to its first batch.
         error: why it could not run (``None`` where it ran).
+        runs: the frames/s of each run (``fps`` is their mean).
     """
 
     candidate: Candidate
@@ -52,6 +56,7 @@ class Trial:
     fps: float = 0.0
     startup_seconds: float = float("nan")
     error: str | None = None
+    runs: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -128,12 +133,16 @@ def tune(
 
     A fifth of ``seconds`` measures the env and the policy alone (the policy at every batch
     size up to the envs a process may have); every configuration is predicted from those
-    costs; the best predicted of each kind, then the next best overall, run for real in the
-    time left (start-up, first batches, then about a second or more timed); the fastest
-    measured is the pick. ``num_envs`` fixes the envs in all (else 1 to ``max_envs``, powers of
-    two); ``frames_per_batch`` fixes the batch (else about a tenth of a second's frames);
-    ``kinds`` limits the collectors weighed (e.g. leave out the asynchronous ones for an
-    on-policy learner that needs every batch from the newest weights).
+    costs; then, in the time left, configurations run for real (start-up, first batches, then
+    about a second or more timed): the best predicted of each kind, then the kinds' next best
+    with each kind's predictions scaled by how its first fared, then the fastest three again
+    (their figure the mean of both runs). The fastest measured is the pick.
+
+    ``num_envs`` fixes the envs in all (else 1 to ``max_envs``, powers of two);
+    ``frames_per_batch`` fixes the batch (else about a tenth of a second's frames); ``kinds``
+    limits the collectors weighed (e.g. leave out the asynchronous ones for an on-policy learner
+    that needs every batch from the newest weights). Without a policy (random actions) there is
+    nothing to serve: ``AsyncBatchedCollector`` is left out.
 
     Raises:
         ValueError: a bad argument (named, with what is allowed), or no configuration fits
@@ -144,11 +153,13 @@ def tune(
     start = time.perf_counter()
     top = num_envs if num_envs is not None else max_envs
     sizes = [2**i for i in range(12) if 2**i <= top] + ([top] if top & (top - 1) else [])
-    with tqdm(total=100, desc="rlcollect tune: the env and the policy alone", disable=not progress,
+    with _Bar(total=100, desc="rlcollect tune: the env and the policy alone", disable=not progress,
               bar_format="{desc} {bar} {elapsed}<{remaining}", leave=False) as bar:
         costs = measure_costs(create_env_fn, policy, sizes=sizes, seconds=COST_SHARE * seconds,
                               env_kwargs=env_kwargs)
         bar.update(int(100 * COST_SHARE))
+        if policy is None:  # random actions: no policy to serve
+            kinds = [kind for kind in kinds if kind != "AsyncBatchedCollector"] or list(kinds)
         ranked = sorted(candidates(costs, tuple(kinds), num_envs, max_envs, frames_per_batch),
                         key=lambda c: (-predict(c, costs), KINDS.index(c.kind)))
         if not ranked:
@@ -156,15 +167,7 @@ def tune(
                              f"frames_per_batch={frames_per_batch}: frames_per_batch must be a multiple "
                              "of the envs of a batch")
         runner = _Runner(create_env_fn, policy, env_kwargs, costs, bar, deadline=start + seconds)
-        firsts = list({c.kind: c for c in reversed(ranked)}.values())  # each kind's best predicted
-        firsts.sort(key=ranked.index)
-        count = max(len(firsts), int((1 - COST_SHARE) * seconds / TRIAL_SECONDS))
-        trials = runner.run(firsts, count)
-        # then the kinds' next configurations, their predictions scaled by how their first fared
-        scale = {t.candidate.kind: t.fps / t.predicted_fps for t in trials}
-        rest = sorted((c for c in ranked if c not in firsts and scale[c.kind] > 0),
-                      key=lambda c: -predict(c, costs) * scale[c.kind])
-        trials += runner.run(rest[: count - len(firsts)], count - len(firsts))
+        trials = runner.rounds(ranked, max(1, int((1 - COST_SHARE) * seconds / TRIAL_SECONDS)))
     ran = sorted((t for t in trials if t.error is None), key=lambda t: -t.fps)
     if not ran:
         raise RuntimeError("no configuration could run: " + "; ".join(
@@ -187,13 +190,42 @@ def _check(seconds: float, num_envs: int | None, max_envs: int, frames_per_batch
         raise ValueError(f"kinds must be some of {list(KINDS)}, got {list(kinds)}")
 
 
+class _Bar(tqdm):  # type: ignore[misc]
+    """tqdm without its monitor thread: a thread in this process would make the collectors start
+    their workers through a forkserver rather than by fork (seconds more of start-up)."""
+
+    monitor_interval = 0
+
+
 class _Runner:
     """Runs configurations within the budget, advancing the progress bar."""
 
     def __init__(self, create_env_fn: Any, policy: Any, env_kwargs: Mapping[str, Any] | None, costs: Costs,
-                 bar: tqdm[Any], deadline: float) -> None:
+                 bar: _Bar, deadline: float) -> None:
         self.source = (create_env_fn, policy, env_kwargs)
         self.costs, self.bar, self.deadline = costs, bar, deadline
+        self.total = 1  # trials planned, for the progress bar
+
+    def rounds(self, ranked: list[Candidate], count: int) -> list[Trial]:
+        """About ``count`` trials: each kind's best predicted; the kinds' next configurations, their
+        predictions scaled by how their kind's first fared; then the fastest few again (what is
+        measured once on a busy machine may be off by a tenth), each the mean of its runs."""
+        firsts = list({c.kind: c for c in reversed(ranked)}.values())
+        firsts.sort(key=ranked.index)
+        final = min(FINAL, max(1, count - len(firsts)))
+        planned = self.total = max(count, len(firsts) + final)
+        trials = self.run(firsts, planned)
+        scale = {t.candidate.kind: t.fps / t.predicted_fps for t in trials}
+        rest = sorted((c for c in ranked if c not in firsts and scale[c.kind] > 0),
+                      key=lambda c: -predict(c, self.costs) * scale[c.kind])
+        trials += self.run(rest[: planned - len(firsts) - final], planned - len(trials))
+        fastest = sorted((t for t in trials if t.error is None), key=lambda t: -t.fps)[:final]
+        again = self.run([t.candidate for t in fastest], len(fastest))
+        merged = {t.candidate: t for t in trials}
+        for first, second in zip(fastest, again, strict=True):
+            merged[first.candidate] = first if second.error is not None else replace(
+                first, fps=statistics.mean((*first.runs, second.fps)), runs=(*first.runs, second.fps))
+        return list(merged.values())
 
     def run(self, chosen: Sequence[Candidate], planned: int) -> list[Trial]:
         """Run ``chosen``, sharing what is left of the budget among ``planned`` trials."""
@@ -201,13 +233,13 @@ class _Runner:
         for i, candidate in enumerate(chosen):
             self.bar.set_description(f"rlcollect tune: {candidate.label}")
             left = self.deadline - time.perf_counter()
-            trials.append(_trial(candidate, predict(candidate, self.costs), *self.source,
-                                 0.9 * left / max(1, planned - i)))
-            self.bar.update(int(100 * (1 - COST_SHARE) / planned))
+            trials.append(run_trial(candidate, predict(candidate, self.costs), *self.source,
+                                    0.9 * left / max(1, planned - i)))
+            self.bar.update(100 * (1 - COST_SHARE) / self.total)
         return trials
 
 
-def _trial(candidate: Candidate, predicted: float, create_env_fn: Any, policy: Any,
+def run_trial(candidate: Candidate, predicted: float, create_env_fn: Any, policy: Any,
            env_kwargs: Mapping[str, Any] | None, seconds: float) -> Trial:
     """Build ``candidate``, time its first batch, then its frames/s for about ``seconds`` (at
     least ``MIN_TRIAL_SECONDS``) after one batch per worker more."""
@@ -229,4 +261,4 @@ def _trial(candidate: Candidate, predicted: float, create_env_fn: Any, policy: A
             fps = frames / (time.perf_counter() - begun)
     except Exception as error:  # a configuration the env or policy cannot run in: reported, skipped
         return Trial(candidate, predicted, error=f"{type(error).__name__}: {error}")
-    return Trial(candidate, predicted, fps, startup)
+    return Trial(candidate, predicted, fps, startup, runs=(fps,))

@@ -140,3 +140,11 @@ def test_the_command_prints_the_pick_and_its_code(capsys: pytest.CaptureFixture[
     assert main(["tune", "--seconds", "0"]) == 2
     assert main(["tune", "--kinds", "Nope"]) == 2
     assert "must be a number of seconds > 0" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(60)
+def test_without_a_policy_no_server_is_tried() -> None:
+    result = tune("CartPole-v1", seconds=4, max_envs=2, progress=False)
+    assert "AsyncBatchedCollector" not in {t.candidate.kind for t in result.trials}
+    with pytest.raises(RuntimeError, match="no configuration could run: AsyncBatched.*serves a policy"):
+        tune("CartPole-v1", seconds=2, max_envs=2, kinds=("AsyncBatchedCollector",), progress=False)
