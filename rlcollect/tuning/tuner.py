@@ -13,6 +13,7 @@ Examples:
 
 from __future__ import annotations
 
+import multiprocessing
 import statistics
 import time
 from collections.abc import Mapping, Sequence
@@ -25,6 +26,7 @@ from rlcollect.collectors.base import BaseCollector
 from rlcollect.tuning.candidates import Candidate, candidates, predict
 from rlcollect.tuning.costs import Costs, measure_costs
 from rlcollect.tuning.kinds import KINDS
+from rlcollect.workers.transport import start_context
 
 __all__ = ["Trial", "TuneResult", "run_trial", "tune"]
 
@@ -166,6 +168,8 @@ def tune(
             raise ValueError(f"no configuration of {list(kinds)} has num_envs={num_envs} and "
                              f"frames_per_batch={frames_per_batch}: frames_per_batch must be a multiple "
                              "of the envs of a batch")
+        if "AsyncBatchedCollector" in kinds:
+            _await_forkserver()
         runner = _Runner(create_env_fn, policy, env_kwargs, costs, bar, deadline=start + seconds)
         trials = runner.rounds(ranked, max(1, int((1 - COST_SHARE) * seconds / TRIAL_SECONDS)))
     ran = sorted((t for t in trials if t.error is None), key=lambda t: -t.fps)
@@ -188,6 +192,21 @@ def _check(seconds: float, num_envs: int | None, max_envs: int, frames_per_batch
     unknown = [kind for kind in kinds if kind not in KINDS]
     if unknown or not kinds:
         raise ValueError(f"kinds must be some of {list(KINDS)}, got {list(kinds)}")
+
+
+def _nothing() -> None:
+    """What the process that waits for the forkserver runs."""
+
+
+def _await_forkserver() -> None:
+    """Start this process's forkserver and wait for its imports. A collector that runs threads
+    (``AsyncBatchedCollector``'s server) starts one for its workers, and its imports take seconds
+    of CPU that would slow the trials after it, not its own."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return
+    process = start_context("forkserver").Process(target=_nothing)  # type: ignore[attr-defined]
+    process.start()
+    process.join(120.0)
 
 
 class _Bar(tqdm):  # type: ignore[misc]
