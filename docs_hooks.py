@@ -22,7 +22,8 @@ README = ROOT / "README.md"
 PAGES: dict[str, tuple[str, list[str]]] = {
     "install.md": ("Install and first run", []),
     "index.md": ("Getting started", ["Two commands", "Quick start", "The batch"]),
-    "collectors.md": ("Which collector when", ["Multi-process collection: the main-module guard",
+    "collectors.md": ("Which collector when", ["Which collector: `rlcollect tune`",
+                                                "Multi-process collection: the main-module guard",
                                                 "Batched inference: `AsyncBatchedCollector`"]),
     "weights.md": ("Workers, weights and schemes", ["Workers, weights and faults"]),
     "replay.md": ("Replay and background collection", ["Replay buffers and background collection",

@@ -259,7 +259,7 @@ class _Runner:
 
 
 def run_trial(candidate: Candidate, predicted: float, create_env_fn: Any, policy: Any,
-           env_kwargs: Mapping[str, Any] | None, seconds: float) -> Trial:
+              env_kwargs: Mapping[str, Any] | None, seconds: float) -> Trial:
     """Build ``candidate``, time its first batch, then its frames/s for about ``seconds`` (at
     least ``MIN_TRIAL_SECONDS``) after one batch per worker more."""
     import rlcollect.collectors as collectors
