@@ -25,6 +25,7 @@ import torch
 from rlcollect import collectors
 from rlcollect.collectors import BaseCollector
 from rlcollect.collectors.checks import check_flag, check_int
+from rlcollect.data.attributes import call_path, resolve_path
 from rlcollect.data.formats import TorchRLLayout
 from rlcollect.envs.torchrl_env import dump_env_transform
 from rlcollect.policies.devices import warn_unmovable
@@ -133,9 +134,34 @@ class _WorkerCalls:
     stats = worker_stats
     state_dict = worker_state_dict
 
+    def get_distant_attr(self, attr: str) -> list[Any]:
+        """Each worker's attribute at ``attr``; a path into the replay buffer that the collector
+        extends itself is read on that buffer (:meth:`_shared_buffer`)."""
+        if self._shared_buffer(attr):
+            return [resolve_path(self, attr)] * getattr(self, "num_workers", 1)
+        results: list[Any] = super().get_distant_attr(attr)  # type: ignore[misc]
+        return results
+
+    def _shared_buffer(self, path: str) -> bool:
+        """Whether ``path`` leads into the collector's replay buffer while its workers hold none.
+        TorchRL's workers share the collector's buffer, so their ``replay_buffer`` is the one the
+        collector extends; rlcollect's workers extend only a buffer they can write themselves (an
+        rlcollect ``ReplayBuffer`` on shared storage), and the collector extends the others."""
+        if path != "replay_buffer" and not path.startswith("replay_buffer."):
+            return False
+        if getattr(self, "replay_buffer", None) is None:
+            return False
+        held: list[Any] = super().get_distant_attr("replay_buffer.__class__")  # type: ignore[misc]
+        return all(cls is type(None) for cls in held)
+
     def map_fn(self, method_name: str, list_of_args: Any = None, list_of_kwargs: Any = None) -> list[Any]:
         """``map_fn`` whose workers answer ``get_policy_version`` with None where the collector does
-        (TorchRL's layout without ``track_policy_version``), as TorchRL's workers."""
+        (TorchRL's layout without ``track_policy_version``), as TorchRL's workers; a method of the
+        replay buffer the collector extends itself is called on that buffer (:meth:`_shared_buffer`)."""
+        if self._shared_buffer(method_name):
+            workers = getattr(self, "num_workers", 1)
+            args, kwargs = list_of_args or [()] * workers, list_of_kwargs or [{}] * workers
+            return [call_path(self, method_name, a, k) for a, k in zip(args, kwargs, strict=True)]
         results: list[Any] = super().map_fn(method_name, list_of_args, list_of_kwargs)  # type: ignore[misc]
         if method_name == "get_policy_version" and getattr(self, "policy_version", None) is None:
             return [None] * len(results)

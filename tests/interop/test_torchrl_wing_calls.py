@@ -113,6 +113,28 @@ def test_map_fn_get_policy_version_answers_as_torchrls_workers(track: bool) -> N
         assert [type(env).__name__ for env in native.get_distant_attr("env")] == ["GymEnv"] * 2
 
 
+@pytest.mark.timeout(180)
+def test_the_workers_replay_buffer_is_the_collectors_as_in_torchrl() -> None:
+    """TorchRL's workers share the collector's replay buffer: asked through ``map_fn`` or
+    ``get_distant_attr``, each answers with the buffer the collector extends."""
+    from torchrl.data import LazyMemmapStorage, ReplayBuffer
+    from torchrl.envs.utils import RandomPolicy
+
+    answers = []
+    for cls in (TorchRLMultiSync, wing.MultiSyncCollector):
+        buffer = ReplayBuffer(storage=LazyMemmapStorage(1000))
+        collector = cls([cartpole] * 2, RandomPolicy(cartpole().action_spec), frames_per_batch=20,
+                        total_frames=40, replay_buffer=buffer)
+        for _ in collector:
+            pass
+        answers.append((len(buffer), buffer.write_count, collector.map_fn("replay_buffer.__len__"),
+                        collector.get_distant_attr("replay_buffer.write_count")))
+        collector.shutdown()
+    assert answers[0] == answers[1] == (40, 40, [40, 40], [40, 40])
+    with rlcollect.MultiSyncCollector([cartpole] * 2, frames_per_batch=20) as native:  # no buffer
+        assert native.get_distant_attr("replay_buffer") == [None, None]
+
+
 def test_data_collector_base_is_base_collector_and_warns_when_built() -> None:
     class Mine(wing.DataCollectorBase):
         def __init__(self) -> None:
