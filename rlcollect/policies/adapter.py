@@ -34,6 +34,7 @@ __all__ = [
     "check_action",
     "checked_output",
     "interaction_type",
+    "lacks_unit_dims",
     "on_device",
     "sample_observations",
 ]
@@ -60,10 +61,14 @@ def interaction_type(value: str | InteractionType | Any) -> InteractionType:
 
 def checked_output(out: Any, shape: tuple[int, ...], dtype: torch.dtype, what: str, step: int | None) -> Any:
     """``out`` if it can be written into a ``shape`` ``dtype`` buffer without a broadcast or a
-    float truncated to an integer; else a :class:`BadDataError` (the per-step check of policies)."""
+    float truncated to an integer (reshaped where it only lacks trailing dimensions of size 1: a
+    policy's ``[N]`` actions for a space of shape ``(1,)``, as TorchRL takes them); else a
+    :class:`BadDataError` (the per-step check of policies)."""
     if not isinstance(out, torch.Tensor):
         raise BadDataError(what, None, step, f"is a {type(out).__name__}; the policy must return a tensor "
                            f"of shape {list(shape)} ({dtype})")
+    if lacks_unit_dims(tuple(out.shape), tuple(shape)):
+        out = out.reshape(shape)
     if tuple(out.shape) != tuple(shape):
         raise BadDataError(what, None, step, f"has shape {list(out.shape)}; expected {list(shape)} "
                            "(one per env, never broadcast)")
@@ -72,6 +77,17 @@ def checked_output(out: Any, shape: tuple[int, ...], dtype: torch.dtype, what: s
                            f"actions are {dtype} (a float such as 1.7 would be stored truncated): return "
                            "integers (floats holding whole numbers are stored exactly)")
     return out
+
+
+def lacks_unit_dims(got: tuple[int, ...], expected: tuple[int, ...]) -> bool:
+    """Whether ``got`` is ``expected`` without some of its trailing dimensions of size 1.
+
+    Examples:
+        >>> lacks_unit_dims((4,), (4, 1)), lacks_unit_dims((4,), (4, 2)), lacks_unit_dims((4, 1), (4, 1))
+        (True, False, False)
+    """
+    extra = len(expected) - len(got)
+    return extra > 0 and expected[: len(got)] == got and all(size == 1 for size in expected[len(got):])
 
 
 def _whole(values: torch.Tensor) -> bool:
@@ -258,6 +274,8 @@ def check_action(output: Any, space: gym.Space[Any], num_envs: int) -> None:
             f"the policy returned {type(output).__name__}; expected a tensor of shape "
             f"{expected_shape} with {expected} for action space {space}"
         )
+    if lacks_unit_dims(tuple(output.shape), expected_shape):  # stored reshaped (see checked_output)
+        output = output.reshape(expected_shape)
     if tuple(output.shape) != expected_shape or (
             output.is_floating_point() and not wants_float and not _whole(output)):
         raise ValueError(

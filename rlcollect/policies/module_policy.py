@@ -100,8 +100,8 @@ class ModulePolicy(PolicyAdapter):
         try:
             self._action_views[t].copy_(out)
         except (TypeError, RuntimeError):  # not a tensor, or a shape torch cannot write: name it
-            checked_output(out, self._action_shape, self._action_dtype, "action", t)
-            raise
+            out = self._outputs[t] = checked_output(out, self._action_shape, self._action_dtype, "action", t)
+            self._action_views[t].copy_(out)  # [N] actions for a space of shape (1,): reshaped
 
     def finish(self, steps: int) -> None:
         outputs, shape, dtype = self._outputs, self._action_shape, self._action_dtype
@@ -117,7 +117,7 @@ class ModulePolicy(PolicyAdapter):
         out = self._forward(first)
         if self.check_writes:
             field = self.action_field
-            checked_output(out, (first.shape[0], *field.shape), field.dtype, "action", None)
+            out = checked_output(out, (first.shape[0], *field.shape), field.dtype, "action", None)
         return [out]
 
 

@@ -191,7 +191,7 @@ class TensorDictPolicy(PolicyAdapter):
             value = out.get(key)
             if self.check_writes and (value.__class__ is not torch.Tensor or value.shape != view.shape
                                       or value.dtype is not view.dtype):
-                checked_output(value, view.shape, view.dtype, ".".join(key), t)
+                value = checked_output(value, view.shape, view.dtype, ".".join(key), t)
             view.copy_(value)
 
     def finish(self, steps: int) -> None:
@@ -209,6 +209,7 @@ class TensorDictPolicy(PolicyAdapter):
         values = [out.get("action"),
                   *(obs[f.key] if f.key in stored else out.get(f.key) for f in self.extras)]
         if self.check_writes:
-            for field, value in zip((self.action_field, *self.extras), values, strict=True):
-                checked_output(value, (first.shape[0], *field.shape), field.dtype, ".".join(field.key), None)
+            fields = (self.action_field, *self.extras)
+            values = [checked_output(value, (len(first), *f.shape), f.dtype, ".".join(f.key), None)
+                      for f, value in zip(fields, values, strict=True)]
         return values

@@ -91,3 +91,34 @@ def test_what_the_policy_does_to_its_input_is_not_stored(kind: str, policy_kind:
             assert_same(batch, same_start[0])
             matched += 1
     assert matched >= 2  # each worker's first batch at least
+
+
+class FirstCoordinate(nn.Module):
+    """Pendulum's torque from its first observation: ``[N]`` actions, without the space's ``(1,)``."""
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        return observation[:, 0].clamp(-2.0, 2.0)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("tensordict_policy", [False, True], ids=["module", "tensordict"])
+@pytest.mark.parametrize(("cls", "arguments"), [
+    (Collector, {"num_envs": 4}),
+    (MultiSyncCollector, {"num_workers": 2, "num_envs_per_worker": 2}),
+    (MultiAsyncCollector, {"num_workers": 2, "num_envs_per_worker": 2}),
+    (AsyncBatchedCollector, {"num_envs": 4, "envs_per_worker": 2}),
+])
+def test_actions_without_the_spaces_unit_dimension_are_stored_reshaped(
+        cls: type, arguments: dict[str, Any], tensordict_policy: bool) -> None:
+    """A policy returning ``[N]`` for a ``(1,)`` action space (TorchRL takes it): every action is
+    stored as ``[..., 1]``, the value the policy chose for that env's observation."""
+    policy: Any = FirstCoordinate()
+    if tensordict_policy:
+        policy = TensorDictModule(policy, in_keys=["observation"], out_keys=["action"])
+    with cls("Pendulum-v1", policy, frames_per_batch=16, total_frames=48, seed=0, **arguments) as collector:
+        batches = list(collector)
+    assert len(batches) >= 3
+    for batch in batches:
+        action = batch["action"]
+        assert action.shape[-1] == 1 and action.dtype == torch.float32
+        assert torch.equal(action[..., 0], batch["observation"][..., 0].clamp(-2.0, 2.0))
