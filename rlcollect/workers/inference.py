@@ -70,7 +70,7 @@ class ServedPolicy(PolicyAdapter):
             the flags of the step before) before it asks for the step's actions.
     """
 
-    _starts: EpisodeStarts | None  # set by bind()
+    _starts: EpisodeStarts | None = None  # set by bind()
 
     def __init__(self, conn: Connection, extras: tuple[Field, ...], timeout: float,
                  action_dtype: torch.dtype | None = None, is_init: bool = False) -> None:
