@@ -9,7 +9,7 @@ Examples:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,19 +51,29 @@ class Candidate:
             f"{self.workers} x {self.envs_per_worker} envs")
         return f"{self.kind} ({shape}, {self.frames_per_batch} frames per batch)"
 
-    def arguments(self) -> dict[str, Any]:
-        """The constructor's keyword arguments for this configuration."""
-        if self.kind == "Collector":
-            return {"num_envs": self.num_envs, "frames_per_batch": self.frames_per_batch}
-        if self.kind == "AsyncBatchedCollector":
-            return {"num_envs": self.num_envs, "envs_per_worker": self.envs_per_worker,
-                    "frames_per_batch": self.frames_per_batch}
-        return {"num_workers": self.workers, "num_envs_per_worker": self.envs_per_worker,
-                "frames_per_batch": self.frames_per_batch}
+    def arguments(self, env_kwargs: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The constructor's keyword arguments for this configuration (and ``env_kwargs``)."""
+        shape: dict[str, Any] = (
+            {"num_envs": self.num_envs} if self.kind == "Collector"
+            else {"num_envs": self.num_envs, "envs_per_worker": self.envs_per_worker}
+            if self.kind == "AsyncBatchedCollector"
+            else {"num_workers": self.workers, "num_envs_per_worker": self.envs_per_worker})
+        extra = {"create_env_kwargs": dict(env_kwargs)} if env_kwargs else {}
+        return {**shape, "frames_per_batch": self.frames_per_batch, **extra}
 
-    def code(self, env: str = "create_env_fn", policy: str = "policy") -> str:
+    def build(self, create_env_fn: Any, policy: Any, env_kwargs: Mapping[str, Any] | None = None,
+              **arguments: Any) -> Any:
+        """This configuration's collector for ``create_env_fn`` and ``policy``, with ``arguments``
+        (``total_frames=...``, ``seed=...``)."""
+        import rlcollect.collectors as collectors
+
+        kind = getattr(collectors, self.kind)
+        return kind(create_env_fn, policy, **self.arguments(env_kwargs), **arguments)
+
+    def code(self, env: str = "create_env_fn", policy: str = "policy",
+             env_kwargs: Mapping[str, Any] | None = None) -> str:
         """Python that builds this configuration (``env`` and ``policy`` as written there)."""
-        arguments = ", ".join(f"{key}={value}" for key, value in self.arguments().items())
+        arguments = ", ".join(f"{key}={value!r}" for key, value in self.arguments(env_kwargs).items())
         return f"collector = rlcollect.{self.kind}({env}, {policy}, {arguments}, total_frames=...)"
 
 

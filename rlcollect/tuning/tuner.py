@@ -91,12 +91,8 @@ class TuneResult:
     def build(self, **arguments: Any) -> BaseCollector:
         """The picked collector for the tuned env and policy, with further ``arguments``
         (``total_frames=...``, ``seed=...``)."""
-        import rlcollect.collectors as collectors
-
-        kind = getattr(collectors, self.pick.candidate.kind)
-        extra = {"create_env_kwargs": dict(self.env_kwargs)} if self.env_kwargs else {}
-        built: BaseCollector = kind(self.create_env_fn, self.policy, **self.pick.candidate.arguments(),
-                                    **extra, **arguments)
+        built: BaseCollector = self.pick.candidate.build(self.create_env_fn, self.policy, self.env_kwargs,
+                                                         **arguments)
         return built
 
     def code(self, env: str | None = None, policy: str = "policy") -> str:
@@ -104,9 +100,7 @@ class TuneResult:
         if env is None:
             env = repr(self.create_env_fn) if isinstance(self.create_env_fn, str) else "create_env_fn"
         policy = "None" if self.policy is None else policy
-        kwargs = f", create_env_kwargs={dict(self.env_kwargs)!r}" if self.env_kwargs else ""
-        return "import rlcollect\n\n" + self.pick.candidate.code(env, policy).replace(
-            ", total_frames=...", f"{kwargs}, total_frames=...")
+        return "import rlcollect\n\n" + self.pick.candidate.code(env, policy, self.env_kwargs)
 
     def report(self, env: str | None = None, policy: str = "policy") -> str:
         """The costs, the limit, every trial against it and the pick's code, as text."""
@@ -262,13 +256,9 @@ def run_trial(candidate: Candidate, predicted: float, create_env_fn: Any, policy
               env_kwargs: Mapping[str, Any] | None, seconds: float) -> Trial:
     """Build ``candidate``, time its first batch, then its frames/s for about ``seconds`` (at
     least ``MIN_TRIAL_SECONDS``) after one batch per worker more."""
-    import rlcollect.collectors as collectors
-
     start = time.perf_counter()
-    extra = {"create_env_kwargs": dict(env_kwargs)} if env_kwargs else {}
     try:
-        with getattr(collectors, candidate.kind)(create_env_fn, policy, **candidate.arguments(), seed=0,
-                                                 **extra) as collector:
+        with candidate.build(create_env_fn, policy, env_kwargs, seed=0) as collector:
             batches = iter(collector)
             next(batches)
             startup = time.perf_counter() - start
