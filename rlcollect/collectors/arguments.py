@@ -114,7 +114,9 @@ class EnvArguments(SharedArguments, total=False):
 
     Attributes:
         policy_factory: builds the policy (in each worker for the multi-process collectors; with
-            ``policy`` as well, ``policy`` is where their weights come from).
+            ``policy`` as well, ``policy`` is where their weights come from), or a list with one
+            per worker (each worker its own policy; ``update_policy_weights_({worker: weights})``
+            updates one worker's).
         create_env_kwargs: keyword arguments of the env factory, or a list with one per worker.
         init_random_frames: frames collected with random actions before the policy is used.
         max_frames_per_traj: truncate episodes after this many steps (``None`` or negative:
@@ -129,7 +131,7 @@ class EnvArguments(SharedArguments, total=False):
             in each worker or in the policy server.
     """
 
-    policy_factory: Callable[[], Any] | None
+    policy_factory: Callable[[], Any] | Sequence[Callable[[], Any]] | None
     create_env_kwargs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None
     init_random_frames: int
     max_frames_per_traj: int | None

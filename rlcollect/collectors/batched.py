@@ -139,6 +139,10 @@ class AsyncBatchedCollector(PooledCollector):
         if policy is not None and arguments.get("policy_factory") is not None:
             raise TypeError("AsyncBatchedCollector serves one policy, in this process: give policy or "
                             "policy_factory, not both")
+        if isinstance(arguments.get("policy_factory"), (list, tuple)):
+            raise TypeError("AsyncBatchedCollector serves one policy, in this process: give one "
+                            "policy_factory, not one per worker (MultiSyncCollector and "
+                            "MultiAsyncCollector take a list)")
         sources, num_workers = _group_envs(create_env_fn, num_envs, envs_per_worker)
         if weight_sync is not None:
             if arguments.get("weight_sync_schemes") is not None:

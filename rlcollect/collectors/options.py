@@ -64,7 +64,8 @@ class CollectorOptions:
     """The arguments of every collector (see :class:`~rlcollect.Collector` and
     :class:`~rlcollect.MultiSyncCollector` for their meaning), checked once in ``__post_init__``.
 
-    Normalisations: ``create_env_fn`` and ``create_env_kwargs`` become one entry per worker;
+    Normalisations: ``create_env_fn`` and ``create_env_kwargs`` become one entry per worker
+    (``policy_factory`` too when given as a list: each worker builds its own policy);
     ``max_frames_per_traj <= 0`` becomes ``None`` (no limit); ``total_frames`` ``None`` becomes
     -1; ``init_random_frames`` ``None`` or -1 becomes 0; ``exploration_type`` an
     ``InteractionType``; devices ``torch.device`` (``device`` fills the three others);
@@ -83,7 +84,7 @@ class CollectorOptions:
     total_frames: int = -1
     num_workers: int = 1
     num_envs_per_worker: int = 1
-    policy_factory: Callable[[], Any] | None = None
+    policy_factory: Callable[[], Any] | Sequence[Callable[[], Any]] | None = None  # one, or one per worker
     create_env_kwargs: Any = None
     init_random_frames: int = 0
     max_frames_per_traj: int | None = None
@@ -196,8 +197,16 @@ class CollectorOptions:
                             f"{short_repr(compile_policy)} ({type(compile_policy).__name__})")
         self._put("compile_policy",
             dict(compile_policy) if isinstance(compile_policy, Mapping) else bool(compile_policy))
-        for name in ("policy_factory", "pre_collect_hook", "postproc", "post_collect_hook"):
+        for name in ("pre_collect_hook", "postproc", "post_collect_hook"):
             check_callable(name, getattr(self, name))
+        factory = self.policy_factory
+        if isinstance(factory, (list, tuple)):  # one per worker: a tuple, each checked
+            factories = per_worker("policy_factory", factory, self.num_workers)
+            for index, entry in enumerate(factories):
+                check_callable(f"policy_factory[{index}]", entry)
+            self._put("policy_factory", factories)
+        else:
+            check_callable("policy_factory", factory)
         exploration = self.exploration_type
         if not isinstance(exploration, (str, InteractionType)) and not isinstance(
                 getattr(exploration, "value", None), str):
@@ -325,7 +334,7 @@ class CollectorOptions:
             self.policy,
             num_envs=self.num_envs_per_worker,
             create_env_kwargs=self.create_env_kwargs[worker],
-            policy_factory=self.policy_factory,
+            policy_factory=self.worker_policy_factory(worker),
             max_frames_per_traj=self.max_frames_per_traj,
             set_truncated=self.set_truncated,
             reset_at_each_iter=self.reset_at_each_iter,
@@ -340,6 +349,12 @@ class CollectorOptions:
             action_dtype=layout_of(self.layout).action_dtype,
             register_policy_transforms=self.auto_register_policy_transforms,
         )
+
+    def worker_policy_factory(self, worker: int) -> Callable[[], Any] | None:
+        """The policy factory of worker ``worker`` (``policy_factory`` given one per worker, or the
+        same for all)."""
+        factory = self.policy_factory
+        return factory[worker] if isinstance(factory, tuple) else factory  # type: ignore[return-value]
 
     def delivery(self, *, workers_write: bool) -> Delivery:
         """The per-batch pipeline (``workers_write``: workers can extend the replay buffer)."""

@@ -161,7 +161,8 @@ class PooledCollector(WorkerRequests, BaseCollector):
         return WorkerSetup(
             worker_idx=outer * self.num_workers + worker, spec=self._spec(worker),
             env_offset=(outer * self.num_workers + worker) * envs, weights=self._weights.receiver(worker),
-            slots=tuple(s.storage[rows] for s in self._slots) if shared else None, **self._setup_arguments,
+            slots=tuple(s.storage[rows] for s in self._slots) if shared else None,
+            own_weights=isinstance(options.policy_factory, tuple), **self._setup_arguments,
         )
 
     def _spec(self, worker: int) -> bytes:
@@ -169,7 +170,8 @@ class PooledCollector(WorkerRequests, BaseCollector):
         whose env source is the same while they start, again for a restart."""
         options = self.options
         same = (options.create_env_fn[worker] is options.create_env_fn[0]
-                and options.create_env_kwargs[worker] == options.create_env_kwargs[0])
+                and options.create_env_kwargs[worker] == options.create_env_kwargs[0]
+                and options.worker_policy_factory(worker) is options.worker_policy_factory(0))
         key = 0 if same else worker
         if key not in self._specs:
             self._specs[key] = cloudpickle.dumps(self._worker_spec(key))

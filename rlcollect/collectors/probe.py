@@ -45,7 +45,7 @@ def probe_rollout(options: CollectorOptions, *, policy_in_workers: bool, owner: 
     whole = isinstance(spec.create_env_fn, str) and spec.create_env_fn.startswith(ENVPOOL_PREFIX)
     probe = make_rollout(dataclasses.replace(
         spec, num_envs=options.num_envs_per_worker if whole else 1,
-        policy_factory=None if options.policy is not None else options.policy_factory))
+        policy_factory=None if options.policy is not None else spec.policy_factory))
     probe.close()
     if probe.layout is None:  # a TorchRL env's own TensorDicts
         if not policy_in_workers:

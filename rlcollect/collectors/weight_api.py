@@ -11,7 +11,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlcollect.weights.forms import apply_weights, as_weights, check_model_ids, weight_update_forms
+from rlcollect.weights.forms import (
+    apply_weights,
+    as_weights,
+    check_model_ids,
+    per_worker_weights,
+    weight_update_forms,
+)
 from rlcollect.weights.schemes import NoWeightSyncScheme, WeightSyncScheme
 from rlcollect.weights.updater import WeightUpdaterBase
 
@@ -76,8 +82,10 @@ class WeightApi:
         than ``"policy"``, ``weights_dict={model_id: weights, ...}`` for several models at once
         (atomically), and ``worker_ids=`` (ints, or devices: the workers whose policy runs there)
         to update only some workers. ``policy_weights=`` is the deprecated name of
-        ``policy_or_weights``. The weights travel through :attr:`weight_sync_schemes`, or through
-        the legacy ``weight_updater`` when one was given, which also gets any other keyword.
+        ``policy_or_weights``. ``{worker index: weights, ...}`` gives each of those workers its own
+        weights (workers that build distinct policies, from a list of ``policy_factory``). The
+        weights travel through :attr:`weight_sync_schemes`, or through the legacy
+        ``weight_updater`` when one was given, which also gets any other keyword.
 
         Raises:
             TypeError: a keyword of none of these forms without a legacy ``weight_updater``.
@@ -92,6 +100,10 @@ class WeightApi:
             if policy_or_weights is not None:
                 raise ValueError("give the weights once: got policy_or_weights and policy_weights together")
             policy_or_weights = policy_weights
+        by_worker = per_worker_weights(policy_or_weights)
+        if by_worker is not None:
+            self._update_each_worker(by_worker, worker_ids, model_id=model_id, **updater_kwargs)
+            return
         forms = weight_update_forms(
             policy_or_weights, weights=weights, policy=policy, model_id=model_id,
             weights_dict=weights_dict,
@@ -107,7 +119,20 @@ class WeightApi:
                             f"{sorted(updater_kwargs)}: only a legacy weight_updater takes other keywords")
         self._update_weights(forms, self._worker_ids(worker_ids))
 
+    def _update_each_worker(self, by_worker: dict[int, Any], worker_ids: Any, **kwargs: Any) -> None:
+        """``update_policy_weights_({worker: weights, ...})``: every form is checked before the
+        first is sent."""
+        if worker_ids is not None:
+            raise ValueError(f"give the workers once: {{worker: weights}} names workers {sorted(by_worker)}, "
+                             f"and worker_ids={worker_ids!r} was given too")
+        self._worker_ids(list(by_worker))  # each in range
+        for weights in by_worker.values():
+            weight_update_forms(weights, model_id=kwargs.get("model_id"))
+        for worker, weights in by_worker.items():
+            self.update_policy_weights_(weights, worker_ids=[worker], **kwargs)
+
     num_workers: int = 1
+
     def _worker_ids(self, worker_ids: Any) -> list[int] | None:
         """``worker_ids`` as a sorted list of ints (devices: the workers whose policy runs there)."""
         if worker_ids is None:

@@ -19,7 +19,7 @@ from tensordict import TensorDict, TensorDictBase
 from rlcollect.data.checks import short_repr
 
 __all__ = ["UnknownKeyError", "apply_weights", "as_weights", "check_model_ids", "check_source",
-           "check_update", "check_weights", "weight_update_forms"]
+           "check_update", "check_weights", "per_worker_weights", "weight_update_forms"]
 
 
 class UnknownKeyError(KeyError, ValueError):
@@ -30,6 +30,21 @@ class UnknownKeyError(KeyError, ValueError):
         return str(self.args[0]) if self.args else ""
 
 
+def per_worker_weights(source: Any) -> dict[int, Any] | None:
+    """``{worker index: weights}`` when ``source`` is such a dict (every key an int): each worker
+    gets its own weights (workers that build distinct policies); ``None`` for any other form.
+
+    Examples:
+        >>> weights = {"weight": torch.zeros(1)}
+        >>> per_worker_weights({0: weights}), per_worker_weights(weights)
+        ({0: {'weight': tensor([0.])}}, None)
+    """
+    if not isinstance(source, Mapping) or isinstance(source, TensorDictBase) or len(source) == 0:
+        return None
+    keys = list(source)
+    if not all(isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)) for k in keys):
+        return None
+    return {int(k): source[k] for k in keys}
 
 
 def check_source(name: str, source: Any) -> None:

@@ -90,6 +90,9 @@ class WorkerSetup:
         replay_buffer: a buffer this worker extends itself (shared, memmap, or a Ray actor).
         served_policy: the adapter through which a policy server acts for this worker's envs
             (:class:`~rlcollect.workers.inference.ServedPolicy`); ``None``: the spec's policy.
+        own_weights: its policy keeps the weights its own factory gave it until an update for it
+            (one ``policy_factory`` per worker); otherwise it takes the collector's before its
+            first batch.
     """
 
     worker_idx: int
@@ -105,6 +108,7 @@ class WorkerSetup:
     profile: ProfileConfig | None = None
     replay_buffer: Any = None
     served_policy: Any = None
+    own_weights: bool = False
 
 
 @dataclass(frozen=True)
@@ -230,7 +234,7 @@ class Worker:
             self.profiler = RolloutProfiler(setup.profile, setup.worker_idx)
         if spec.compile_policy and hasattr(setup.weights, "bind"):
             setup.weights.bind = False  # a compiled policy may keep its parameters: copy into them
-        self.version = -1  # pull the weights before the first batch
+        self.version = 0 if setup.own_weights else -1  # -1: pull the weights before the first batch
 
     def info(self) -> WorkerInfo:
         return WorkerInfo(self.rollout.num_envs, os.getpid(), socket.gethostname(), time.time())
