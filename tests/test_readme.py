@@ -83,7 +83,7 @@ def test_command_line_section_runs_as_pasted(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "block.py"], cwd=tmp_path, capture_output=True, text=True,
                           timeout=170)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["torch.Size([98, 8, 128])"]  # as the block's comment says
+    assert done.stdout.splitlines() == ["torch.Size([20, 8, 128])"]  # as the block's comment says
 
 
 @pytest.mark.timeout(180)
