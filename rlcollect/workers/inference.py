@@ -211,6 +211,10 @@ class PolicyServer:
 
     # -- the server thread ------------------------------------------------------------------------
     def _run(self) -> None:
+        # one torch thread, as in every worker: the thread's own setting (a new thread starts with
+        # torch's default, as many as the cores), so the collector's thread keeps yours; a team of
+        # threads for each small op would wait on cores the env workers are busy with
+        torch.set_num_threads(1)
         try:
             with torch.inference_mode(), set_interaction_type(self._exploration_type):
                 while not self._stopping.is_set():

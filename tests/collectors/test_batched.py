@@ -79,6 +79,35 @@ def test_a_forward_pass_serves_the_waiting_workers_together() -> None:
     assert run(min_batch_size=4, server_timeout=0.05) > 3.0  # mostly both workers in one pass
 
 
+class ThreadsSeen(torch.nn.Module):
+    """CartPole's action 0, noting the torch threads of each thread that runs it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[tuple[str, int]] = set()
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        self.seen.add((threading.current_thread().name, torch.get_num_threads()))
+        return torch.zeros(obs.shape[0], dtype=torch.long)
+
+
+def test_the_server_runs_one_torch_thread_and_leaves_the_collectors_threads_alone() -> None:
+    """A thread of several torch threads per small op waits on the cores the env workers use
+    (a served forward pass took 8 times longer); the server's setting is its thread's own."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with AsyncBatchedCollector(make_cartpole, ThreadsSeen(), num_envs=2, frames_per_batch=10,
+                                   total_frames=40) as collector:
+            assert len(list(collector)) == 4
+            served = collector.policy
+            assert torch.get_num_threads() == 2
+        assert isinstance(served, ThreadsSeen)
+        assert {n for name, n in served.seen if name == "rlcollect-policy-server"} == {1}
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_tensordict_policy_extras_are_written_into_the_batch() -> None:
     def act(obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return (obs[:, 2] > 0).long(), obs.sum(-1)
