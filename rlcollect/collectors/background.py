@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+import torch
 from tensordict import TensorDictBase
 
 __all__ = ["BackgroundCollection"]
@@ -100,10 +101,15 @@ class _Background:
         self._stop, self._hold = threading.Event(), threading.Event()
         self._held, self._released = threading.Event(), threading.Event()
         self.error: BaseException | None = None
+        # the collection thread sets the caller's torch threads itself: a new thread's MKL ops
+        # otherwise ran on a team of threads whatever the caller's setting (as the policy
+        # server's did, see rlcollect.workers.inference)
+        self._torch_threads = torch.get_num_threads()
         self._thread = threading.Thread(target=self._run, name="rlcollect-background", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
+        torch.set_num_threads(self._torch_threads)
         try:
             for _ in self._batches:
                 if self._stop.is_set():

@@ -211,9 +211,10 @@ class PolicyServer:
 
     # -- the server thread ------------------------------------------------------------------------
     def _run(self) -> None:
-        # one torch thread, as in every worker: the thread's own setting (a new thread starts with
-        # torch's default, as many as the cores), so the collector's thread keeps yours; a team of
-        # threads for each small op would wait on cores the env workers are busy with
+        # one torch thread, as in every worker, set by this thread itself: without it the MKL ops
+        # of a new thread ran on a team of threads (whatever torch.get_num_threads() said), each
+        # small op waiting on the cores the env workers are busy with; the collector's thread
+        # keeps your setting
         torch.set_num_threads(1)
         try:
             with torch.inference_mode(), set_interaction_type(self._exploration_type):
