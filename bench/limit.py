@@ -7,11 +7,15 @@ same interleaved run as the collectors, each in a fresh process with one torch t
 - **the envs alone**: the workload's envs stepped in a loop, replaying the actions the policy
   chose for them in a first, untimed batch (no policy, no storage): ``1 / env cost`` frames/s;
 - **the policy alone**: its forward pass on a batch of the workload's observations (as many as
-  it has envs), converted from numpy as a collector does: ``1 / policy cost`` frames/s.
+  it has envs), converted from numpy as a collector does: ``1 / policy cost`` frames/s; and again
+  on a worker's envs (half of them): the cost where each of two workers runs the policy on its own
+  envs (a small batch costs more per frame).
 
 The limit of one core is ``1 / (env cost + policy cost)`` frames/s; of the machine, that times its
 cores (``len(os.sched_getaffinity(0))``). Each collector's row shows its frames/s as a fraction
-of both. Workloads: ``pong-8`` (preprocessed Pong, the Nature CNN, 8 envs: 2 workers x 4 for the
+of both, and of the machine's limit with the policy priced at the collector's own batch size (a
+worker's envs for the worker collectors, what a policy server serves at once being at most all of
+them). Workloads: ``pong-8`` (preprocessed Pong, the Nature CNN, 8 envs: 2 workers x 4 for the
 multi-process collectors) and ``cartpole-2x8`` (CartPole, the MLP, 16 envs: 2 workers x 8).
 
     python -m bench.limit [--quick] [--workload pong-8] [--repetitions N] [--seconds S]
@@ -87,10 +91,11 @@ def envs_alone(workload_name: str, quick: bool) -> Batches:
     return Batches(batch, lambda: [env.close() for env in envs])
 
 
-def policy_alone(workload_name: str, quick: bool) -> Batches:
-    """The policy's forward pass on a batch of the workload's observations: the policy's cost."""
+def policy_alone(workload_name: str, quick: bool, batch: int | None = None) -> Batches:
+    """The policy's forward pass on ``batch`` of the workload's observations (default: all its
+    envs'): the policy's cost at that batch size."""
     w = workload(workload_name, quick)
-    envs = [_env_factory(workload_name)() for _ in range(w.num_envs)]
+    envs = [_env_factory(workload_name)() for _ in range(batch or w.num_envs)]
     obs = np.stack([env.reset(seed=i)[0] for i, env in enumerate(envs)])
     for env in envs:
         env.close()
@@ -100,7 +105,7 @@ def policy_alone(workload_name: str, quick: bool) -> Batches:
         with torch.inference_mode():
             for _ in range(w.steps):
                 policy(torch.from_numpy(obs))
-        return w.steps * w.num_envs
+        return w.steps * len(obs)
 
     return Batches(batch)
 
@@ -134,6 +139,8 @@ def contenders(name: str, quick: bool) -> list[Contender]:
                   kwargs),
         Contender("policy", f"the policy alone (batches of {w.num_envs} observations)", policy_alone,
                   kwargs),
+        Contender("policy-worker", f"the policy alone (batches of {m} observations, a worker's)",
+                  policy_alone, {**kwargs, "batch": m}),
         Contender("sync", f"MultiSyncCollector ({WORKERS} x {m} envs)", collector,
                   {**kwargs, "kind": "sync"}),
         Contender("async", f"MultiAsyncCollector ({WORKERS} x {m} envs)", collector,
@@ -151,14 +158,24 @@ def limit_table(
     """The costs, the limits and every collector's fraction of them (medians over repetitions)."""
     fps = {name: statistics.median(rates(s)) for name, s in samples.items()}
     env_us, policy_us = 1e6 / fps["envs"], 1e6 / fps["policy"]
-    one_core = 1e6 / (env_us + policy_us)
-    rows = [[c.label, f"{fps[c.name]:,.0f}", f"{fps[c.name] / one_core:.2f}",
-             f"{fps[c.name] / (cores * one_core):.2f}"]
-            for c in plan if c.name not in ("envs", "policy") and c.name in fps]
-    head = ["collector", "frames/s", "of 1 core's limit", f"of the {cores}-core limit"]
-    text = (f"env {env_us:,.1f} µs + policy {policy_us:,.1f} µs per frame: the limit is {one_core:,.0f} "
-            f"frames/s on one core, **{cores * one_core:,.0f} on {cores}**\n\n" + markdown_table(head, rows))
-    return text, {"env_us": env_us, "policy_us": policy_us, "limit_1": one_core, "cores": cores, "fps": fps}
+    worker_us = 1e6 / fps["policy-worker"]
+    one_core, one_core_worker = 1e6 / (env_us + policy_us), 1e6 / (env_us + worker_us)
+    rows = []
+    for c in plan:
+        if c.name in ("envs", "policy", "policy-worker") or c.name not in fps:
+            continue
+        own = one_core if c.name == "single" else one_core_worker  # the policy at its own batch size
+        rows.append([c.label, f"{fps[c.name]:,.0f}", f"{fps[c.name] / one_core:.2f}",
+                     f"{fps[c.name] / (cores * one_core):.2f}", f"{fps[c.name] / (cores * own):.2f}"])
+    head = ["collector", "frames/s", "of 1 core's limit", f"of the {cores}-core limit",
+            f"of the {cores}-core limit, the policy at the collector's batch size"]
+    text = (f"env {env_us:,.1f} µs + policy {policy_us:,.1f} µs per frame (a worker's batch: "
+            f"{worker_us:,.1f} µs): the limit is {one_core:,.0f} frames/s on one core, "
+            f"**{cores * one_core:,.0f} on {cores}** ({cores * one_core_worker:,.0f} at a worker's batch "
+            "size)\n\n"
+            + markdown_table(head, rows))
+    return text, {"env_us": env_us, "policy_us": policy_us, "policy_worker_us": worker_us,
+                  "limit_1": one_core, "limit_1_worker": one_core_worker, "cores": cores, "fps": fps}
 
 
 def main(argv: list[str] | None = None) -> None:
