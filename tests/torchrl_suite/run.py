@@ -28,7 +28,9 @@ import pytest
 HERE = Path(__file__).resolve().parent
 #: The fewest passing cases CI accepts: the count recorded on this machine, less a few for the
 #: suite's timing-dependent cases. Raise it as more of TorchRL's behaviour lands.
-FLOOR = 352  # 362 passed on 2026-12-04 (the internals skipped)
+# 363 passed on 2026-12-04 in a full run (the internals skipped; 365 with two timing-dependent
+# cases that pass alone)
+FLOOR = 355
 
 
 #: Cases that test TorchRL internals no user touches, skipped with the reason (test ids; ``*``
