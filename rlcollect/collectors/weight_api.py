@@ -120,8 +120,9 @@ class WeightApi:
         self._update_weights(forms, self._worker_ids(worker_ids))
 
     def _update_each_worker(self, by_worker: dict[int, Any], worker_ids: Any, **kwargs: Any) -> None:
-        """``update_policy_weights_({worker: weights, ...})``: every form is checked before the
-        first is sent."""
+        """``update_policy_weights_({worker: weights, ...})``: one update per worker, in order;
+        every worker index and weight form is checked before the first is sent (weights that do
+        not fit the model are refused at their own update, the workers before it updated)."""
         if worker_ids is not None:
             raise ValueError(f"give the workers once: {{worker: weights}} names workers {sorted(by_worker)}, "
                              f"and worker_ids={worker_ids!r} was given too")

@@ -31,8 +31,9 @@ class UnknownKeyError(KeyError, ValueError):
 
 
 def per_worker_weights(source: Any) -> dict[int, Any] | None:
-    """``{worker index: weights}`` when ``source`` is such a dict (every key an int): each worker
-    gets its own weights (workers that build distinct policies); ``None`` for any other form.
+    """``{worker index: weights}`` when ``source`` is such a dict (every key an int, every value
+    a module, a TensorDict or a dict): each worker gets its own weights (workers that build
+    distinct policies); ``None`` for any other form (``{1: tensor}`` is a state dict with a bad key).
 
     Examples:
         >>> weights = {"weight": torch.zeros(1)}
@@ -43,6 +44,8 @@ def per_worker_weights(source: Any) -> dict[int, Any] | None:
         return None
     keys = list(source)
     if not all(isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)) for k in keys):
+        return None
+    if not all(isinstance(source[k], (torch.nn.Module, Mapping)) for k in keys):  # (TensorDicts too)
         return None
     return {int(k): source[k] for k in keys}
 
