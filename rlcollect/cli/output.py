@@ -40,6 +40,9 @@ __all__ = ["RUN_INFO", "RunWriter", "check_out", "load_run", "prepare_out"]
 
 #: The file beside the memmap that records how the run was made.
 RUN_INFO = "run.json"
+#: The file that checks a new run's folder can be written (left there only by a run killed
+#: at that instant; such a folder counts as empty).
+WRITE_TEST = ".rlcollect-write-test"
 
 
 def check_out(path: str | Path, *, force: bool) -> Path:
@@ -54,7 +57,7 @@ def check_out(path: str | Path, *, force: bool) -> Path:
     out = Path(path)
     if out.exists() and not out.is_dir():
         raise CliError(f"--out {str(out)!r} is a file, not a folder")
-    if out.is_dir() and any(out.iterdir()):
+    if out.is_dir() and any(entry.name != WRITE_TEST for entry in out.iterdir()):
         if not (out / RUN_INFO).is_file():
             raise CliError(
                 f"--out {str(out)!r} is a non-empty folder that is not an rlcollect run "
@@ -79,7 +82,7 @@ def prepare_out(path: str | Path, *, force: bool) -> Path:
             raise CliError(f"--out {str(out)!r}: cannot remove the previous run ({error.strerror})") from None
     try:
         out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".rlcollect-write-test"
+        probe = out / WRITE_TEST
         probe.touch()
         probe.unlink()
     except OSError as error:

@@ -267,7 +267,8 @@ def load_run(folder: str | Path) -> TensorDictBase:
     (:func:`rebuild_next_observations`).
 
     Raises:
-        ValueError: the folder's files hold fewer bytes than it commits (damaged after its run).
+        ValueError: the folder's files hold fewer bytes than it commits (damaged after its run),
+            or it holds no run at all (its writer stopped before writing anything).
 
     Examples:
         >>> import tempfile, torch
@@ -287,6 +288,9 @@ def load_run(folder: str | Path) -> TensorDictBase:
     folder = Path(folder)
     record = read_commit(folder)
     if record is None:
+        if not (folder / "meta.json").is_file():
+            raise ValueError(f"{str(folder)!r} holds no run: no committed batches and no TensorDict "
+                             "(a run stopped before writing anything leaves its folder so)")
         stored = TensorDict.load_memmap(folder)
         if not (folder / FINALS).is_dir():
             return stored

@@ -307,6 +307,18 @@ def test_non_empty_folder_is_refused_even_with_force(tmp_path: Path, capsys: Cap
     assert (target / "notes.txt").read_text() == "keep me"
 
 
+def test_a_folder_left_by_a_run_killed_before_its_first_write(tmp_path: Path) -> None:
+    """Killed between making the folder and writing to it: it holds the write test's file at most.
+    Loading it says there is no run; a new run takes it as an empty folder."""
+    target = tmp_path / "run"
+    target.mkdir()
+    (target / ".rlcollect-write-test").touch()
+    with pytest.raises(ValueError, match="holds no run: no committed batches"):
+        rlcollect.load_run(target)
+    assert collect(target, frames=64) == 0
+    assert rlcollect.load_run(target).numel() == 64
+
+
 @pytest.mark.parametrize(
     ("spec", "fragments"),
     [

@@ -34,6 +34,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from rlcollect import load_run
+from rlcollect.cli.output import WRITE_TEST
 from rlcollect.cli.output import load_run as load_for_inspect
 
 REPO = Path(__file__).resolve().parents[2]
@@ -165,6 +166,11 @@ def test_runs_killed_at_random_instants_load_as_the_batches_before(
         assert_gone(pid, context)
         if not out.exists():  # stopped before the folder was made (by the signal itself, before
             assert status in (-how, 128 + how), context  # the CLI handles it, as any process)
+            continue
+        if not any(entry.name != WRITE_TEST for entry in out.iterdir()):  # made, nothing written
+            assert status in (-how, 128 + how), context
+            with pytest.raises(ValueError, match="holds no run"):
+                load_run(out)
             continue
         assert status in (0, -how if how == signal.SIGKILL else 128 + how), context
         n = assert_prefix(load_run(out), reference, context)
