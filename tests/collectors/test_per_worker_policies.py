@@ -23,33 +23,35 @@ FACTORIES = [functools.partial(WeightedPolicy, 1.0), functools.partial(WeightedP
 RIGHT = {"scale": torch.tensor(2.0), "offset": {"bias": torch.tensor(0.0)}}  # makes a policy push right
 
 
-def actions_by_worker(batches: list[TensorDictBase]) -> dict[int, set[int]]:
-    """The actions each worker's envs took (trajectory ids are strided by worker)."""
+def actions_by_worker(batches: list[TensorDictBase], versions: dict[int, int]) -> dict[int, set[int]]:
+    """The actions each worker's envs took (trajectory ids are strided by worker) in the frames
+    stamped with that worker's version in ``versions``."""
     seen: dict[int, set[int]] = {0: set(), 1: set()}
     for batch in batches:
         workers = batch["collector", "traj_ids"] % 2
         for worker in (0, 1):
-            seen[worker].update(batch["action"][workers == worker].unique().tolist())
+            rows = (workers == worker) & (batch["policy_version"] == versions[worker])
+            seen[worker].update(batch["action"][rows].unique().tolist())
     return seen
 
 
-def take(stream: Any, batches: int) -> dict[int, set[int]]:
-    """The actions by worker of ``batches`` batches, and more until each worker delivered one
-    (an asynchronous collector's workers deliver in any order)."""
+def take(stream: Any, batches: int, versions: dict[int, int]) -> dict[int, set[int]]:
+    """The actions by worker of ``batches`` batches, and more until each worker delivered frames
+    of its version (an asynchronous collector's workers deliver in any order, and a batch asked
+    for before an update runs on the weights before it)."""
     taken = [next(stream).clone() for _ in range(batches)]
-    while not all(actions_by_worker(taken).values()) and len(taken) < 40:
+    while not all(actions_by_worker(taken, versions).values()) and len(taken) < 40:
         taken.append(next(stream).clone())
-    return actions_by_worker(taken)
+    return actions_by_worker(taken, versions)
 
 
 def collect(collector: Any, batches: int, update: dict[int, Any]) -> tuple[dict[int, set[int]], ...]:
-    """The actions by worker of ``batches`` batches, then of ``batches`` more after ``update``."""
+    """The actions by worker of ``batches`` batches, then of ``batches`` more after ``update``
+    (each updated worker's frames of its next version)."""
     stream = iter(collector)
-    before = take(stream, batches)
+    before = take(stream, batches, {0: 0, 1: 0})
     collector.update_policy_weights_(update)
-    for _ in range(2):  # an asynchronous collector's workers may have started one before the update
-        next(stream)
-    return before, take(stream, batches)
+    return before, take(stream, batches, {w: int(w in update) for w in (0, 1)})
 
 
 @pytest.mark.parametrize("cls", [MultiSyncCollector, MultiAsyncCollector])
@@ -71,7 +73,9 @@ def test_a_list_update_is_checked_before_any_worker_gets_it() -> None:
             collector.update_policy_weights_({0: RIGHT}, worker_ids=[1])
         with pytest.raises(TypeError, match="weight names are strings"):
             collector.update_policy_weights_({0: RIGHT, 1: {3: torch.zeros(1)}})
-        assert actions_by_worker([next(iter(collector))]) == {0: {1}, 1: {0}}  # nothing was sent
+        batch = next(iter(collector))
+        assert actions_by_worker([batch], {0: 0, 1: 0}) == {0: {1}, 1: {0}}  # nothing was sent
+        assert (batch["policy_version"] == 0).all()
 
 
 def test_a_list_of_factories_is_one_per_worker() -> None:
