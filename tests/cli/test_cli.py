@@ -16,6 +16,7 @@ from tensordict import TensorDict
 import rlcollect
 from rlcollect import Collector
 from rlcollect.cli.main import main
+from rlcollect.cli.output import WRITE_TEST
 
 POLICIES = "tests.cli.policies_for_tests"
 Capsys = pytest.CaptureFixture[str]
@@ -312,7 +313,7 @@ def test_a_folder_left_by_a_run_killed_before_its_first_write(tmp_path: Path) ->
     Loading it says there is no run; a new run takes it as an empty folder."""
     target = tmp_path / "run"
     target.mkdir()
-    (target / ".rlcollect-write-test").touch()
+    (target / WRITE_TEST).touch()
     with pytest.raises(ValueError, match="holds no run: no committed batches"):
         rlcollect.load_run(target)
     assert collect(target, frames=64) == 0
