@@ -102,6 +102,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_env_and_policy(command: argparse.ArgumentParser) -> None:
+    """The env and policy arguments of ``collect`` and ``tune``."""
+    command.add_argument("--env", default="CartPole-v1", help="Gymnasium env id (default: %(default)s)")
+    command.add_argument("--env-kwargs", type=_env_kwarg, nargs="+", action="extend", default=[],
+                         metavar="KEY=VALUE",
+                         help="keyword arguments for gymnasium.make (VALUE read as a Python literal, "
+                         "else kept as text), e.g. --env-kwargs frameskip=4 render_mode=rgb_array")
+    command.add_argument("--policy", metavar="MODULE:FACTORY",
+                         help="policy factory, e.g. my_pkg.policies:make_policy "
+                         "(default: uniform random actions)")
+
+
 def _add_collect(commands: Any) -> None:
     """The ``collect`` subcommand."""
     collect = commands.add_parser(
@@ -112,14 +124,10 @@ def _add_collect(commands: Any) -> None:
         epilog=_COLLECT_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    collect.add_argument("--env", default="CartPole-v1", help="Gymnasium env id (default: %(default)s)")
+    _add_env_and_policy(collect)
     collect.add_argument("--frames", type=_positive_int, default=100_000,
                          help="frames to collect, summed over envs; rounded up to whole batches "
                          "(default: %(default)s)")
-    collect.add_argument("--env-kwargs", type=_env_kwarg, nargs="+", action="extend", default=[],
-                         metavar="KEY=VALUE",
-                         help="keyword arguments for gymnasium.make (VALUE read as a Python literal, "
-                         "else kept as text), e.g. --env-kwargs frameskip=4 render_mode=rgb_array")
     collect.add_argument("--device", help="where the policy runs, e.g. cpu or cuda:0 (default: where "
                          "its parameters are); batches are stored from the CPU")
     collect.add_argument("--obs-dtype", choices=("float16", "float32", "float64"),
@@ -134,9 +142,6 @@ def _add_collect(commands: Any) -> None:
     collect.add_argument("--envs-per-worker", type=_positive_int,
                          help="envs each worker steps (default: --num-envs / --workers)")
     collect.add_argument("--out", required=True, help="folder for the run (created; must be new or empty)")
-    collect.add_argument("--policy", metavar="MODULE:FACTORY",
-                         help="policy factory, e.g. my_pkg.policies:make_policy "
-                         "(default: uniform random actions)")
     collect.add_argument("--seed", type=_seed,
                          help="env i is first reset with seed + i (default: unseeded)")
     collect.add_argument("--frames-per-batch", type=_positive_int,
@@ -185,11 +190,7 @@ def _add_tune(commands: Any) -> None:
         "that builds it.",
         epilog="example: rlcollect tune --env CartPole-v1 --policy my_pkg.policies:make_policy --seconds 60",
     )
-    tune.add_argument("--env", default="CartPole-v1", help="Gymnasium env id (default: %(default)s)")
-    tune.add_argument("--env-kwargs", type=_env_kwarg, nargs="+", action="extend", default=[],
-                      metavar="KEY=VALUE", help="keyword arguments for gymnasium.make, as for collect")
-    tune.add_argument("--policy", metavar="MODULE:FACTORY",
-                      help="policy factory, as for collect (default: uniform random actions)")
+    _add_env_and_policy(tune)
     tune.add_argument("--seconds", type=_positive_float, default=60.0,
                       help="about how long to measure (default: %(default)s)")
     tune.add_argument("--num-envs", type=_positive_int, help="envs in all (default: tuned too)")
