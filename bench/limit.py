@@ -12,11 +12,15 @@ same interleaved run as the collectors, each in a fresh process with one torch t
   envs (a small batch costs more per frame).
 
 The limit of one core is ``1 / (env cost + policy cost)`` frames/s; of the machine, that times its
-cores (``len(os.sched_getaffinity(0))``). Each collector's row shows its frames/s as a fraction
-of both, and of the machine's limit with the policy priced at the collector's own batch size (a
+cores (``len(os.sched_getaffinity(0))``). That computed limit assumes cores that do not slow each
+other; a third row measures what they give: **plain loops at once**, one process per worker, each
+stepping a worker's envs and running the policy on them, free-running (no collector, nothing
+stored). Each collector's row shows its frames/s as a fraction of one core's limit, of the
+machine's, of the machine's limit with the policy priced at the collector's own batch size (a
 worker's envs for the worker collectors, what a policy server serves at once being at most all of
-them). Workloads: ``pong-8`` (preprocessed Pong, the Nature CNN, 8 envs: 2 workers x 4 for the
-multi-process collectors) and ``cartpole-2x8`` (CartPole, the MLP, 16 envs: 2 workers x 8).
+them) and of the plain loops. Workloads: ``pong-8`` (preprocessed Pong, the Nature CNN, 8 envs:
+2 workers x 4 for the multi-process collectors) and ``cartpole-2x8`` (CartPole, the MLP, 16 envs:
+2 workers x 8).
 
     python -m bench.limit [--quick] [--workload pong-8] [--repetitions N] [--seconds S]
 """
@@ -24,8 +28,11 @@ multi-process collectors) and ``cartpole-2x8`` (CartPole, the MLP, 16 envs: 2 wo
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import statistics
+import time
+from multiprocessing.connection import Connection
 from typing import Any
 
 import numpy as np
@@ -101,13 +108,72 @@ def policy_alone(workload_name: str, quick: bool, batch: int | None = None) -> B
         env.close()
     policy = _policy(workload_name)
 
-    def batch() -> int:
+    def forward_passes() -> int:
         with torch.inference_mode():
             for _ in range(w.steps):
                 policy(torch.from_numpy(obs))
         return w.steps * len(obs)
 
-    return Batches(batch)
+    return Batches(forward_passes)
+
+
+def _plain_loop(conn: Connection, running: Any, workload_name: str, num_envs: int, seed: int) -> None:
+    """One process of :func:`plain_loops`: ``num_envs`` envs and the policy in a plain loop (the
+    policy on their stacked observations, each env stepped, reset where an episode ended), run
+    while ``running`` is set after each ``go``; it answers the frames it stepped."""
+    torch.set_num_threads(1)
+    envs = [_env_factory(workload_name)() for _ in range(num_envs)]
+    obs = [env.reset(seed=seed + i)[0] for i, env in enumerate(envs)]
+    policy = _policy(workload_name)
+    while conn.recv() == "go":
+        frames = 0
+        with torch.inference_mode():
+            while running.value:
+                actions = policy(torch.from_numpy(np.stack(obs))).numpy()
+                for i, env in enumerate(envs):
+                    obs[i], _, terminated, truncated, _ = env.step(actions[i])
+                    if terminated or truncated:
+                        obs[i] = env.reset()[0]
+                frames += num_envs
+        conn.send(frames)
+    for env in envs:
+        env.close()
+
+
+def plain_loops(workload_name: str, quick: bool, window: float = 0.25) -> Batches:
+    """The work alone on every core: one process per worker, each stepping a worker's envs and
+    running the policy on them in a plain loop, all at once and free-running (no batch barrier,
+    no storage, no communication) for ``window`` seconds a batch. What the machine gives to
+    exactly the collectors' work where cores slow each other (shared caches, memory bandwidth, a
+    VM's vCPUs): the measured limit beside the computed one."""
+    w = workload(workload_name, quick)
+    per_worker = w.num_envs // WORKERS
+    context = multiprocessing.get_context("spawn")
+    running = context.RawValue("b", 0)
+    pipes, processes = [], []
+    for worker in range(WORKERS):
+        parent, child = context.Pipe()
+        process = context.Process(target=_plain_loop, daemon=True,
+                                  args=(child, running, workload_name, per_worker, worker * per_worker))
+        process.start()
+        pipes.append(parent)
+        processes.append(process)
+
+    def batch() -> int:
+        running.value = 1
+        for pipe in pipes:
+            pipe.send("go")
+        time.sleep(window)
+        running.value = 0
+        return sum(pipe.recv() for pipe in pipes)
+
+    def close() -> None:
+        for pipe in pipes:
+            pipe.send("stop")
+        for process in processes:
+            process.join(10)
+
+    return Batches(batch, close)
 
 
 def collector(workload_name: str, quick: bool, kind: str) -> Batches:
@@ -141,6 +207,8 @@ def contenders(name: str, quick: bool) -> list[Contender]:
                   kwargs),
         Contender("policy-worker", f"the policy alone (batches of {m} observations, a worker's)",
                   policy_alone, {**kwargs, "batch": m}),
+        Contender("plain", f"{WORKERS} plain loops at once ({WORKERS} x {m} envs, no collector)", plain_loops,
+                  kwargs),
         Contender("sync", f"MultiSyncCollector ({WORKERS} x {m} envs)", collector,
                   {**kwargs, "kind": "sync"}),
         Contender("async", f"MultiAsyncCollector ({WORKERS} x {m} envs)", collector,
@@ -160,22 +228,28 @@ def limit_table(
     env_us, policy_us = 1e6 / fps["envs"], 1e6 / fps["policy"]
     worker_us = 1e6 / fps["policy-worker"]
     one_core, one_core_worker = 1e6 / (env_us + policy_us), 1e6 / (env_us + worker_us)
+    plain = fps.get("plain", float("nan"))
     rows = []
     for c in plan:
-        if c.name in ("envs", "policy", "policy-worker") or c.name not in fps:
+        if c.name in ("envs", "policy", "policy-worker", "plain") or c.name not in fps:
             continue
         own = one_core if c.name == "single" else one_core_worker  # the policy at its own batch size
         rows.append([c.label, f"{fps[c.name]:,.0f}", f"{fps[c.name] / one_core:.2f}",
-                     f"{fps[c.name] / (cores * one_core):.2f}", f"{fps[c.name] / (cores * own):.2f}"])
+                     f"{fps[c.name] / (cores * one_core):.2f}", f"{fps[c.name] / (cores * own):.2f}",
+                     f"{fps[c.name] / plain:.2f}"])
     head = ["collector", "frames/s", "of 1 core's limit", f"of the {cores}-core limit",
-            f"of the {cores}-core limit, the policy at the collector's batch size"]
+            f"of the {cores}-core limit, the policy at the collector's batch size",
+            f"of {WORKERS} plain loops at once"]
     text = (f"env {env_us:,.1f} µs + policy {policy_us:,.1f} µs per frame (a worker's batch: "
             f"{worker_us:,.1f} µs): the limit is {one_core:,.0f} frames/s on one core, "
             f"**{cores * one_core:,.0f} on {cores}** ({cores * one_core_worker:,.0f} at a worker's batch "
-            "size)\n\n"
+            f"size). {WORKERS} plain loops at once (a worker's envs and the policy each, no collector): "
+            f"**{plain:,.0f} frames/s**, {plain / (cores * one_core_worker):.2f} of the computed limit at "
+            "a worker's batch size\n\n"
             + markdown_table(head, rows))
     return text, {"env_us": env_us, "policy_us": policy_us, "policy_worker_us": worker_us,
-                  "limit_1": one_core, "limit_1_worker": one_core_worker, "cores": cores, "fps": fps}
+                  "limit_1": one_core, "limit_1_worker": one_core_worker, "cores": cores,
+                  "plain": plain, "fps": fps}
 
 
 def main(argv: list[str] | None = None) -> None:
