@@ -47,7 +47,9 @@ _NEXT_KEPT = frozenset({"reward", "done", "terminated", "truncated", "policy_ver
 @dataclass(frozen=True)
 class GroupWorkers:
     """``cat_results=0`` or ``-1``: a synchronous batch's workers, which TorchRL's layout stacks,
-    one after the other along the first dim (``0``) or along time (``-1``)."""
+    one after the other along the first dim (``0``) or along time (``-1``). Along time, as in
+    TorchRL, a preempted worker brings only the steps in which one of its envs collected a frame
+    (its frames never collected, masked out in ``("collector", "mask")``, are left out)."""
 
     dim: int
 
@@ -55,7 +57,12 @@ class GroupWorkers:
         if not shape.stacked:
             return batch
         dense = not isinstance(batch, LazyStackedTensorDict)
-        if dense and (self.dim == 0 or batch.batch_dims == 2):  # [W, M, T] -> [W * M, T]: a view
+        mask = batch.get(("collector", "mask"), None) if self.dim == -1 else None
+        out: TensorDictBase
+        if mask is not None and not bool(mask.all()):  # preempted: each worker's collected steps
+            steps: list[TensorDictBase] = [_collected_steps(part) for part in batch.unbind(0)]
+            out = torch.cat(steps, -1)
+        elif dense and (self.dim == 0 or batch.batch_dims == 2):  # [W, M, T] -> [W * M, T]: a view
             out = batch.reshape(-1, *batch.batch_size[2:])
         elif dense and batch.batch_dims == 3:  # [W, M, T] -> [M, W * T]
             out = batch.transpose(0, 1).reshape(batch.batch_size[1], -1)
@@ -64,6 +71,14 @@ class GroupWorkers:
             out = torch.cat(parts, 0 if self.dim == 0 or parts[0].batch_dims == 1 else -1)
         out.names = [None] * (out.batch_dims - 1) + ["time"]
         return out
+
+
+def _collected_steps(part: TensorDictBase) -> TensorDictBase:
+    """One worker's ``[M, T]`` (or ``[T]``) rows, cut to the steps in which one of its envs
+    collected a frame."""
+    mask = part.get(("collector", "mask"))
+    collected = mask if mask.ndim == 1 else mask.reshape(-1, mask.shape[-1]).any(0)
+    return part[..., collected]
 
 
 @dataclass(frozen=True)

@@ -7,12 +7,14 @@ import threading
 
 import pytest
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 
 from rlcollect import Collector
 from rlcollect import MultiAsyncCollector as NativeMultiAsync
 from rlcollect import MultiSyncCollector as NativeMultiSync
+from rlcollect.data.formats import BatchShape
 from rlcollect.torchrl import Collector as TorchRLLayoutCollector
+from rlcollect.torchrl.translate import GroupWorkers
 from tests.envs_for_tests import TiltPolicy, make_cartpole
 
 pytestmark = pytest.mark.timeout(60)
@@ -434,3 +436,32 @@ def test_max_idle_count_is_the_seconds_a_worker_may_take(monkeypatch: pytest.Mon
     monkeypatch.setenv("MAX_IDLE_COUNT", "soon")
     with pytest.raises(ValueError, match="MAX_IDLE_COUNT='soon' must be a positive int"):
         MultiSyncCollector([make_cartpole], frames_per_batch=8)
+
+
+@pytest.mark.parametrize("envs", [1, 2])
+def test_cat_results_minus_one_leaves_out_the_steps_a_preempted_worker_never_collected(envs: int) -> None:
+    """A preempted synchronous batch in TorchRL's layout, ``[workers, envs, T]`` (``[workers, T]``
+    for envs without a batch size), grouped along time: each worker brings the steps in which one
+    of its envs collected a frame, as TorchRL's ``cat_results=-1`` does; ``cat_results=0`` keeps
+    every frame and the mask."""
+    workers, steps = 3, 4
+    collected = torch.tensor([4, 1, 2])  # steps each worker collected before it was stopped
+    if envs == 2:  # worker 2's second env stopped a step before its first
+        mask = torch.stack([torch.arange(steps).expand(envs, steps) < n for n in collected])
+        mask[2, 1, 1] = False
+    else:
+        mask = torch.stack([torch.arange(steps) < n for n in collected])
+    shape = (workers, envs, steps) if envs == 2 else (workers, steps)
+    frame = torch.arange(mask.numel()).reshape(shape)
+    batch = TensorDict({"frame": frame, ("collector", "mask"): mask}, shape)
+
+    out = GroupWorkers(-1)(batch, BatchShape(workers=workers, stacked=True))
+
+    kept = [frame[w][..., mask[w].reshape(-1, steps).any(0)] for w in range(workers)]  # the reference
+    assert torch.equal(out["frame"], torch.cat(kept, -1))
+    assert out.batch_size == ((envs, 7) if envs == 2 else (7,)) and out.names[-1] == "time"
+    assert torch.equal(out["collector", "mask"], torch.cat(
+        [mask[w][..., mask[w].reshape(-1, steps).any(0)] for w in range(workers)], -1))
+    whole = GroupWorkers(0)(batch, BatchShape(workers=workers, stacked=True))
+    assert whole.numel() == frame.numel() and torch.equal(whole["collector", "mask"], mask.reshape(-1, steps)
+                                                          if envs == 2 else mask.reshape(-1))
