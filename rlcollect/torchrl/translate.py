@@ -56,18 +56,16 @@ class GroupWorkers:
     def __call__(self, batch: TensorDictBase, shape: BatchShape) -> TensorDictBase:
         if not shape.stacked:
             return batch
-        dense = not isinstance(batch, LazyStackedTensorDict)
         mask = batch.get(("collector", "mask"), None) if self.dim == -1 else None
+        preempted = mask is not None and not bool(mask.all())  # along time: each worker's collected steps
+        viewable = not isinstance(batch, LazyStackedTensorDict) and not preempted
         out: TensorDictBase
-        if mask is not None and not bool(mask.all()):  # preempted: each worker's collected steps
-            steps: list[TensorDictBase] = [_collected_steps(part) for part in batch.unbind(0)]
-            out = torch.cat(steps, -1)
-        elif dense and (self.dim == 0 or batch.batch_dims == 2):  # [W, M, T] -> [W * M, T]: a view
+        if viewable and (self.dim == 0 or batch.batch_dims == 2):  # [W, M, T] -> [W * M, T]: a view
             out = batch.reshape(-1, *batch.batch_size[2:])
-        elif dense and batch.batch_dims == 3:  # [W, M, T] -> [M, W * T]
+        elif viewable and batch.batch_dims == 3:  # [W, M, T] -> [M, W * T]
             out = batch.transpose(0, 1).reshape(batch.batch_size[1], -1)
-        else:  # workers' TensorDicts of other shapes
-            parts: list[TensorDictBase] = list(batch.unbind(0))
+        else:  # workers' TensorDicts of other shapes, or cut to the steps they collected
+            parts = [_collected_steps(part) if preempted else part for part in batch.unbind(0)]
             out = torch.cat(parts, 0 if self.dim == 0 or parts[0].batch_dims == 1 else -1)
         out.names = [None] * (out.batch_dims - 1) + ["time"]
         return out
