@@ -23,11 +23,11 @@ import rlcollect.cli.collect  # noqa: F401  (imported here, not in each child)
 from rlcollect.cli.main import main
 
 
-def _run_child(argv: list[str], stderr: str) -> None:
+def _run_child(argv: list[str], stderr: int) -> None:
     os.setpgid(0, 0)  # the child and its workers: one group, as a shell's job
     code = 1
     try:
-        os.dup2(os.open(stderr, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
+        os.dup2(stderr, 2)
         with contextlib.redirect_stdout(io.StringIO()) as out:
             code = main(argv)
         sys.stderr.write(out.getvalue())
@@ -45,13 +45,15 @@ def serve() -> None:
     gym.make("CartPole-v1").close()  # its module imported too
     for line in sys.stdin:
         argv = json.loads(line)
-        stderr = argv.pop(0)  # where the child's output goes
+        # where the child's output goes: made here, so it exists even if a signal ends the child at once
+        stderr = os.open(argv.pop(0), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         pid = os.fork()
         if pid == 0:
             try:
                 _run_child(argv, stderr)
             finally:
                 os._exit(1)  # never back into this loop, whatever happened
+        os.close(stderr)
         with contextlib.suppress(OSError):  # as a shell does: the group exists before it is signalled
             os.setpgid(pid, pid)
         print(f"pid {pid}", flush=True)
