@@ -188,8 +188,11 @@ class RayTransport:
                 "placed but did not answer (importing, or building its envs; raise start_timeout)")
 
     def waits_for(self, worker: int) -> str:
-        """What actor ``worker`` waits for, if the cluster has not the resources it asks for free
-        now (``""`` if it has them, or Ray cannot say)."""
+        """What actor ``worker`` waits for, if Ray has not placed it and the cluster has not the
+        resources it asks for free now (``""`` if it has them, or Ray cannot say). A placed actor
+        holds its resources while it starts: they are not free then, and it waits for nothing."""
+        if self._placed(worker):
+            return ""
         try:
             free, total = self.ray.available_resources(), self.ray.cluster_resources()
         except Exception:  # Ray itself is gone: nothing more to say
@@ -201,6 +204,17 @@ class RayTransport:
         have = {name: f"{free.get(name, 0.0):g} free of {total.get(name, 0.0):g}" for name in short}
         return (f": its Ray actor waits for resources: it asks for {asked} (remote_config; an actor that "
                 f"runs worker processes asks for one CPU per worker), and the cluster has {have}")
+
+    def _placed(self, worker: int) -> bool:
+        """Whether Ray has started a process for actor ``worker`` (False if it cannot say)."""
+        actor = self.actors.get(worker)
+        if actor is None:
+            return False
+        try:  # the GCS's table: Ray's public state API needs the dashboard, which may not run
+            state = importlib.import_module("ray._private.state").actors(actor_id=actor._actor_id.hex())
+        except Exception:
+            return False
+        return bool(state.get("Pid"))
 
     def _asked(self, worker: int) -> dict[str, float]:
         options = self._options[worker]
