@@ -178,8 +178,11 @@ class RayTransport:
         return options
 
     def start_hint(self, worker: int) -> str:
-        """Why actor ``worker`` may not have started: the resources it asks for, if no node has
-        them free now (it then waits for them), else that it was placed but has not answered."""
+        """Why actor ``worker`` may not have started: that Ray placed it and it has not answered,
+        or the resources it asks for, if no node has them free now (it then waits for them)."""
+        if self._placed(worker):
+            return (": Ray placed its actor (its process runs), which did not answer (importing, or "
+                    "building its envs; raise start_timeout)")
         waits = self.waits_for(worker)
         if waits:
             return (f"{waits}. Ask for less in remote_config, start fewer actors, or give Ray more "

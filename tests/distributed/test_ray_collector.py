@@ -427,6 +427,26 @@ def test_an_actor_waiting_for_cpus_is_named_with_what_it_asks_for() -> None:
     collector.shutdown()
 
 
+def _slow_in_actors(driver: int, seconds: float) -> Any:
+    """CartPole, built after ``seconds`` in any process but the driver's (its probe is not slowed)."""
+    if os.getpid() != driver:
+        time.sleep(seconds)
+    return make_cartpole()
+
+
+@pytest.mark.timeout(120)
+def test_an_actor_placed_but_slow_to_start_is_not_said_to_wait_for_resources() -> None:
+    """An actor whose envs take longer than start_timeout to build holds its CPU meanwhile, so the
+    cluster has none free: the time-out says it was placed, not that it waits for resources."""
+    env = functools.partial(_slow_in_actors, os.getpid(), 30.0)
+    collector = RayCollector(env, None, num_collectors=2, frames_per_batch=20, start_timeout=6)
+    with pytest.raises(TimeoutError, match=r"did not start within start_timeout=6(\.0)? s: Ray placed its "
+                       r"actor \(its process runs\), which did not answer") as raised:
+        collector.next()
+    assert "waits for resources" not in str(raised.value)
+    collector.shutdown()
+
+
 @pytest.mark.timeout(240)
 def test_one_actor_per_node_running_worker_processes() -> None:
     """collector_class=MultiSyncCollector: each actor runs 2 worker processes; the batches equal one
