@@ -439,8 +439,8 @@ def test_an_actor_placed_but_slow_to_start_is_not_said_to_wait_for_resources() -
     """An actor whose envs take longer than start_timeout to build holds its CPU meanwhile, so the
     cluster has none free: the time-out says it was placed, not that it waits for resources."""
     env = functools.partial(_slow_in_actors, os.getpid(), 30.0)
-    collector = RayCollector(env, None, num_collectors=2, frames_per_batch=20, start_timeout=6)
-    with pytest.raises(TimeoutError, match=r"did not start within start_timeout=6(\.0)? s: Ray placed its "
+    collector = RayCollector(env, None, num_collectors=2, frames_per_batch=20, start_timeout=10)
+    with pytest.raises(TimeoutError, match=r"did not start within start_timeout=10(\.0)? s: Ray placed its "
                        r"actor \(its process runs\), which did not answer") as raised:
         collector.next()
     assert "waits for resources" not in str(raised.value)
