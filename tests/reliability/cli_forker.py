@@ -28,6 +28,7 @@ def _run_child(argv: list[str], stderr: int) -> None:
     code = 1
     try:
         os.dup2(stderr, 2)
+        os.close(stderr)  # fd 2 is the one the run writes to
         with contextlib.redirect_stdout(io.StringIO()) as out:
             code = main(argv)
         sys.stderr.write(out.getvalue())
