@@ -183,7 +183,7 @@ class RayTransport:
         if self._placed(worker):
             return (": Ray placed its actor (its process runs), which did not answer (importing, or "
                     "building its envs; raise start_timeout)")
-        waits = self.waits_for(worker)
+        waits = self._short_of(worker)
         if waits:
             return (f"{waits}. Ask for less in remote_config, start fewer actors, or give Ray more "
                     "(ray_init_config, more nodes)")
@@ -194,8 +194,11 @@ class RayTransport:
         """What actor ``worker`` waits for, if Ray has not placed it and the cluster has not the
         resources it asks for free now (``""`` if it has them, or Ray cannot say). A placed actor
         holds its resources while it starts: they are not free then, and it waits for nothing."""
-        if self._placed(worker):
-            return ""
+        return "" if self._placed(worker) else self._short_of(worker)
+
+    def _short_of(self, worker: int) -> str:
+        """The resources actor ``worker`` asks for that the cluster has not free now (``""`` if
+        it has them, or Ray cannot say)."""
         try:
             free, total = self.ray.available_resources(), self.ray.cluster_resources()
         except Exception:  # Ray itself is gone: nothing more to say
