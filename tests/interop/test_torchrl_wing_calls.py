@@ -300,13 +300,16 @@ def test_torchrls_rpc_collector_drives_rlcollect_collectors_on_its_nodes() -> No
                              collector_class=wing.Collector, launcher="mp", sync=True,
                              weight_sync_schemes={"policy": RPCWeightSyncScheme()})
     batches = 0
-    for batch in collector:
-        with torch.no_grad():
-            assert torch.allclose(batch["action"], policy.module(batch["observation"]))
-            policy.module.weight.add_(1.0)
-        collector.update_policy_weights_()
-        batches += 1
-    collector.shutdown()
+    try:  # a failed check must still stop TorchRL's RPC agent (it holds a fixed port)
+        for batch in collector:
+            with torch.no_grad():  # the node acts one frame at a time: float noise against a batch of 20
+                torch.testing.assert_close(batch["action"], policy.module(batch["observation"]),
+                                           rtol=1e-4, atol=1e-5)
+                policy.module.weight.add_(1.0)
+            collector.update_policy_weights_()
+            batches += 1
+    finally:
+        collector.shutdown()
     assert batches == 3
 
 
