@@ -347,6 +347,7 @@ class CollectorOptions:
             models=dict(self.models or {}),
             env_models=tuple(k for k in self.weight_sync_schemes or {} if k.startswith("env.")),
             action_dtype=layout_of(self.layout).action_dtype,
+            action_at_build=layout_of(self.layout).action_at_build,
             register_policy_transforms=self.auto_register_policy_transforms,
         )
 

@@ -58,6 +58,8 @@ class NativeLayout:
     name = "rlcollect"
     #: the dtype actions are stored in: the action space's
     action_dtype = "space"
+    #: a policy that writes no action is refused when the collector is built
+    action_at_build = True
 
     def format(self, batch: TensorDictBase, shape: BatchShape, *, track_policy_version: bool
                ) -> tuple[TensorDictBase, BatchShape]:
@@ -87,6 +89,9 @@ class TorchRLLayout:
     private_keys: bool = False
     name = "torchrl"
     action_dtype = "policy"
+    #: as in TorchRL, a collector whose policy writes no action is built (its env transforms can
+    #: be looked at) and fails when the policy first acts
+    action_at_build = False
 
     def format(self, batch: TensorDictBase, shape: BatchShape, *, track_policy_version: bool
                ) -> tuple[TensorDictBase, BatchShape]:

@@ -119,6 +119,7 @@ def make_policy(
     exploration_type: InteractionType = InteractionType.RANDOM,
     unbatched: bool = False,
     episode_starts: bool = True,
+    action_at_build: bool = True,
 ) -> PolicyAdapter:
     """The adapter for ``policy`` (see the module docstring), checked by a dry step.
 
@@ -127,7 +128,8 @@ def make_policy(
     ``observation`` and returning a tuple writes ``action``, ``output1``, ``output2``, ...
     ``unbatched``: a TensorDict policy is called on one env's TensorDict (batch size ``[]``; see
     :class:`TensorDictPolicy`). ``episode_starts``: the collector gives a policy reading
-    ``is_init`` which envs start an episode (see :class:`TensorDictPolicy`).
+    ``is_init`` which envs start an episode (see :class:`TensorDictPolicy`). ``action_at_build``:
+    a TensorDict policy that writes no action is refused now (``False``: when it first acts).
 
     Raises:
         TypeError: ``policy`` is not callable, or takes tensors but observations are a Dict.
@@ -143,7 +145,7 @@ def make_policy(
             keyword = None if _is_tensordict_policy(policy) else _keyword_policy(policy, observation_space)
             if keyword is not None or _is_tensordict_policy(policy):
                 adapter = TensorDictPolicy(keyword or policy, observation_space, action_space, num_envs,
-                                           device, unbatched, episode_starts)
+                                           device, unbatched, episode_starts, action_at_build)
                 if keyword is not None:  # the weights are the user's module's, not the wrapper's
                     inner = adapter.callable.module
                     adapter.module = inner if isinstance(inner, torch.nn.Module) else None

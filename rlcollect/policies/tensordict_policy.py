@@ -54,6 +54,17 @@ def _leaf_keys(td: TensorDictBase) -> list[tuple[str, ...]]:
     return [(k,) if isinstance(k, str) else tuple(k) for k in td.keys(True, True)]
 
 
+class _WritesNoAction:
+    """A policy whose dry step wrote no action, kept for a collector built as TorchRL builds it:
+    calling it raises the dry step's error (no batch is ever stored without actions)."""
+
+    def __init__(self, policy: Callable[[TensorDictBase], TensorDictBase], error: ValueError) -> None:
+        self.policy, self.error = policy, error
+
+    def __call__(self, td: TensorDictBase) -> TensorDictBase:
+        raise self.error
+
+
 class TensorDictPolicy(PolicyAdapter):
     """A TensorDict policy, called the TorchRL way: on a TensorDict of the step's observations,
     reading its ``in_keys`` and writing ``action`` and any extras into it (or into the TensorDict
@@ -83,6 +94,8 @@ class TensorDictPolicy(PolicyAdapter):
         episode_starts: give a policy that reads ``is_init`` which envs start an episode, and
             reset its state there (``False``: a TorchRL env's ``InitTracker`` observes it, as in
             TorchRL's collectors, and a policy reading it on an env without one fails its dry step).
+        action_at_build: refuse a policy whose dry step writes no ``action`` now (``False``, as
+            TorchRL's collectors: when it first acts, with the same message).
     """
 
     # set by bind(), per step: the input TensorDict, the policy's own copy of each observation
@@ -107,6 +120,7 @@ class TensorDictPolicy(PolicyAdapter):
         device: torch.device | None = None,
         unbatched: bool = False,
         episode_starts: bool = True,
+        action_at_build: bool = True,
     ) -> None:
         if unbatched and num_envs != 1:
             raise ValueError(f"an unbatched TensorDict policy steps one env, got num_envs={num_envs}")
@@ -125,12 +139,14 @@ class TensorDictPolicy(PolicyAdapter):
             out = self._forward(sample[0] if unbatched else sample)
         if unbatched:
             out = out.unsqueeze(0)
-        if ("action",) not in _leaf_keys(out):
-            raise ValueError(
-                f"the TensorDict policy wrote keys {_leaf_keys(out)} but no 'action' key"
-            )
-        check_action(out.get("action"), action_space, num_envs)
-        self.action_dtype = out.get("action").dtype
+        if ("action",) in _leaf_keys(out):
+            check_action(out.get("action"), action_space, num_envs)
+            self.action_dtype = out.get("action").dtype
+        else:
+            missing = ValueError(f"the TensorDict policy wrote keys {_leaf_keys(out)} but no 'action' key")
+            if action_at_build:
+                raise missing
+            self.callable, self.action_dtype = _WritesNoAction(self.callable, missing), None
         self.action_field = action_fields(action_space)[0]
         written = tuple(
             Field(key, tuple(out.get(key).shape[1:]), out.get(key).dtype)

@@ -90,6 +90,8 @@ class RolloutSpec:
         action_dtype: ``"space"``: actions are stored in the action space's dtype; ``"policy"``
             (TorchRL's layout): in the dtype the policy returns, where both are integer or bool
             dtypes (a policy's int64 one-hot action for a bool one-hot space stays int64).
+        action_at_build: a TensorDict policy that writes no action is refused when the rollout is
+            built (``False``, TorchRL's layout: when it first acts).
         register_policy_transforms: a TorchRL env gets the transforms the policy needs and it
             lacks (``InitTracker``, a recurrent module's primers): ``True`` appends them, ``None``
             warns that they are missing (TorchRL 0.14's ``auto_register_policy_transforms``).
@@ -116,6 +118,7 @@ class RolloutSpec:
     models: Mapping[str, torch.nn.Module] = field(default_factory=dict)
     engine: Callable[..., Any] | None = None
     action_dtype: str = "space"
+    action_at_build: bool = True
     register_policy_transforms: bool | None = None
 
     @property
@@ -219,6 +222,7 @@ class Rollout(ModelLookup):
                 self.user_policy, obs_space, action_space, self.num_envs,
                 device=spec.policy_device, exploration_type=spec.exploration_type,
                 unbatched=self.envs.unbatched, episode_starts=not self.envs.observes_episode_starts,
+                action_at_build=spec.action_at_build,
             )
         )
         compile_adapter(policy, spec.compile_policy)

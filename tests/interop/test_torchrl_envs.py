@@ -447,6 +447,30 @@ def test_auto_register_policy_transforms_gives_a_recurrent_policy_its_env_transf
     assert batch.shape == (2, 10) and bool(batch["is_init"][:, 0].all())
 
 
+@pytest.mark.timeout(120)
+def test_a_policy_without_an_action_builds_as_in_torchrl_and_fails_when_it_acts() -> None:
+    """TorchRL's collectors build with a policy that writes no action (a recurrent module alone,
+    whose env transforms are then looked at) and fail when it steps: rlcollect.torchrl builds too,
+    the transforms are there, and the first batch raises, naming the keys written; the native
+    collector refuses it when built."""
+    def gru_alone() -> Any:
+        return recurrent_policy()[0]
+
+    collector = TorchRLLayoutCollector(GymEnv("CartPole-v1"), gru_alone(), frames_per_batch=10,
+                                       total_frames=10, auto_register_policy_transforms=True)
+    assert {"is_init", "recurrent_state"} <= set(collector.env.observation_spec.keys())
+    with pytest.raises(ValueError, match=r"wrote keys .*'features'.* but no 'action' key"):
+        next(iter(collector))
+    collector.shutdown()
+    torchrl_collector = TorchRLCollector(GymEnv("CartPole-v1"), gru_alone(), frames_per_batch=10,
+                                         total_frames=10, auto_register_policy_transforms=True)
+    with pytest.raises(KeyError, match="action"):  # TorchRL's env finds no action to step with
+        next(iter(torchrl_collector))
+    torchrl_collector.shutdown()
+    with pytest.raises(ValueError, match="no 'action' key"):
+        Collector("CartPole-v1", gru_alone(), frames_per_batch=10)
+
+
 class NextObservationDelta(torchrl.envs.Transform):
     """Writes ``("delta", "observation")``: the step's change of observation (zeros at a reset),
     declared in the observation spec as a nested entry."""
