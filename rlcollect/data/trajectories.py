@@ -132,7 +132,9 @@ class TrajectoryIds:
 def split_trajectories(batch: TensorDictBase) -> TensorDictBase:
     """Regroup a ``[N, T]`` batch into ``[num_trajectories, max_len]``, zero-padded along time.
 
-    Rows are trajectories ordered by id; ``("collector", "mask")`` marks the real frames. A
+    Rows are trajectories in the order they first appear in the batch (row by row: env 0's in
+    time order, then env 1's, ...), as TorchRL's ``split_trajectories`` orders them;
+    ``("collector", "mask")`` marks the real frames. A
     trajectory that continues past the batch is kept as the part that is in it. Frames the batch
     itself masks out (a preempted worker's) are left out.
 
@@ -143,18 +145,24 @@ def split_trajectories(batch: TensorDictBase) -> TensorDictBase:
         ...     ("collector", "traj_ids"): torch.tensor([[0, 0, 2], [1, 1, 1]])}, [2, 3])
         >>> out = split_trajectories(batch)
         >>> out["x"].tolist()
-        [[0.0, 1.0, 0.0], [3.0, 4.0, 5.0], [2.0, 0.0, 0.0]]
+        [[0.0, 1.0, 0.0], [2.0, 0.0, 0.0], [3.0, 4.0, 5.0]]
         >>> out["collector", "mask"].tolist()
-        [[True, True, False], [True, True, True], [True, False, False]]
+        [[True, True, False], [True, False, False], [True, True, True]]
     """
     flat = batch.reshape(-1)
     real = batch.get(("collector", "mask"), None)
     if real is not None:
         flat = flat[real.reshape(-1)]
     flat_ids = flat.get(("collector", "traj_ids"))
-    # frames of one env are contiguous in time, so sorting by id (stable) keeps time order
-    order = torch.argsort(flat_ids, stable=True)
-    sorted_ids = flat_ids[order]
+    # each trajectory's rank: where it first appears in the flattened batch (as TorchRL orders them);
+    # a stable sort by rank keeps each trajectory's frames in time order
+    ids, inverse = torch.unique(flat_ids, return_inverse=True)
+    position = torch.arange(len(flat_ids))
+    first = torch.full((len(ids),), len(flat_ids)).scatter_reduce(0, inverse, position, "amin")
+    rank = torch.empty_like(first)
+    rank[torch.argsort(first)] = torch.arange(len(ids))
+    order = torch.argsort(rank[inverse], stable=True)
+    sorted_ids = rank[inverse][order]
     unique_ids, lengths = torch.unique_consecutive(sorted_ids, return_counts=True)
     num_trajs, max_len = len(unique_ids), int(lengths.max()) if len(lengths) else 0
     starts = torch.cumsum(lengths, 0) - lengths

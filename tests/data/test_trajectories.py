@@ -202,8 +202,9 @@ def make_batch(done: np.ndarray, ids: np.ndarray) -> TensorDict:
 
 
 def cut_by_hand(batch: TensorDict) -> list[tuple[int, list[tuple[int, int]]]]:
-    """(id, frames as (env, t)) per trajectory, ordered by id: each env's row is cut after every
-    done (a trajectory running past the batch edge is the part in the batch)."""
+    """(id, frames as (env, t)) per trajectory, in the order they appear row by row (TorchRL's):
+    each env's row is cut after every done (a trajectory running past the batch edge is the part
+    in the batch)."""
     done = batch["next", "done"][..., 0].tolist()
     ids = batch["collector", "traj_ids"].tolist()
     pieces: list[list[tuple[int, int]]] = []
@@ -219,7 +220,7 @@ def cut_by_hand(batch: TensorDict) -> list[tuple[int, list[tuple[int, int]]]]:
         (traj,) = {ids[env][t] for env, t in piece}  # one id per episode piece
         labelled.append((traj, piece))
     assert len({traj for traj, _ in labelled}) == len(labelled), "two pieces share an id"
-    return sorted(labelled)
+    return labelled
 
 
 def check_split(batch: TensorDict) -> None:
@@ -243,7 +244,7 @@ def check_split(batch: TensorDict) -> None:
     for row, (_, frames) in enumerate(expected):
         expected_mask[row, : len(frames)] = True
     assert torch.equal(mask, expected_mask)
-    # each row's real frames carry one id, the row's, in increasing order over rows
+    # each row's real frames carry one id, the row's, in the order the trajectories first appear
     row_ids = [traj for traj, _ in expected]
     assert out["collector", "traj_ids"][:, 0].tolist() == row_ids
 
@@ -254,20 +255,20 @@ def test_split_by_hand_example() -> None:
     out = split_trajectories(make_batch(done, ids))
     assert out["x"].tolist() == [
         [0.0, 100.0, 0.0],
-        [400.0, 0.0, 0.0],
         [200.0, 300.0, 0.0],
+        [400.0, 0.0, 0.0],
         [500.0, 600.0, 700.0],
     ]
     assert out["next", "done"][..., 0].tolist() == [
         [False, True, False],
-        [True, False, False],
         [False, False, False],
+        [True, False, False],
         [False, False, True],
     ]
     assert out["collector", "mask"].tolist() == [
         [True, True, False],
-        [True, False, False],
         [True, True, False],
+        [True, False, False],
         [True, True, True],
     ]
     check_split(make_batch(done, ids))
@@ -311,10 +312,10 @@ def test_split_of_a_collector_batch_keeps_its_keys_and_time_name() -> None:
     ) | {("collector", "mask")}
     assert out["observation"].tolist() == [
         [[0.0, 1.0], [2.0, 3.0], [0.0, 0.0]],
-        [[8.0, 9.0], [10.0, 11.0], [12.0, 13.0]],
         [[4.0, 5.0], [0.0, 0.0], [0.0, 0.0]],
+        [[8.0, 9.0], [10.0, 11.0], [12.0, 13.0]],
     ]
-    assert out["action"].tolist() == [[5, 6, 0], [8, 9, 10], [7, 0, 0]]
+    assert out["action"].tolist() == [[5, 6, 0], [7, 0, 0], [8, 9, 10]]
     assert out["next", "done"][..., 0].tolist() == [[False, True, False], [False] * 3, [False] * 3]
     check_split(batch)
 
