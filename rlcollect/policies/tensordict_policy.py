@@ -55,14 +55,14 @@ def _leaf_keys(td: TensorDictBase) -> list[tuple[str, ...]]:
 
 
 class _WritesNoAction:
-    """A policy whose dry step wrote no action, kept for a collector built as TorchRL builds it:
-    calling it raises the dry step's error (no batch is ever stored without actions)."""
+    """In place of a policy whose dry step wrote no action, in a collector built as TorchRL builds
+    it: each call raises the dry step's error (no batch is ever stored without actions)."""
 
-    def __init__(self, policy: Callable[[TensorDictBase], TensorDictBase], error: ValueError) -> None:
-        self.policy, self.error = policy, error
+    def __init__(self, message: str) -> None:
+        self.message = message
 
     def __call__(self, td: TensorDictBase) -> TensorDictBase:
-        raise self.error
+        raise ValueError(self.message)
 
 
 class TensorDictPolicy(PolicyAdapter):
@@ -143,10 +143,10 @@ class TensorDictPolicy(PolicyAdapter):
             check_action(out.get("action"), action_space, num_envs)
             self.action_dtype = out.get("action").dtype
         else:
-            missing = ValueError(f"the TensorDict policy wrote keys {_leaf_keys(out)} but no 'action' key")
+            missing = f"the TensorDict policy wrote keys {_leaf_keys(out)} but no 'action' key"
             if action_at_build:
-                raise missing
-            self.callable, self.action_dtype = _WritesNoAction(self.callable, missing), None
+                raise ValueError(missing)
+            self.callable, self.action_dtype = _WritesNoAction(missing), None  # self.module stays
         self.action_field = action_fields(action_space)[0]
         written = tuple(
             Field(key, tuple(out.get(key).shape[1:]), out.get(key).dtype)
