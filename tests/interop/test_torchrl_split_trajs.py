@@ -9,6 +9,10 @@ import pytest
 import torch
 
 pytest.importorskip("torchrl")
+pytestmark = [  # TorchRL's advisories, which both collectors give alike here
+    pytest.mark.filterwarnings("ignore:split_trajs=True produces:UserWarning"),
+    pytest.mark.filterwarnings("ignore:the env lacks transforms the policy needs:FutureWarning"),
+]
 
 from tensordict import TensorDictBase  # noqa: E402
 from tensordict.nn import TensorDictModule  # noqa: E402
