@@ -161,8 +161,9 @@ def split_trajectories(batch: TensorDictBase) -> TensorDictBase:
     first = torch.full((len(ids),), len(flat_ids)).scatter_reduce(0, inverse, position, "amin")
     rank = torch.empty_like(first)
     rank[torch.argsort(first)] = torch.arange(len(ids))
-    order = torch.argsort(rank[inverse], stable=True)
-    sorted_ids = rank[inverse][order]
+    frame_rank = rank[inverse]
+    order = torch.argsort(frame_rank, stable=True)
+    sorted_ids = frame_rank[order]
     unique_ids, lengths = torch.unique_consecutive(sorted_ids, return_counts=True)
     num_trajs, max_len = len(unique_ids), int(lengths.max()) if len(lengths) else 0
     starts = torch.cumsum(lengths, 0) - lengths
