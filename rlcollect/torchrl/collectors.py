@@ -31,6 +31,7 @@ from rlcollect.envs.torchrl_env import dump_env_transform
 from rlcollect.policies.devices import warn_unmovable
 from rlcollect.torchrl.arguments import idle_seconds, none_means_default
 from rlcollect.torchrl.backends import Selection, context_backend, select
+from rlcollect.torchrl.signatures import ASYNC, COLLECTOR, MULTI, RAY, RAY_DEFAULTS, torchrl_signature
 from rlcollect.torchrl.stats import TorchRLStats, torchrl_stats, worker_state_dict, worker_stats
 from rlcollect.torchrl.translate import take_torchrl_arguments
 
@@ -204,6 +205,7 @@ def _build(chosen: Selection) -> Any:
     return chosen.target(chosen.env_fns, *chosen.args, sync=chosen.sync, **chosen.kwargs)
 
 
+@torchrl_signature(COLLECTOR)
 class Collector(_PrivateKeys, collectors.Collector, metaclass=_CollectorType):
     """:class:`rlcollect.Collector` with TorchRL's batch layout by default (``layout="torchrl"``)
     and TorchRL's arguments (:data:`TORCHRL_ARGUMENTS`).
@@ -252,6 +254,7 @@ class MultiCollector(BaseCollector, metaclass=_MultiCollectorType):
     instances of this class."""
 
 
+@torchrl_signature(MULTI)
 class MultiSyncCollector(_PrivateKeys, _WorkerCalls, collectors.MultiSyncCollector, MultiCollector):  # type: ignore[misc]  # TorchRL's stats()
     """:class:`rlcollect.MultiSyncCollector` with TorchRL's batch layout and arguments; a batch is
     grouped by worker as ``cat_results`` says (``"stack"`` by default, as in TorchRL).
@@ -264,6 +267,7 @@ class MultiSyncCollector(_PrivateKeys, _WorkerCalls, collectors.MultiSyncCollect
 
 
 
+@torchrl_signature(MULTI)
 class MultiAsyncCollector(_PrivateKeys, _WorkerCalls, collectors.MultiAsyncCollector, MultiCollector):  # type: ignore[misc]  # TorchRL's stats()
     """:class:`rlcollect.MultiAsyncCollector` with TorchRL's batch layout and arguments.
     ``frames_per_batch`` may be a list of one count per worker: as in TorchRL 0.14, each worker's
@@ -283,6 +287,7 @@ class MultiAsyncCollector(_PrivateKeys, _WorkerCalls, collectors.MultiAsyncColle
 
 
 
+@torchrl_signature(ASYNC)
 class AsyncCollector(MultiAsyncCollector):
     """TorchRL's ``AsyncCollector``: one env constructor collected in one worker process, so that
     collection runs while the learner trains (a :class:`MultiAsyncCollector` of one worker)."""
@@ -299,6 +304,7 @@ _RAY_COLLECTOR_ARGUMENTS = ("device", "env_device", "policy_device", "exploratio
                             "compile_policy")
 
 
+@torchrl_signature(RAY, **RAY_DEFAULTS)
 class RayCollector(_PrivateKeys, collectors.RayCollector):
     """:class:`rlcollect.RayCollector` with TorchRL's batch layout, arguments and defaults:
     ``sync=False``; the actors' collector arguments (``device``, ``exploration_type``,
