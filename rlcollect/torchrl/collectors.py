@@ -18,9 +18,11 @@ import abc
 import inspect
 import os
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
+from tensordict import TensorDictBase
 
 from rlcollect import collectors
 from rlcollect.collectors import BaseCollector
@@ -232,6 +234,34 @@ class Collector(_PrivateKeys, collectors.Collector, metaclass=_CollectorType):
     def _dump_env_transform(self, step: int | None = None) -> None:
         """TorchRL's call (its ``Evaluator`` makes it): the env's transform writes what it gathered."""
         dump_env_transform(self.env, step)
+
+    def enable_profile(self, **kwargs: Any) -> None:
+        """rlcollect's (the profiler runs inside the rollout); ``post_collect_hook`` then reads
+        a :class:`ProfilerHook` until :meth:`disable_profile`, as in TorchRL."""
+        super().enable_profile(**kwargs)
+        if not isinstance(self.post_collect_hook, ProfilerHook):
+            self.post_collect_hook = ProfilerHook(self.post_collect_hook)
+
+    def disable_profile(self) -> None:
+        """rlcollect's, and the ``post_collect_hook`` from before :meth:`enable_profile` back."""
+        super().disable_profile()
+        hook = self.post_collect_hook
+        if isinstance(hook, ProfilerHook):
+            self.post_collect_hook = hook.replaced
+
+
+class ProfilerHook:
+    """The ``post_collect_hook`` of TorchRL's ``Collector`` while profiling is enabled. It runs
+    the hook it stands in for (``replaced``, which TorchRL's skips meanwhile), named
+    ``post_collect_hook`` in the trace; the profiler itself runs inside the rollout."""
+
+    def __init__(self, replaced: Callable[[TensorDictBase], None] | None) -> None:
+        self.replaced = replaced
+
+    def __call__(self, batch: TensorDictBase) -> None:
+        if self.replaced is not None:
+            with torch.profiler.record_function("post_collect_hook"):
+                self.replaced(batch)
 
 
 class _MultiCollectorType(abc.ABCMeta):

@@ -358,3 +358,27 @@ def test_model_ids_into_the_envs_transforms_as_torchrls_example(cls: type) -> No
     with pytest.raises(KeyError, match=r"model id 'env.transform\[5\].module' does not resolve in the env"):
         wing.Collector(pendulum_with_module, pendulum_policy(), frames_per_batch=8, max_frames_per_traj=50,
                        weight_sync_schemes={"env.transform[5].module": MultiProcessWeightSyncScheme()})
+
+
+def test_profiling_stands_in_for_the_post_collect_hook_and_gives_it_back_as_torchrl(tmp_path: Path) -> None:
+    """TorchRL's ``Collector``: ``enable_profile`` installs a hook of its own as ``post_collect_hook``
+    and ``disable_profile`` restores the one before. Here the user's hook still runs meanwhile (on
+    each batch, as without profiling), and the trace is written."""
+    seen: list[int] = []
+
+    def user_hook(batch: TensorDictBase) -> None:
+        seen.append(batch.numel())
+
+    with wing.Collector(make_cartpole, frames_per_batch=4, total_frames=16, post_collect_hook=user_hook,
+                        seed=0) as collector:
+        collector.enable_profile(num_rollouts=3, warmup_rollouts=1,
+                                 save_path=tmp_path / "trace_{worker_idx}.json")
+        assert isinstance(collector.post_collect_hook, wing.collectors.ProfilerHook)
+        assert collector.post_collect_hook is not user_hook
+        batches = [batch.numel() for batch in collector]
+        assert collector.post_collect_hook is not user_hook
+        collector.disable_profile()
+        assert collector.profile_config is None
+        assert collector.post_collect_hook is user_hook
+    assert seen == batches == [4, 4, 4, 4]
+    assert (tmp_path / "trace_0.json").stat().st_size > 0
