@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from rlcollect.collectors.delivery import Delivery
+from rlcollect.collectors.options import CollectorOptions
 from rlcollect.collectors.stats import CollectorStats
 from rlcollect.common.state import checked_state, stamped
 from rlcollect.data.buffers import BatchBuffers
@@ -39,6 +40,7 @@ class WorkerRequests:
     :class:`~rlcollect.collectors.pooled.PooledCollector`)."""
 
     # the collector's own (see PooledCollector)
+    options: CollectorOptions
     num_workers: int
     num_envs: int
     num_envs_per_worker: int
@@ -107,6 +109,31 @@ class WorkerRequests:
         for worker in range(self.num_workers):
             self._pool.request(worker, "seed", (seed, self._batches > 0))
         return seed + self.num_envs
+
+    def reset(self, reset_idx: Sequence[bool] | None = None) -> None:
+        """Reset the envs of every worker now (unseeded), or of the workers ``reset_idx`` marks
+        (one flag per worker): their next batches start new trajectories. A batch a worker
+        collected before is still yielded first (asynchronous collectors); trajectories held for
+        ``trajs_per_batch`` are dropped.
+
+        Raises:
+            ValueError: ``reset_idx`` does not hold one True/False flag per worker.
+        """
+        flags = [True] * self.num_workers if reset_idx is None else list(reset_idx)
+        if len(flags) != self.num_workers or any(flag not in (True, False) for flag in flags):
+            raise ValueError(f"reset_idx={reset_idx!r}: expected one True/False flag per worker "
+                             f"({self.num_workers}), or None for all")
+        self._ensure_started()
+        self._pool.drain()
+        for worker in range(self.num_workers):
+            if flags[worker]:
+                self._pool.request(worker, "seed", (None, True))  # no seed: reset, new trajectories
+        self._delivery.drop_pending()
+
+    @property
+    def policy(self) -> Any:
+        """The policy given (the workers run copies of it; ``None`` with only a ``policy_factory``)."""
+        return self.options.policy
 
     def state_dict(self) -> dict[str, Any]:
         """Every worker's state after its batch in flight, those batches, and the counters.

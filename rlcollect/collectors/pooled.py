@@ -30,7 +30,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Any, cast
+from typing import Any
 
 import cloudpickle
 import numpy as np
@@ -241,7 +241,7 @@ class PooledCollector(WorkerRequests, BaseCollector):
     @property
     def preemptive_threshold(self) -> float | None:
         """The fraction of workers whose finished batch stops the others (``None``: never)."""
-        return cast(float | None, self.options.preemptive_threshold)
+        return self.options.preemptive_threshold
 
     @property
     def worker_pids(self) -> list[int | None]:

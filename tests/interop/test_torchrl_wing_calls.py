@@ -4,6 +4,7 @@ worker calls through ``map_fn``, and the deprecated ``DataCollectorBase``; each 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +21,11 @@ from tensordict import TensorDict, TensorDictBase  # noqa: E402
 from tensordict.nn import TensorDictModule  # noqa: E402
 from torchrl.collectors import Evaluator as TorchRLEvaluator  # noqa: E402
 from torchrl.collectors import MultiSyncCollector as TorchRLMultiSync  # noqa: E402
-from torchrl.envs import EnvBase, GymEnv, Transform, TransformedEnv  # noqa: E402
+from torchrl.envs import EnvBase, GymEnv, StepCounter, Transform, TransformedEnv  # noqa: E402
 
 import rlcollect  # noqa: E402
 import rlcollect.torchrl as wing  # noqa: E402
-from tests.envs_for_tests import WeightedPolicy, make_cartpole  # noqa: E402
+from tests.envs_for_tests import TiltPolicy, WeightedPolicy, make_cartpole  # noqa: E402
 
 
 def seeded_env() -> EnvBase:
@@ -382,3 +383,41 @@ def test_profiling_stands_in_for_the_post_collect_hook_and_gives_it_back_as_torc
         assert collector.post_collect_hook is user_hook
     assert seen == batches == [4, 4, 4, 4]
     assert (tmp_path / "trace_0.json").stat().st_size > 0
+
+
+def counted_env(seed: int) -> Callable[[], EnvBase]:
+    def make() -> EnvBase:
+        env = TransformedEnv(GymEnv("CartPole-v1", categorical_action_encoding=True), StepCounter())
+        env.set_seed(seed)
+        return env
+
+    return make
+
+
+@pytest.mark.timeout(120)
+def test_multi_sync_reset_and_reset_idx_as_torchrl() -> None:
+    """``reset()`` and ``reset(reset_idx)`` of TorchRL's ``MultiSyncCollector``: the same frames
+    (trajectory ids aside: TorchRL's workers draw theirs from a shared counter, in the order they
+    start)."""
+    runs = []
+    for cls in (TorchRLMultiSync, wing.MultiSyncCollector):
+        policy = TensorDictModule(TiltPolicy(), in_keys=["observation"], out_keys=["action"])
+        collector = cls([counted_env(1), counted_env(2)], policy, frames_per_batch=20, total_frames=200,
+                        cat_results="stack")
+        try:
+            batches = [collector.next().clone()]
+            collector.reset()
+            batches.append(collector.next().clone())
+            collector.reset([False, True])
+            batches.append(collector.next().clone())
+        finally:
+            collector.shutdown()
+        runs.append(batches)
+    theirs, ours = runs
+    assert [b["step_count"][:, 0].reshape(-1).tolist() for b in ours] == [[0, 0], [0, 0], [10, 0]]
+    for mine, other in zip(ours, theirs, strict=True):
+        assert mine.batch_size == other.batch_size == torch.Size([2, 10])
+        keys = set(other.keys(True, True)) - {("collector", "traj_ids")}
+        assert set(mine.keys(True, True)) - {("collector", "traj_ids")} == keys
+        for key in keys:
+            torch.testing.assert_close(mine[key], other[key], msg=lambda m, k=key: f"{k}: {m}")
