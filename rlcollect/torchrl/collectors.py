@@ -31,6 +31,7 @@ from rlcollect.data.attributes import call_path, resolve_path
 from rlcollect.data.formats import TorchRLLayout
 from rlcollect.envs.torchrl_env import dump_env_transform
 from rlcollect.policies.devices import warn_unmovable
+from rlcollect.torchrl.accessors import TorchRLAccessors
 from rlcollect.torchrl.arguments import idle_seconds, none_means_default
 from rlcollect.torchrl.backends import Selection, context_backend, select
 from rlcollect.torchrl.signatures import ASYNC, COLLECTOR, MULTI, RAY, RAY_DEFAULTS, torchrl_signature
@@ -83,10 +84,11 @@ def _torchrl_init(collector: Any, cls: Any, args: tuple[Any, ...], kwargs: dict[
     translation.apply(collector)
 
 
-class _PrivateKeys:
-    """TorchRL's attributes: the ``_exclude_private_keys`` switch (batches in TorchRL's layout
-    leave out the keys with a part that starts with ``_``, a policy's private state, unless it is
-    set to False) and the ``interruptor``."""
+class _PrivateKeys(TorchRLAccessors):
+    """TorchRL's attributes: its accessors (:class:`TorchRLAccessors`), the
+    ``_exclude_private_keys`` switch (batches in TorchRL's layout leave out the keys with a part
+    that starts with ``_``, a policy's private state, unless it is set to False) and the
+    ``interruptor``."""
 
     _torchrl_layout: TorchRLLayout | None = None
 
@@ -208,7 +210,7 @@ def _build(chosen: Selection) -> Any:
 
 
 @torchrl_signature(COLLECTOR)
-class Collector(_PrivateKeys, collectors.Collector, metaclass=_CollectorType):
+class Collector(_PrivateKeys, collectors.Collector, metaclass=_CollectorType):  # type: ignore[misc]  # worker_idx: None
     """:class:`rlcollect.Collector` with TorchRL's batch layout by default (``layout="torchrl"``)
     and TorchRL's arguments (:data:`TORCHRL_ARGUMENTS`).
 
@@ -335,7 +337,7 @@ _RAY_COLLECTOR_ARGUMENTS = ("device", "env_device", "policy_device", "exploratio
 
 
 @torchrl_signature(RAY, **RAY_DEFAULTS)
-class RayCollector(_PrivateKeys, collectors.RayCollector):
+class RayCollector(_PrivateKeys, collectors.RayCollector):  # type: ignore[misc]  # worker_idx: None
     """:class:`rlcollect.RayCollector` with TorchRL's batch layout, arguments and defaults:
     ``sync=False``; the actors' collector arguments (``device``, ``exploration_type``,
     ``max_frames_per_traj``, ...) at the top level as well as in ``collector_kwargs``;

@@ -421,3 +421,39 @@ def test_multi_sync_reset_and_reset_idx_as_torchrl() -> None:
         assert set(mine.keys(True, True)) - {("collector", "traj_ids")} == keys
         for key in keys:
             torch.testing.assert_close(mine[key], other[key], msg=lambda m, k=key: f"{k}: {m}")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("multi", [False, True])
+def test_accessors_torchrls_trainers_call_answer_as_torchrl(multi: bool) -> None:
+    """``getattr_env`` (TorchRL's SAC trainer reads the action spec so), ``getattr_policy``,
+    ``getattr_rb`` (its off-policy trainer polls ``write_count``), ``get_model``,
+    ``set_post_collect_hook``, ``closed`` (its distributed runners check it) and ``worker_idx``."""
+    from torchrl.collectors import Collector as TorchRLCollector
+    from torchrl.data import LazyTensorStorage, ReplayBuffer
+
+    answers = []
+    for cls in ((TorchRLMultiSync, wing.MultiSyncCollector) if multi else (TorchRLCollector, wing.Collector)):
+        policy = TensorDictModule(TiltPolicy(), in_keys=["observation"], out_keys=["action"])
+        buffer = ReplayBuffer(storage=LazyTensorStorage(100))
+        envs = [counted_env(1), counted_env(2)] if multi else counted_env(1)
+        collector = cls(envs, policy, frames_per_batch=20, total_frames=40, replay_buffer=buffer)
+        seen: list[int] = []
+        try:
+            collector.set_post_collect_hook(lambda batch: seen.append(batch.numel()))
+            if not multi:  # TorchRL's workers get their hook when they start
+                assert collector.post_collect_hook is not None
+            got = {"spec": collector.getattr_env("full_action_spec_unbatched"),
+                   "in_keys": collector.getattr_policy("in_keys"),
+                   "worker_idx": collector.worker_idx, "closed": collector.closed}
+            for _ in collector:
+                pass
+            got["write_count"] = collector.getattr_rb("write_count")
+            got["model"] = collector.get_model("policy") is policy if not multi else None
+        finally:
+            collector.shutdown()
+        got["closed after"] = collector.closed
+        answers.append(got)
+    theirs, ours = answers
+    assert ours == theirs
+    assert ours["write_count"] == 40 and ours["in_keys"] == ["observation"] and not ours["closed"]
