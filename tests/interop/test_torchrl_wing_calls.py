@@ -440,7 +440,7 @@ def test_accessors_torchrls_trainers_call_answer_as_torchrl(multi: bool) -> None
         collector = cls(envs, policy, frames_per_batch=20, total_frames=40, replay_buffer=buffer)
         seen: list[int] = []
         try:
-            collector.set_post_collect_hook(lambda batch: seen.append(batch.numel()))
+            collector.set_post_collect_hook(seen.append)
             if not multi:  # TorchRL's workers get their hook when they start
                 assert collector.post_collect_hook is not None
             got = {"spec": collector.getattr_env("full_action_spec_unbatched"),
@@ -457,3 +457,31 @@ def test_accessors_torchrls_trainers_call_answer_as_torchrl(multi: bool) -> None
     theirs, ours = answers
     assert ours == theirs
     assert ours["write_count"] == 40 and ours["in_keys"] == ["observation"] and not ours["closed"]
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.filterwarnings("ignore:The 'optimizer' hook stage will be replaced:FutureWarning")  # TorchRL's own
+def test_torchrls_trainer_with_background_collection_trains_on_the_workers_frames() -> None:
+    """TorchRL's ``Trainer(async_collection=True)`` starts the collector, polls
+    ``getattr_rb("write_count")`` until the buffer the workers fill holds ``total_frames``, and
+    shuts the collector down (it raised AttributeError at the first poll before)."""
+    from torchrl.data import LazyTensorStorage, ReplayBuffer
+    from torchrl.modules import MLP, QValueActor
+    from torchrl.objectives import DQNLoss
+    from torchrl.trainers import Trainer
+
+    torch.manual_seed(0)
+    make = counted_env(1)
+    actor = QValueActor(MLP(out_features=2, num_cells=[16]), in_keys=["observation"], spec=make().action_spec)
+    actor(make().reset())
+    buffer = ReplayBuffer(storage=LazyTensorStorage(1000), batch_size=16)
+    collector = wing.MultiSyncCollector([make, counted_env(2)], actor, frames_per_batch=40, total_frames=400,
+                                        replay_buffer=buffer)
+    loss = DQNLoss(actor, action_space=make().action_spec, delay_value=False)
+    trainer = Trainer(collector=collector, total_frames=400, frame_skip=1, optim_steps_per_batch=1,
+                      loss_module=loss, optimizer=torch.optim.Adam(loss.parameters(), 1e-3),
+                      replay_buffer=buffer, batch_size=16, progress_bar=False, async_collection=True)
+    trainer.train()
+    assert collector.closed
+    assert buffer.write_count >= 400 and len(buffer) == buffer.write_count
+    assert trainer.collected_frames >= 360  # read from the buffer's write_count as it grew
