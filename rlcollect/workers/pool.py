@@ -132,7 +132,7 @@ class WorkerPool:
 
     def _check_open(self) -> None:
         if self.closed or self._closing.is_set():
-            raise PoolClosed("the workers were shut down")
+            raise PoolClosed("the workers were shut down: build a new collector to collect more")
 
     def _wait(self, workers: list[int], timeout: float) -> list[tuple[int, Any]]:
         """``transport.wait`` in slices of at most :data:`_SLICE` s, giving up once the pool closes."""
@@ -205,6 +205,7 @@ class WorkerPool:
 
     def wait(self, workers: Iterable[int]) -> list[tuple[int, BatchReport]]:
         """Until at least one of ``workers`` reports a batch (several may); restart failures."""
+        self._check_open()  # a shut down pool hands out no report it kept
         workers = list(workers)
         stashed = [(w, r) for w, r in self._stash if w in workers]
         if stashed:

@@ -99,3 +99,15 @@ def test_a_collector_with_workers_shows_the_policy_given() -> None:
     with MultiAsyncCollector(make_env, num_workers=2, frames_per_batch=T,
                              policy_factory=lambda: parity) as collector:
         assert collector.policy is None
+
+
+@pytest.mark.parametrize("kind", [Collector, MultiSyncCollector, MultiAsyncCollector, AsyncBatchedCollector])
+def test_no_batch_after_shutdown_even_one_collected_before(kind: type) -> None:
+    """An asynchronous collector keeps the batches its workers collected before a ``reset``; once
+    shut down, it hands out none of them: every collector raises."""
+    collector = build(kind)
+    collector.next()
+    collector.reset()  # asynchronous: each worker's batch under way is kept, to be yielded next
+    collector.shutdown()
+    with pytest.raises(RuntimeError, match="shut down"):
+        collector.next()
