@@ -94,8 +94,9 @@ def collect_batch(
     """Fill ``buffers`` with one batch; return the steps taken (``buffers.num_steps`` unless
     ``stop[0]`` was set).
 
-    ``stop`` is a one-element flag another process may raise (preemption); without it the loop
-    has nothing to check per step. ``pending_init``: see :func:`finish_batch`.
+    ``stop`` is a one-element flag another process may raise (preemption), read before each step
+    but the first (a batch has at least one step, as in TorchRL: a worker that starts its batch
+    late still advances); without it the loop has nothing to check per step. ``pending_init``: see :func:`finish_batch`.
     """
     begin_batch(buffers, pending_obs, pending_init)
     steps = buffers.num_steps
@@ -106,7 +107,7 @@ def collect_batch(
                 envs.step(t)  # reward, flags [:, t]; observation slot t + 1 (reset obs if done)
         else:
             for t in range(steps):
-                if stop[0]:
+                if t and stop[0]:  # not before the first step: every worker advances each batch
                     steps = t
                     break
                 policy.act(t)

@@ -372,14 +372,17 @@ def test_stop_flag_masks_the_frames_after_it() -> None:
     torch.testing.assert_close(rig.pending_flat(), torch.from_numpy(expected["obs"][:, T + steps]))
     assert rig.episodes.count == sum(1 for (_, k) in ENDS if k < T + steps)
 
-    # an already raised flag: nothing is collected, the pending observation stays
-    pending = rig.pending_flat()
-    assert rig.collect(stop=stop) == 0
-    assert not bool(rig.buffers.batch["collector", "mask"].any())
-    assert bool((rig.buffers.batch["collector", "traj_ids"] == -1).all())
-    assert not bool(rig.buffers.batch["next", "done"].any())
-    assert torch.equal(rig.pending_flat(), pending)
-    assert len(rig.envs.received) == T + steps
+    # an already raised flag: one step is collected (every worker advances each batch, as in
+    # TorchRL, whose workers read the flag after each step), the rest masked
+    assert rig.collect(stop=stop) == 1
+    batch = rig.buffers.batch
+    assert batch["collector", "mask"].tolist() == [[True, False, False, False, False]] * N
+    one = slice(T + steps, T + steps + 1)
+    torch.testing.assert_close(batch["observation"][:, :1], torch.from_numpy(expected["obs"][:, one]))
+    assert batch["collector", "traj_ids"][:, :1].tolist() == ids[:, one].tolist()
+    assert bool((batch["collector", "traj_ids"][:, 1:] == -1).all())
+    assert len(rig.envs.received) == T + steps + 1
+    steps += 1
 
     # lowered again: collection continues from the stop, ids and all
     stop[0] = False
