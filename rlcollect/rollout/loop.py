@@ -96,7 +96,8 @@ def collect_batch(
 
     ``stop`` is a one-element flag another process may raise (preemption), read before each step
     but the first (a batch has at least one step, as in TorchRL: a worker that starts its batch
-    late still advances); without it the loop has nothing to check per step. ``pending_init``: see :func:`finish_batch`.
+    late still advances); without it the loop has nothing to check per step. ``pending_init``:
+    see :func:`finish_batch`.
     """
     begin_batch(buffers, pending_obs, pending_init)
     steps = buffers.num_steps

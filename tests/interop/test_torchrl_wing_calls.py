@@ -460,7 +460,7 @@ def test_accessors_torchrls_trainers_call_answer_as_torchrl(multi: bool) -> None
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.filterwarnings("ignore:The 'optimizer' hook stage will be replaced:FutureWarning")  # TorchRL's own
+@pytest.mark.filterwarnings("ignore:The 'optimizer' hook stage will be replaced:FutureWarning")  # TorchRL's
 def test_torchrls_trainer_with_background_collection_trains_on_the_workers_frames() -> None:
     """TorchRL's ``Trainer(async_collection=True)`` starts the collector, polls
     ``getattr_rb("write_count")`` until the buffer the workers fill holds ``total_frames``, and
