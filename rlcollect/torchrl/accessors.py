@@ -61,10 +61,11 @@ class TorchRLAccessors:
         """Whether :meth:`shutdown` was called."""
         return self._shut_down
 
-    def shutdown(self, *args: Any, **kwargs: Any) -> None:
+    def shutdown(self, timeout: float | None = None, close_env: bool = True,
+                 raise_on_error: bool = True) -> None:
         """rlcollect's; :attr:`closed` then reads True."""
         try:
-            super().shutdown(*args, **kwargs)  # type: ignore[misc]
+            super().shutdown(timeout, close_env, raise_on_error)  # type: ignore[misc]
         finally:
             self._shut_down = True
 

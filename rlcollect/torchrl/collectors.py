@@ -39,7 +39,7 @@ from rlcollect.torchrl.stats import TorchRLStats, torchrl_stats, worker_state_di
 from rlcollect.torchrl.translate import take_torchrl_arguments
 
 __all__ = ["AsyncCollector", "Collector", "DataCollectorBase", "MultiAsyncCollector", "MultiCollector",
-           "MultiSyncCollector", "RayCollector"]
+           "MultiSyncCollector", "ProfilerHook", "RayCollector"]
 
 
 #: The keywords of rlcollect's ``update_policy_weights_`` (TorchRL passes others to its updater).
