@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 from gymnasium.wrappers import TimeLimit
+from tensordict.nn import TensorDictModule
 
 
 class DictObsEnv(gym.Env[dict[str, Any], int]):
@@ -61,6 +62,11 @@ class TiltPolicy(torch.nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return (obs @ self.weight.to(obs.dtype) > 0).long()  # any floating obs_dtype
+
+
+def tilt_module() -> TensorDictModule:
+    """:class:`TiltPolicy` as a TensorDict policy (``"observation"`` in, ``"action"`` out)."""
+    return TensorDictModule(TiltPolicy(), in_keys=["observation"], out_keys=["action"])
 
 
 class PendulumPolicy(torch.nn.Module):

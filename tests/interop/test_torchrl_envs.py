@@ -26,7 +26,7 @@ from rlcollect.envs.torchrl_gym import TorchRLGymEnvs, TorchRLGymVector  # noqa:
 from rlcollect.envs.torchrl_stepped import TorchRLEnv  # noqa: E402
 from rlcollect.torchrl import Collector as TorchRLLayoutCollector  # noqa: E402
 from rlcollect.torchrl import MultiSyncCollector as TorchRLLayoutMultiSync  # noqa: E402
-from tests.envs_for_tests import TiltPolicy  # noqa: E402
+from tests.envs_for_tests import TiltPolicy, tilt_module  # noqa: E402
 
 
 def make_env() -> TransformedEnv:
@@ -34,7 +34,7 @@ def make_env() -> TransformedEnv:
 
 
 def policy() -> TensorDictModule:
-    return TensorDictModule(TiltPolicy(), in_keys=["observation"], out_keys=["action"])
+    return tilt_module()
 
 
 def one_hot_policy() -> TensorDictModule:

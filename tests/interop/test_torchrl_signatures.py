@@ -18,7 +18,7 @@ from torchrl.collectors.distributed import RayCollector as TorchRLRayCollector  
 from torchrl.envs import GymEnv, StepCounter, TransformedEnv  # noqa: E402
 
 from rlcollect import torchrl as wing  # noqa: E402
-from tests.envs_for_tests import TiltPolicy  # noqa: E402
+from tests.envs_for_tests import tilt_module  # noqa: E402
 
 #: TorchRL's arguments the wing leaves out of a signature, and the defaults it shows otherwise.
 LEFT_OUT = {"MultiSyncCollector": {"init_fn"}, "MultiAsyncCollector": {"init_fn"}}
@@ -30,7 +30,7 @@ def make_env() -> TransformedEnv:
 
 
 def policy() -> TensorDictModule:
-    return TensorDictModule(TiltPolicy(), in_keys=["observation"], out_keys=["action"])
+    return tilt_module()
 
 
 @pytest.mark.parametrize("name", ["Collector", "MultiSyncCollector", "MultiAsyncCollector",

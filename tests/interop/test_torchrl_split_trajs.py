@@ -21,7 +21,7 @@ from torchrl.collectors import MultiSyncCollector as TorchRLMultiSync  # noqa: E
 from torchrl.envs import EnvBase, GymEnv, SerialEnv, StepCounter, TransformedEnv  # noqa: E402
 
 from rlcollect.torchrl import Collector, MultiSyncCollector  # noqa: E402
-from tests.envs_for_tests import TiltPolicy  # noqa: E402
+from tests.envs_for_tests import tilt_module  # noqa: E402
 
 
 def short_cartpole() -> EnvBase:
@@ -36,7 +36,7 @@ def two_cartpoles() -> EnvBase:
 
 
 def policy() -> TensorDictModule:
-    return TensorDictModule(TiltPolicy(), in_keys=["observation"], out_keys=["action"])
+    return tilt_module()
 
 
 def first_batch(cls: Any, env: Any, frames: int, **kwargs: Any) -> TensorDictBase:

@@ -25,7 +25,7 @@ from torchrl.envs import EnvBase, GymEnv, StepCounter, Transform, TransformedEnv
 
 import rlcollect  # noqa: E402
 import rlcollect.torchrl as wing  # noqa: E402
-from tests.envs_for_tests import TiltPolicy, WeightedPolicy, make_cartpole  # noqa: E402
+from tests.envs_for_tests import WeightedPolicy, make_cartpole, tilt_module  # noqa: E402
 
 
 def seeded_env() -> EnvBase:
@@ -401,7 +401,7 @@ def test_multi_sync_reset_and_reset_idx_as_torchrl() -> None:
     start)."""
     runs = []
     for cls in (TorchRLMultiSync, wing.MultiSyncCollector):
-        policy = TensorDictModule(TiltPolicy(), in_keys=["observation"], out_keys=["action"])
+        policy = tilt_module()
         collector = cls([counted_env(1), counted_env(2)], policy, frames_per_batch=20, total_frames=200,
                         cat_results="stack")
         try:
@@ -434,7 +434,7 @@ def test_accessors_torchrls_trainers_call_answer_as_torchrl(multi: bool) -> None
 
     answers = []
     for cls in ((TorchRLMultiSync, wing.MultiSyncCollector) if multi else (TorchRLCollector, wing.Collector)):
-        policy = TensorDictModule(TiltPolicy(), in_keys=["observation"], out_keys=["action"])
+        policy = tilt_module()
         buffer = ReplayBuffer(storage=LazyTensorStorage(100))
         envs = [counted_env(1), counted_env(2)] if multi else counted_env(1)
         collector = cls(envs, policy, frames_per_batch=20, total_frames=40, replay_buffer=buffer)
