@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import multiprocessing
 import os
 import signal
 import socket
@@ -335,7 +336,7 @@ def process_main(setup_box: list[WorkerSetup], conn: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    parent = os.getppid()
+    parent, creator = os.getppid(), multiprocessing.parent_process()  # the creator's pid predates the fork
     worker, answer = start_worker(setup_box.pop())
     conn.send(answer)
     if worker is None:
@@ -344,7 +345,9 @@ def process_main(setup_box: list[WorkerSetup], conn: Connection) -> None:
         while True:
             try:
                 while not conn.poll(1.0):
-                    if os.getppid() != parent:  # a forked sibling may hold the parent's pipe end open:
+                    if os.getppid() != parent or (creator is not None and not creator.is_alive()):
+                        # a forked sibling may hold the parent's pipe end open (and a parent killed
+                        # before this process read its pid leaves getppid() unchanged):
                         raise EOFError  # no end-of-file would come, but the parent is gone
                 command, argument = conn.recv()
             except (EOFError, OSError):  # the parent is gone
