@@ -106,15 +106,7 @@ class Collector(BaseCollector):
         self.frames_per_batch = num_steps * self.num_envs
         self._buffers: BatchBuffers | None = None
         layout = self._rollout.layout
-        if layout is None:  # the env's own TensorDicts, whole
-            regrouped = {"split_trajs": options.split_trajs, "trajs_per_batch": options.trajs_per_batch}
-            for name, value in regrouped.items():
-                if value:
-                    self._rollout.close()
-                    raise ValueError(f"{name}={value!r} is not available for this TorchRL env "
-                                     f"({self._rollout.envs.reason}): its batches are [*batch_size, T] "
-                                     "as the env gives them")
-        else:
+        if layout is not None:  # else the env's own TensorDicts, whole
             self._buffers = BatchBuffers.allocate(layout, self.num_envs, num_steps)
         self._policy_version = 0
         self._profiler: RolloutProfiler | None = None

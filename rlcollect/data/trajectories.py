@@ -27,6 +27,7 @@ from tensordict import TensorDictBase
 __all__ = [
     "TrajectoryAssembler",
     "TrajectoryIds",
+    "frame_ends",
     "pad_trajectories",
     "split_trajectories",
 ]
@@ -169,17 +170,37 @@ def split_trajectories(batch: TensorDictBase) -> TensorDictBase:
     starts = torch.cumsum(lengths, 0) - lengths
     row = torch.repeat_interleave(torch.arange(num_trajs), lengths)
     col = torch.arange(len(sorted_ids)) - starts[row]
-    out = flat.apply(
-        lambda x: x.new_zeros(num_trajs, max_len, *x.shape[1:]), batch_size=[num_trajs, max_len]
-    )
-    assert out is not None
-    out[row, col] = flat[order]
-    mask = torch.zeros(num_trajs, max_len, dtype=torch.bool)
-    mask[row, col] = True
-    out.set(("collector", "mask"), mask)
+    # each cell's frame, by index into the flat batch; padding reads a zero frame put after it (by
+    # indexing, a heterogeneous lazy stack (agents whose entries differ in shape) splits as well)
+    index = torch.full((num_trajs, max_len), len(flat))
+    index[row, col] = order
+    out: TensorDictBase = torch.cat([flat, flat[:1].clone().zero_()], 0)[index]
+    out.set(("collector", "mask"), index < len(flat))
     out.names = [None, "time"]
     return out
 
+
+
+def frame_ends(batch: TensorDictBase) -> torch.Tensor:
+    """``batch.shape``: whether each frame ends its trajectory: any ``done``, ``terminated`` or
+    ``truncated`` entry of its ``"next"`` is set (any agent's, in a TorchRL env's nested groups).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> batch = TensorDict({("next", "agents", "done"): torch.tensor([[[False], [True]],
+        ...                                                                [[False], [False]]])}, [2])
+        >>> frame_ends(batch).tolist()
+        [True, False]
+    """
+    dims = batch.ndim
+    end = torch.zeros(batch.shape, dtype=torch.bool)
+    nxt = batch.get("next")
+    for key in nxt.keys(True, True):
+        if (key if isinstance(key, str) else key[-1]) in ("done", "terminated", "truncated"):
+            flag = nxt.get(key)
+            end |= flag.reshape(*flag.shape[:dims], -1).any(-1)
+    return end
 
 
 class TrajectoryAssembler:
@@ -218,9 +239,11 @@ class TrajectoryAssembler:
         self._complete.clear()
 
     def add(self, batch: TensorDictBase) -> None:
-        """Split ``batch [N, T]`` along trajectory ids; keep complete trajectories, hold the rest."""
+        """Split ``batch [*rows, T]`` along trajectory ids; keep complete trajectories, hold the rest."""
+        if batch.ndim != 2:  # a TorchRL env's own batch: [T] unbatched, [*batch_size, T] batched
+            batch = batch.reshape(-1, batch.shape[-1])
         ids = batch.get(("collector", "traj_ids"))
-        done = batch.get(("next", "done"))[..., 0]
+        done = frame_ends(batch)
         mask = batch.get(("collector", "mask"), None)
         for row in range(batch.shape[0]):
             valid = int(mask[row].sum()) if mask is not None else batch.shape[1]

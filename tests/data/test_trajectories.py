@@ -331,6 +331,26 @@ def test_split_of_a_masked_batch_keeps_only_real_frames() -> None:
     assert out["x"].tolist() == [[0.0, 100.0], [300.0, 0.0]]
 
 
+def test_split_of_a_heterogeneous_lazy_stack() -> None:
+    """Agents whose entries differ in shape (a lazy stack): each trajectory's frames, zero padding."""
+    from tensordict import LazyStackedTensorDict
+
+    steps = 5
+    agents = [TensorDict({"lidar": torch.arange(steps * size, dtype=torch.float32).view(steps, size) + 1},
+                         [steps]) for size in (2, 3)]
+    batch = TensorDict({"agents": LazyStackedTensorDict.lazy_stack(agents, dim=1),
+                        ("collector", "traj_ids"): torch.tensor([4, 4, 9, 9, 9])}, [steps])
+    out = split_trajectories(batch)
+    assert out.batch_size == (2, 3)
+    assert out["collector", "mask"].tolist() == [[True, True, False], [True, True, True]]
+    for agent, size in enumerate((2, 3)):
+        lidar = out["agents"].tensordicts[agent]["lidar"]
+        frames = agents[agent]["lidar"]
+        assert lidar.shape == (2, 3, size)
+        assert torch.equal(lidar[0, :2], frames[:2]) and not lidar[0, 2].any()
+        assert torch.equal(lidar[1], frames[2:])
+
+
 # -- pad_trajectories -----------------------------------------------------------------------------
 
 

@@ -69,3 +69,54 @@ def test_split_trajs_of_a_synchronous_batch_as_torchrl() -> None:
     got = first_batch(MultiSyncCollector, [short_cartpole] * 2, 20, cat_results="stack")
     assert got.batch_size == (4, 7)
     assert_same_split(got, want)
+
+
+def counting_agents() -> EnvBase:
+    """Two agents whose observations, actions and done flags are nested under ``"agents"``: a
+    TorchRL env the batch buffers do not hold (its batches are its own TensorDicts)."""
+    from torchrl.testing.mocking_classes import MultiAgentCountingEnv
+
+    env = MultiAgentCountingEnv(n_agents=2, max_steps=6)
+    env.set_seed(3)
+    return env
+
+
+def counting_nested() -> EnvBase:
+    from torchrl.testing.mocking_classes import NestedCountingEnv
+
+    env = NestedCountingEnv(max_steps=6)
+    env.set_seed(3)
+    return env
+
+
+class ZeroActions(torch.nn.Module):
+    """Writes the zero action under each of the env's action keys."""
+
+    def __init__(self, env: EnvBase) -> None:
+        super().__init__()
+        self.spec = env.full_action_spec.clone()
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        return tensordict.update(self.spec.zero())
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("make_env", "shape"), [(counting_agents, (3, 7)), (counting_nested, (1, 20))],
+                         ids=["agents", "nested"])
+def test_split_trajs_of_an_env_the_buffers_do_not_hold_as_torchrl(make_env: Any,
+                                                                  shape: tuple[int, int]) -> None:
+    """rlcollect's Collector refused split_trajs for these envs; TorchRL's splits them."""
+    batches = []
+    for cls in (TorchRLCollector, Collector):
+        torch.manual_seed(0)
+        collector = cls(make_env, ZeroActions(make_env()), frames_per_batch=20, total_frames=20,
+                        split_trajs=True)
+        try:
+            batches.append(next(iter(collector)).clone())
+        finally:
+            collector.shutdown()
+    want, got = batches
+    assert got.batch_size == want.batch_size == shape  # the agents': two episodes of 7 and a part of 6
+    assert set(got.keys(True, True)) == set(want.keys(True, True))
+    for key in want.keys(True, True):
+        assert torch.equal(got[key], want[key]), key

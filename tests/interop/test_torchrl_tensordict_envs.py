@@ -241,6 +241,40 @@ def test_asynchronous_workers_each_send_their_own_batch() -> None:
     assert env.batch_size == (2,)
 
 
+def episodes_by_hand(reference: TensorDictBase, env: Any) -> dict[int, TensorDictBase]:
+    """The complete episodes of a plain loop's ``[N, T]`` frames, by trajectory id."""
+    ends, episodes = ends_of(reference, env), {}
+    ids = reference_ids(ends)
+    for row in range(ids.shape[0]):
+        for traj in np.unique(ids[row]):
+            frames = np.nonzero(ids[row] == traj)[0]
+            if ends[row, frames[-1]]:
+                episodes[int(traj)] = reference[row, frames[0] : frames[-1] + 1]
+    return episodes
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("cls", [Collector, MultiAsyncCollector, TorchRLLayoutCollector])
+def test_trajs_per_batch_yields_the_complete_episodes(cls: Any) -> None:
+    """One complete episode a batch, each the plain loop's frames with its id (the ends: any agent's
+    done entry; Collector refused trajs_per_batch here, the workers raised TypeError)."""
+    env, policy = nested_env()
+    episodes = episodes_by_hand(torch.cat(plain_loop(env, policy, 4, 6), -1), env)
+    source = [make_nested_env] if cls is MultiAsyncCollector else make_nested_env
+    collector = cls(source, make_nested_policy(), frames_per_batch=8, total_frames=48, trajs_per_batch=1,
+                    traj_format="cat")
+    with collector:
+        got = [batch.clone() for batch in collector]
+    assert len(got) >= 6
+    for episode in got:
+        traj = int(episode["collector", "traj_ids"][0])
+        want = episodes[traj]
+        assert episode.batch_size == want.batch_size
+        for key in want.keys(True, True):
+            if key[0] != "collector":
+                assert torch.equal(episode[key], want[key]), key
+
+
 def test_what_is_refused_names_the_reason() -> None:
     with pytest.raises(ValueError, match=r"policy server reads each env's step from the batch buffers, "
                                          r"which this TorchRL env's data does not fit \(action keys"):
@@ -248,8 +282,6 @@ def test_what_is_refused_names_the_reason() -> None:
     with pytest.raises(ValueError, match=r"preemptive_threshold stops workers inside the batch buffers"):
         MultiSyncCollector([make_nested_env] * 2, make_nested_policy(), frames_per_batch=8,
                            preemptive_threshold=0.5)
-    with pytest.raises(ValueError, match=r"split_trajs=True is not available for this TorchRL env"):
-        Collector(NestedCountingEnv(), None, frames_per_batch=8, split_trajs=True)
     env, _ = nested_env()
     with pytest.raises(TypeError, match="returned Tensor at step 0; with this TorchRL env"):
         Collector(env, lambda root: torch.zeros(2), frames_per_batch=4).next()
