@@ -137,10 +137,16 @@ class Collector(BaseCollector):
 
     # -- collection ------------------------------------------------------------------------
     def rollout(self) -> TensorDictBase:
-        """Collect one batch into the collector's buffer and return it (no copy).
+        """Collect one batch and return it in the collector's layout, on ``storing_device``, before
+        ``split_trajs``, ``trajs_per_batch`` and ``postproc`` (as TorchRL's ``rollout()``).
 
-        The returned TensorDict is overwritten by the next call: clone it to keep it.
+        In the native layout it is the collector's buffer (no copy), overwritten by the next call:
+        clone it to keep it.
         """
+        return self._delivery.laid_out(self._collect())
+
+    def _collect(self) -> TensorDictBase:
+        """One batch into the collector's buffer, as collected."""
         if self._closed:
             raise self._closed_error()
         if self._receiver_schemes:
@@ -158,7 +164,7 @@ class Collector(BaseCollector):
 
     def iterator(self) -> Iterator[TensorDictBase | None]:
         while self.total_frames < 0 or self._rollout.frames < self.total_frames:
-            yield from self._delivery.outputs(self.rollout())
+            yield from self._delivery.outputs(self._collect())
 
     def fake_tensordict(self) -> TensorDictBase:
         """A zero-filled batch with the keys, dtypes, shape and names of the batches this collector

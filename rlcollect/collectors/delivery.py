@@ -133,7 +133,14 @@ class Delivery:
     def formatted(self, out: TensorDictBase) -> TensorDictBase:
         """``out`` as the user receives it: the layout, the keys left out, ``storing_device``,
         ``postproc`` (no hook, no replay buffer)."""
-        regrouped = self.split_trajs or self.trajs_per_batch is not None
+        out = self.laid_out(out, regrouped=self.split_trajs or self.trajs_per_batch is not None)
+        if self.postproc is not None:
+            out = self.postproc(out)
+        return out
+
+    def laid_out(self, out: TensorDictBase, regrouped: bool = False) -> TensorDictBase:
+        """``out`` in the layout, less the keys left out, on ``storing_device``: a collected batch
+        as ``Collector.rollout()`` returns it (``regrouped``: ``out`` holds whole trajectories)."""
         workers = 1 if regrouped else self.workers
         shape = BatchShape(workers, stacked=self.whole and workers > 1,
                            unbatched=self.unbatched and not regrouped)
@@ -142,8 +149,6 @@ class Delivery:
             out = step(out, shape)
         if self.storing_device is not None:
             out = out.to(self.storing_device)
-        if self.postproc is not None:
-            out = self.postproc(out)
         return out
 
     def _for_buffer(self, out: TensorDictBase) -> TensorDictBase:

@@ -485,3 +485,30 @@ def test_torchrls_trainer_with_background_collection_trains_on_the_workers_frame
     assert collector.closed
     assert buffer.write_count >= 400 and len(buffer) == buffer.write_count
     assert trainer.collected_frames >= 360  # read from the buffer's write_count as it grew
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("serial", [False, True], ids=["one-env", "serial-env"])
+def test_rollout_returns_the_batch_as_torchrls(serial: bool) -> None:
+    """``rollout()`` is a batch in TorchRL's layout (``[T]`` for one unbatched env, root done
+    entries, no ``policy_version``), as TorchRL's ``Collector.rollout()``; it gave the native
+    buffer, ``[1, T]``, before."""
+    from torchrl.collectors import Collector as TorchRLCollector
+    from torchrl.envs import SerialEnv
+
+    def make() -> EnvBase:
+        return SerialEnv(2, categorical_cartpole) if serial else categorical_cartpole()
+
+    batches = []
+    for cls in (TorchRLCollector, wing.Collector):
+        collector = cls(make, tilt_module(), frames_per_batch=20, total_frames=40)
+        try:
+            batches.append(collector.rollout().clone())
+        finally:
+            collector.shutdown()
+    want, got = batches
+    assert got.batch_size == want.batch_size == ((2, 10) if serial else (20,))
+    assert got.names == want.names
+    assert set(got.keys(True, True)) == set(want.keys(True, True))
+    for key in want.keys(True, True):
+        assert torch.equal(got[key], want[key]), key
