@@ -175,12 +175,16 @@ class WorkerArguments(TypedDict, total=False):
         start_method: ``"auto"`` (default: fork while this process has no other thread and no
             CUDA, else a forkserver that preloads torch, tensordict and Gymnasium once),
             ``"spawn"``, ``"forkserver"`` or ``"fork"``.
+        worker_init_fn: called with its worker index first thing in each worker process, at every
+            start and restart, before the worker builds its envs and policy (to start a simulator's
+            app, set up logging, ...); it must pickle (cloudpickle). As PyTorch's ``DataLoader``.
     """
 
     max_worker_restarts: int
     timeout: float
     start_timeout: float
     start_method: str
+    worker_init_fn: Callable[[int], None] | None
 
 
 def argument_names(*groups: type) -> frozenset[str]:

@@ -124,6 +124,7 @@ class CollectorOptions:
     timeout: float = 60.0
     start_timeout: float = 120.0
     start_method: str = "auto"
+    worker_init_fn: Callable[[int], None] | None = None
     # set by RayCollector: worker processes inside each worker (an actor), and for the collector
     # inside an actor, its place among the outer workers (index, count, first trajectory id)
     nested_workers: int = 1
@@ -197,7 +198,7 @@ class CollectorOptions:
                             f"{short_repr(compile_policy)} ({type(compile_policy).__name__})")
         self._put("compile_policy",
             dict(compile_policy) if isinstance(compile_policy, Mapping) else bool(compile_policy))
-        for name in ("pre_collect_hook", "postproc", "post_collect_hook"):
+        for name in ("pre_collect_hook", "postproc", "post_collect_hook", "worker_init_fn"):
             check_callable(name, getattr(self, name))
         factory = self.policy_factory
         if isinstance(factory, (list, tuple)):  # one per worker: a tuple, each checked
@@ -379,7 +380,8 @@ class CollectorOptions:
             objects["policy_factory"] = self.policy_factory  # here, the source of their weights
         elif with_policy:
             objects["policy"] = self.policy
-        objects.update(pre_collect_hook=self.pre_collect_hook, models=self.models)
+        objects.update(pre_collect_hook=self.pre_collect_hook, worker_init_fn=self.worker_init_fn,
+                       models=self.models)
         for worker in range(self.num_workers):
             objects[f"create_env_fn[{worker}]"] = self.create_env_fn[worker]
             objects[f"create_env_kwargs[{worker}]"] = self.create_env_kwargs[worker]

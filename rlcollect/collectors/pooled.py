@@ -129,7 +129,7 @@ class PooledCollector(WorkerRequests, BaseCollector):
             "num_workers": outers * workers, "traj_start": traj_start, "num_steps": steps,
             "seed": options.seed, "stop_flags": self._stop_flags,
             "replay_buffer": options.replay_buffer if written_elsewhere else None,
-        }
+            "init_fn": None if options.worker_init_fn is None else cloudpickle.dumps(options.worker_init_fn)}
         self._specs: dict[int, bytes] = {}  # pickled rollout specs, kept while the workers start
         # the pool (which the finalizer keeps) must not keep this collector alive: a weak setup
         self._pool = WorkerPool(transport, _weakly(self._worker_setup), workers, timeout=options.timeout,

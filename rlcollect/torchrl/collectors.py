@@ -36,7 +36,7 @@ from rlcollect.torchrl.arguments import idle_seconds, none_means_default
 from rlcollect.torchrl.backends import Selection, context_backend, select
 from rlcollect.torchrl.signatures import ASYNC, COLLECTOR, MULTI, RAY, RAY_DEFAULTS, torchrl_signature
 from rlcollect.torchrl.stats import TorchRLStats, torchrl_stats, worker_state_dict, worker_stats
-from rlcollect.torchrl.translate import take_torchrl_arguments
+from rlcollect.torchrl.translate import WorkerInit, take_torchrl_arguments
 
 __all__ = ["AsyncCollector", "Collector", "DataCollectorBase", "MultiAsyncCollector", "MultiCollector",
            "MultiSyncCollector", "ProfilerHook", "RayCollector"]
@@ -61,6 +61,8 @@ def _torchrl_init(collector: Any, cls: Any, args: tuple[Any, ...], kwargs: dict[
             raise TypeError("Cannot specify both weight_sync_schemes and weight_updater.")
         kwargs.pop("weight_updater")  # TorchRL's Collector: the schemes win, the updater is dropped
     translation = take_torchrl_arguments(kwargs)
+    if cls is not collectors.Collector:  # TorchRL's collectors with workers take init_fn
+        WorkerInit.take(kwargs)
     policy = args[1] if len(args) > 1 else kwargs.get("policy")
     if policy is not None:  # TorchRL warns when a policy device cannot be checked against the policy
         device = kwargs.get("policy_device", kwargs.get("device"))

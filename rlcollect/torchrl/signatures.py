@@ -56,14 +56,14 @@ COLLECTOR = """policy_factory backend backend_options num_collectors sync frames
     cudagraph_policy no_cuda_sync weight_updater weight_sync_schemes weight_recv_schemes
     track_policy_version worker_idx trajs_per_batch trajs_per_write traj_format
     auto_register_policy_transforms pre_collect_hook post_collect_hook compact_obs"""
-#: TorchRL's ``MultiCollector`` (its ``init_fn`` left out: rlcollect has no such hook).
+#: TorchRL's ``MultiCollector``.
 MULTI = """num_workers policy_factory frames_per_batch total_frames device storing_device env_device
     policy_device create_env_kwargs collector_class max_frames_per_traj init_random_frames
     reset_at_each_iter postproc split_trajs exploration_type reset_when_done update_at_each_batch
     preemptive_threshold num_threads num_sub_threads cat_results set_truncated use_buffers replay_buffer
     extend_buffer trust_policy compile_policy cudagraph_policy no_cuda_sync weight_updater
     weight_sync_schemes weight_recv_schemes track_policy_version worker_idx trajs_per_batch
-    trajs_per_write traj_format auto_register_policy_transforms pre_collect_hook post_collect_hook
+    trajs_per_write traj_format init_fn auto_register_policy_transforms pre_collect_hook post_collect_hook
     compact_obs"""
 #: TorchRL's ``AsyncCollector``.
 ASYNC = """policy_factory frames_per_batch total_frames device storing_device env_device policy_device

@@ -15,7 +15,7 @@ Examples:
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,13 +23,13 @@ import numpy as np
 import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase
 
-from rlcollect.collectors.checks import check_flag, check_int
+from rlcollect.collectors.checks import check_callable, check_flag, check_int
 from rlcollect.collectors.delivery import ReplayWriter
 from rlcollect.data.checks import short_repr
 from rlcollect.data.formats import BatchShape, BatchStep
 
 __all__ = ["TORCHRL_ARGUMENTS", "CompactObs", "GroupWorkers", "Translation", "WithoutTrajIds",
-           "take_torchrl_arguments"]
+           "WorkerInit", "take_torchrl_arguments"]
 
 #: TorchRL's own arguments the collectors of :mod:`rlcollect.torchrl` take, and their defaults.
 TORCHRL_ARGUMENTS: dict[str, Any] = {
@@ -136,6 +136,29 @@ class Translation:
         if self.receivers is not None:
             collector.register_scheme_receiver(self.receivers)
         collector.trust_policy, collector.cudagraphed_policy = self.trust_policy, self.cudagraph_policy
+
+
+@dataclass(frozen=True)
+class WorkerInit:
+    """TorchRL's ``init_fn`` of the collectors with workers (called with no argument first thing in
+    each worker process) as rlcollect's ``worker_init_fn`` (called with the worker's index).
+
+    Examples:
+        >>> WorkerInit(lambda: print("worker starts"))(3)
+        worker starts
+    """
+
+    init_fn: Callable[[], None]
+
+    def __call__(self, worker_idx: int) -> None:
+        self.init_fn()
+
+    @classmethod
+    def take(cls, kwargs: dict[str, Any]) -> None:
+        """Replace TorchRL's ``init_fn`` in ``kwargs`` with ``worker_init_fn`` (checked)."""
+        init_fn = check_callable("init_fn", kwargs.pop("init_fn", None))
+        if init_fn is not None:
+            kwargs["worker_init_fn"] = cls(init_fn)
 
 
 def take_torchrl_arguments(kwargs: dict[str, Any]) -> Translation:

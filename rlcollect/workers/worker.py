@@ -94,6 +94,7 @@ class WorkerSetup:
         own_weights: its policy keeps the weights its own factory gave it until an update for it
             (one ``policy_factory`` per worker); otherwise it takes the collector's before its
             first batch.
+        init_fn: the user's ``worker_init_fn``, cloudpickled: called with ``worker_idx`` first.
     """
 
     worker_idx: int
@@ -110,6 +111,7 @@ class WorkerSetup:
     replay_buffer: Any = None
     served_policy: Any = None
     own_weights: bool = False
+    init_fn: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -317,6 +319,8 @@ class Worker:
 def start_worker(setup: WorkerSetup) -> tuple[Worker | None, tuple[str, Any]]:
     """Build the worker; return it with its first answer (``ready`` or ``error``)."""
     try:
+        if setup.init_fn is not None:  # before anything of the worker's is built
+            cloudpickle.loads(setup.init_fn)(setup.worker_idx)
         worker = Worker(setup)
         return worker, ("ready", worker.info())
     except BaseException as error:

@@ -21,7 +21,7 @@ from rlcollect import torchrl as wing  # noqa: E402
 from tests.envs_for_tests import tilt_module  # noqa: E402
 
 #: TorchRL's arguments the wing leaves out of a signature, and the defaults it shows otherwise.
-LEFT_OUT = {"MultiSyncCollector": {"init_fn"}, "MultiAsyncCollector": {"init_fn"}}
+LEFT_OUT: dict[str, set[str]] = {}
 OTHER_DEFAULT = {"RayCollector": {"collector_class"}}  # TorchRL's Collector class: rlcollect's here
 
 

@@ -3,6 +3,8 @@ worker calls through ``map_fn``, and the deprecated ``DataCollectorBase``; each 
 
 from __future__ import annotations
 
+import functools
+import os
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -512,3 +514,27 @@ def test_rollout_returns_the_batch_as_torchrls(serial: bool) -> None:
     assert set(got.keys(True, True)) == set(want.keys(True, True))
     for key in want.keys(True, True):
         assert torch.equal(got[key], want[key]), key
+
+
+def record_pid(folder: Path) -> None:
+    (folder / str(os.getpid())).touch()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", ["MultiSyncCollector", "MultiAsyncCollector"])
+def test_init_fn_runs_once_in_each_worker_as_torchrl(name: str, tmp_path: Path) -> None:
+    """TorchRL's ``init_fn`` (no argument) runs first in each worker process, never here."""
+    import torchrl.collectors
+
+    for owner in (torchrl.collectors, wing):
+        folder = tmp_path / owner.__name__
+        folder.mkdir()
+        collector = getattr(owner, name)([categorical_cartpole] * 2, tilt_module(), frames_per_batch=20,
+                                         total_frames=40, init_fn=functools.partial(record_pid, folder))
+        try:
+            for _ in collector:
+                pass
+        finally:
+            collector.shutdown()
+        pids = {int(path.name) for path in folder.iterdir()}
+        assert len(pids) == 2 and os.getpid() not in pids, owner.__name__
