@@ -18,18 +18,19 @@ Examples:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDictBase
+from tensordict import NestedKey, TensorDictBase
 
 __all__ = [
     "TrajectoryAssembler",
     "TrajectoryIds",
-    "frame_ends",
     "pad_trajectories",
     "split_trajectories",
+    "trajectory_ends",
 ]
 
 
@@ -181,25 +182,25 @@ def split_trajectories(batch: TensorDictBase) -> TensorDictBase:
 
 
 
-def frame_ends(batch: TensorDictBase) -> torch.Tensor:
-    """``batch.shape``: whether each frame ends its trajectory: any ``done``, ``terminated`` or
-    ``truncated`` entry of its ``"next"`` is set (any agent's, in a TorchRL env's nested groups).
+def trajectory_ends(nxt: TensorDictBase, dims: int, keys: Iterable[NestedKey] | None = None) -> torch.Tensor:
+    """``nxt.batch_size[:dims]``: whether each frame ends its trajectory: any of its ``"next"``
+    entries ``keys`` is set (default: every ``done``, ``terminated`` and ``truncated`` entry), any
+    agent's in a TorchRL env's nested groups (the dims past ``dims``).
 
     Examples:
         >>> import torch
         >>> from tensordict import TensorDict
-        >>> batch = TensorDict({("next", "agents", "done"): torch.tensor([[[False], [True]],
-        ...                                                                [[False], [False]]])}, [2])
-        >>> frame_ends(batch).tolist()
+        >>> nxt = TensorDict({("agents", "done"): torch.tensor([[[False], [True]], [[False], [False]]])}, [2])
+        >>> trajectory_ends(nxt, dims=1).tolist()
         [True, False]
     """
-    dims = batch.ndim
-    end = torch.zeros(batch.shape, dtype=torch.bool)
-    nxt = batch.get("next")
-    for key in nxt.keys(True, True):
-        if (key if isinstance(key, str) else key[-1]) in ("done", "terminated", "truncated"):
-            flag = nxt.get(key)
-            end |= flag.reshape(*flag.shape[:dims], -1).any(-1)
+    if keys is None:
+        keys = [key for key in nxt.keys(True, True)
+                if (key if isinstance(key, str) else key[-1]) in ("done", "terminated", "truncated")]
+    end = torch.zeros(nxt.batch_size[:dims], dtype=torch.bool)
+    for key in keys:
+        flag = nxt.get(key)
+        end |= flag.reshape(*flag.shape[:dims], -1).any(-1)
     return end
 
 
@@ -243,7 +244,7 @@ class TrajectoryAssembler:
         if batch.ndim != 2:  # a TorchRL env's own batch: [T] unbatched, [*batch_size, T] batched
             batch = batch.reshape(-1, batch.shape[-1])
         ids = batch.get(("collector", "traj_ids"))
-        done = frame_ends(batch)
+        done = trajectory_ends(batch.get("next"), 2)
         mask = batch.get(("collector", "mask"), None)
         for row in range(batch.shape[0]):
             valid = int(mask[row].sum()) if mask is not None else batch.shape[1]

@@ -12,6 +12,7 @@ from typing import Any, cast
 
 import torch
 
+from rlcollect.data.trajectories import trajectory_ends
 from rlcollect.envs.torchrl_spaces import key_tuple, prepare_env_policy, spec_space
 
 __all__ = ["TensorDictEnv", "tensordict_only"]
@@ -93,12 +94,7 @@ class TensorDictEnv:
 
     def ends(self, nxt: Any) -> torch.Tensor:
         """``[*batch, T]``: whether the trajectory ended at each frame (any done key, any agent)."""
-        dims = len(self.batch_size) + 1
-        end = torch.zeros(nxt.batch_size[:dims], dtype=torch.bool)
-        for key in self.done_keys:
-            flag = nxt.get(key)
-            end |= flag.reshape(*flag.shape[:dims], -1).any(-1)
-        return end
+        return trajectory_ends(nxt, len(self.batch_size) + 1, self.done_keys)
 
     def rewards(self, nxt: Any) -> torch.Tensor:
         """``[*batch, T]``: the sum of every reward entry of each frame (all agents: the team's)."""
