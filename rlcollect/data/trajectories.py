@@ -52,6 +52,7 @@ class TrajectoryIds:
         self._next = start + num_envs  # local counter; env n starts with local id start + n
         self._current = np.arange(start, start + num_envs, dtype=np.int64)
         self._starting = np.zeros(num_envs, dtype=bool)  # a new trajectory begins at frame 0
+        self._handed_out = False  # whether any frame got an id yet
 
     def restart(self) -> None:
         """Start new trajectories at the next frame of every env (after a reset)."""
@@ -61,6 +62,7 @@ class TrajectoryIds:
         """Write the ids of a batch with flags ``done [N, T]`` into ``out [N, T]``."""
         if done.shape[1] == 0:
             return
+        self._handed_out = True
         starts = np.empty_like(done)
         starts[:, 0] = self._starting
         starts[:, 1:] = done[:, :-1]
@@ -89,6 +91,7 @@ class TrajectoryIds:
         count = len(envs)
         if not count:
             return
+        self._handed_out = True
         order = np.argsort(envs, kind="stable")  # by env, each env's frames in time order
         e, d = envs[order], done[order]
         first = np.ones(count, dtype=bool)
@@ -129,6 +132,24 @@ class TrajectoryIds:
         self._next = int(state["next"])
         self._current = np.asarray(state["current"], dtype=np.int64).copy()
         self._starting = np.asarray(state["starting"], dtype=bool).copy()
+        self._handed_out = True
+
+    def continue_after(self, state: dict[str, Any]) -> None:
+        """Take :meth:`state_dict`'s counter but keep each env's own trajectory (its env was not
+        restored from that state): ids never handed out here start new trajectories, after every
+        id the state had handed out; an env already labelled keeps its trajectory.
+
+        Examples:
+            >>> ids = TrajectoryIds(num_envs=2)
+            >>> ids.continue_after({"next": 7, "current": np.array([5, 6]), "starting": np.zeros(2, bool)})
+            >>> out = np.zeros((2, 1), dtype=np.int64)
+            >>> ids.assign(np.zeros((2, 1), bool), out)
+            >>> out.ravel().tolist()
+            [7, 8]
+        """
+        self._next = max(self._next, int(state["next"]))
+        if not self._handed_out:
+            self.restart()
 
 
 def split_trajectories(batch: TensorDictBase) -> TensorDictBase:

@@ -93,19 +93,23 @@ class EnvBatch(abc.ABC):
             envs: bytes | None = pickle.dumps(self._picklable_state())
         except Exception as error:  # envs holding handles (sockets, simulators) do not pickle
             warnings.warn(
-                f"the envs could not be pickled ({error!r}): a state_dict will restore counters "
-                "and weights but not the envs' state",
+                f"the envs could not be pickled ({error!r}): this state_dict holds counters and "
+                "weights but not the envs' state; a collector loading it goes on with its own envs' "
+                "episodes (new trajectory ids), never an observation of these",
                 stacklevel=2,
             )
             envs = None
         return {"steps": np.array(self._steps, dtype=np.int64), "envs": envs}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned."""
+    def load_state_dict(self, state: dict[str, Any]) -> bool:
+        """Restore what :meth:`state_dict` returned; ``False`` where it holds no envs (they did
+        not pickle): the envs then go on with their own episodes, step counters included."""
+        if state["envs"] is None:
+            return False
         self._steps[:] = np.asarray(state["steps"]).tolist()
-        if state["envs"] is not None:
-            self.close()
-            self._restore_picklable_state(pickle.loads(state["envs"]))
+        self.close()
+        self._restore_picklable_state(pickle.loads(state["envs"]))
+        return True
 
 
 def source_env(envs: Any) -> Any:

@@ -350,7 +350,10 @@ class Rollout(ModelLookup):
         })
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue from :meth:`state_dict`: the next batches equal the uninterrupted run's.
+        """Continue from :meth:`state_dict`: the next batches equal the uninterrupted run's. From a
+        state without the envs (they did not pickle), each env goes on with its own episode (its
+        observation, step count, running return and policy state) under a new trajectory id:
+        no frame pairs an observation of the saved envs with a step of these.
 
         Raises:
             TypeError, ValueError: not a rollout's state, or one of other envs (each named).
@@ -364,16 +367,22 @@ class Rollout(ModelLookup):
         for key, value in pending.items():  # the envs' count and spaces, before anything changes
             check_tensor(f"the state's observation {key} (one row per env)", value, self.pending_obs[key])
         self.frames, self.batches = int(state["frames"]), int(state["batches"])
-        self.traj_ids.load_state_dict(state["traj_ids"])
-        self.episodes.load_state_dict(state["episodes"])
-        self.envs.load_state_dict(state["envs"])
-        for key, value in pending.items():
-            self.pending_obs[key].copy_(value)
+        restored = self.envs.load_state_dict(state["envs"])
+        self.episodes.load_state_dict(state["episodes"], running=restored)
+        if restored:
+            self.traj_ids.load_state_dict(state["traj_ids"])
+            for key, value in pending.items():
+                self.pending_obs[key].copy_(value)
+            self._load_policy_state(state.get("policy_state") or {})
+        else:
+            self.traj_ids.continue_after(state["traj_ids"])
         for model_id, weights in state["models"].items():
             self.module(model_id).load_state_dict(weights)
         torch.set_rng_state(state["rng"]["torch"])
         self.random_policy.load_state_dict(state["rng"]["random_policy"])
-        carried = state.get("policy_state") or {}
+
+    def _load_policy_state(self, carried: Mapping[str, Any]) -> None:
+        """What a policy carrying state continues from (its envs restored with it)."""
         if self.pending_init is not None and carried.get("pending_init") is not None:
             self.pending_init.copy_(carried["pending_init"])
         for key, value in (carried.get("carry") or {}).items():

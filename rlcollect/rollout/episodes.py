@@ -181,10 +181,12 @@ class EpisodeTracker:
             "count": self.count,
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned."""
-        self._return = np.asarray(state["return"], dtype=np.float64).copy()
-        self._length = np.asarray(state["length"], dtype=np.int64).copy()
+    def load_state_dict(self, state: dict[str, Any], *, running: bool = True) -> None:
+        """Restore what :meth:`state_dict` returned (``running=False``: all but the sums of the
+        episodes in progress, which stay this tracker's: its envs were not restored)."""
+        if running:
+            self._return = np.asarray(state["return"], dtype=np.float64).copy()
+            self._length = np.asarray(state["length"], dtype=np.int64).copy()
         self.returns.clear()
         self.returns.extend(state["returns"])
         self.lengths.clear()

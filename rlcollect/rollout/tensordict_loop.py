@@ -213,21 +213,21 @@ class TensorDictRollout(ModelLookup):
 
     # -- state -----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Counters, ids, episode sums, the next root, RNG state and weights."""
+        """Counters, ids, episode sums, RNG state and weights (not the env's: see load_state_dict)."""
         return {
             "frames": self.frames, "batches": self.batches,
             "traj_ids": self.traj_ids.state_dict(), "episodes": self.episodes.state_dict(),
-            "root": None if self._root is None else self._root.clone(),
             "models": copy_weights(self.models),
             "rng": torch.get_rng_state(),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue from :meth:`state_dict` (the env itself continues from where it stands)."""
+        """Continue from :meth:`state_dict`. The env is not in it: it goes on with its own episode
+        (this rollout's next root, running return and step count) under a new trajectory id, so
+        no frame pairs the saved env's observation with a step of this one."""
         self.frames, self.batches = int(state["frames"]), int(state["batches"])
-        self.traj_ids.load_state_dict(state["traj_ids"])
-        self.episodes.load_state_dict(state["episodes"])
-        self._root = None if state["root"] is None else state["root"].clone()
+        self.traj_ids.continue_after(state["traj_ids"])
+        self.episodes.load_state_dict(state["episodes"], running=False)
         for model_id, weights in state["models"].items():
             self.module(model_id).load_state_dict(weights)
         torch.set_rng_state(state["rng"])
