@@ -239,6 +239,15 @@ class Collector(_PrivateKeys, collectors.Collector, metaclass=_CollectorType):  
         """TorchRL's call (its ``Evaluator`` makes it): the env's transform writes what it gathered."""
         dump_env_transform(self.env, step)
 
+    def reset(self, index: Any = None, **kwargs: Any) -> None:
+        """Reset every env now, as TorchRL's ``reset()``; TorchRL's partial reset (``index``,
+        or keyword arguments for the env's ``reset``) is refused, naming it."""
+        if index is not None or kwargs:
+            raise ValueError(f"Collector.reset(index={index!r}, **{kwargs!r}): rlcollect resets every env "
+                             "of the collector (reset()); TorchRL's partial reset of the envs at index, "
+                             "and keyword arguments to the env's reset, are not supported")
+        super().reset()
+
     def enable_profile(self, **kwargs: Any) -> None:
         """rlcollect's (the profiler runs inside the rollout); ``post_collect_hook`` then reads
         a :class:`ProfilerHook` until :meth:`disable_profile`, as in TorchRL."""

@@ -193,6 +193,18 @@ def test_reset_drops_the_trajectories_held_for_trajs_per_batch_as_torchrl() -> N
     assert not torch.equal(starts[3], starts[4])
 
 
+def test_a_partial_reset_is_refused_naming_it() -> None:
+    with wing.Collector(categorical_cartpole, frames_per_batch=8) as collector:
+        first = collector.next()
+        with pytest.raises(ValueError, match=r"reset\(index=0.*partial reset"):
+            collector.reset(index=0)
+        with pytest.raises(ValueError, match="keyword arguments"):
+            collector.reset(options={})
+        collector.reset()  # every env: the next batch starts new trajectories
+        after = collector.next()
+    assert after["collector", "traj_ids"][0] > first["collector", "traj_ids"].max()
+
+
 def tilt_policy() -> TensorDictModule:
     """No parameter: a policy device cannot be checked against it."""
     return TensorDictModule(lambda obs: (obs[..., 2:3] > 0).long().squeeze(-1), in_keys=["observation"],
