@@ -55,6 +55,9 @@ class TorchRLEnv(EnvBatch):
         self.observation_space = obs_space["observation"] if single else obs_space
         self.action_space = spec_space(per_env(env.action_spec), "action_spec")
         self._root: Any = None
+        # what a step's "next" may hold: an entry beyond it would have no place in the buffers
+        self._declared: set[tuple[str, ...]] | None = {*self._obs_leaves, *map(key_tuple, env.done_keys),
+                                                        *map(key_tuple, env.reward_keys)}
 
     def bind(self, buffers: BatchBuffers) -> None:
         super().bind(buffers)
@@ -89,6 +92,8 @@ class TorchRLEnv(EnvBatch):
             self._root.set(next_key, extra[:, t] if self._batched else extra[0, t])
         out = self.env.step(self._root)
         nxt = out.get("next")
+        if self._declared is not None:  # the first step: every entry has its place
+            self._check_declared(nxt, t)
         for key in self._step_keys:  # a key the step dropped: never the previous value again
             if nxt.get(key, None) is None:
                 returned = sorted(map(str, nxt.keys()))
@@ -115,6 +120,17 @@ class TorchRLEnv(EnvBatch):
                 root.set(key, (done if key != "terminated" else terminated).reshape(root.get(key).shape))
         self._root = self.env.maybe_reset(root)
         self._write_root(t + 1)
+
+    def _check_declared(self, nxt: Any, t: int) -> None:
+        """Raise where the step returned an entry the specs do not declare (it would be lost)."""
+        assert self._declared is not None
+        extra = sorted(str(key) for key in map(key_tuple, nxt.keys(True, True)) if key not in self._declared)
+        self._declared = None
+        if extra:
+            raise BadDataError(f"entries {', '.join(extra)} of 'next'", None, t,
+                               "are not in the env's specs, from which the batch buffers are laid out: "
+                               "declare them in its observation spec (a transform's "
+                               "transform_observation_spec), so that the batch holds them")
 
     def prepare_policy(self, policy: Any) -> None:
         prepare_env_policy(self.env, policy)

@@ -1,7 +1,8 @@
 """TorchRL envs whose data the batch buffers cannot hold, stepped tensordict by tensordict.
 
 Several action, reward or done keys, multi-agent groups with their own dims, batch sizes of two
-or more dims, heterogeneous or non-tensor specs: :func:`tensordict_only` says why, and
+or more dims, heterogeneous or non-tensor specs, transforms that edit the stored frames:
+:func:`tensordict_only` says why, and
 :class:`TensorDictEnv` is what :mod:`rlcollect.rollout.tensordict_loop` steps, as TorchRL's
 collector steps them.
 """
@@ -15,7 +16,7 @@ import torch
 from rlcollect.data.trajectories import trajectory_ends
 from rlcollect.envs.torchrl_spaces import key_tuple, prepare_env_policy, spec_space
 
-__all__ = ["TensorDictEnv", "tensordict_only"]
+__all__ = ["TensorDictEnv", "frame_editors", "tensordict_only"]
 
 
 FLAGS = ("done", "terminated", "truncated")
@@ -52,7 +53,35 @@ def tensordict_only(env: Any) -> str | None:
         spec_space(per_env(env.action_spec), "action_spec")
     except Exception as error:  # stacked (heterogeneous) specs, non-tensor entries, ...
         return f"specs with no Gymnasium space ({type(error).__name__}: {error})"
+    editors = frame_editors(env)
+    if editors:
+        return (f"transforms that edit each frame after its step ({', '.join(editors)}), which the "
+                "buffers, laid out from the specs, would not follow")
     return None
+
+
+def frame_editors(env: Any) -> list[str]:
+    """The transforms of ``env`` that edit the stored frame after ``step_mdp`` (they override
+    TorchRL's ``_post_step_mdp_hooks``: ``NextObservationDelta`` writes ``("next", "delta", key)``
+    and drops ``("next", key)``, none of it in the specs).
+
+    Examples:
+        >>> from torchrl.envs import GymEnv, NextObservationDelta, StepCounter, TransformedEnv
+        >>> frame_editors(TransformedEnv(GymEnv("CartPole-v1"), NextObservationDelta()))
+        ['NextObservationDelta']
+        >>> frame_editors(TransformedEnv(GymEnv("CartPole-v1"), StepCounter()))
+        []
+    """
+    from torchrl.envs import Compose, Transform, TransformedEnv
+
+    names: list[str] = []
+    while isinstance(env, TransformedEnv):
+        transform = env.transform
+        chain = list(transform.transforms) if isinstance(transform, Compose) else [transform]
+        names += [type(t).__name__ for t in chain
+                  if type(t)._post_step_mdp_hooks is not Transform._post_step_mdp_hooks]
+        env = env.base_env
+    return names
 
 
 class TensorDictEnv:

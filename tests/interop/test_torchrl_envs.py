@@ -471,7 +471,7 @@ def test_a_policy_without_an_action_builds_as_in_torchrl_and_fails_when_it_acts(
         Collector("CartPole-v1", gru_alone(), frames_per_batch=10)
 
 
-class NextObservationDelta(torchrl.envs.Transform):
+class DeltaObservation(torchrl.envs.Transform):
     """Writes ``("delta", "observation")``: the step's change of observation (zeros at a reset),
     declared in the observation spec as a nested entry."""
 
@@ -494,7 +494,7 @@ class NextObservationDelta(torchrl.envs.Transform):
 
 
 def make_delta_env() -> TransformedEnv:
-    return TransformedEnv(make_env(), NextObservationDelta())
+    return TransformedEnv(make_env(), DeltaObservation())
 
 
 @pytest.mark.timeout(60)
