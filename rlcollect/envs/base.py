@@ -81,7 +81,8 @@ class EnvBatch(abc.ABC):
 
     @abc.abstractmethod
     def _picklable_state(self) -> Any:
-        """The objects whose pickle captures the envs' full state."""
+        """The objects whose pickle captures the envs' full state (``None``: the envs are never
+        held in a state_dict, as TorchRL envs are not in TorchRL's)."""
 
     @abc.abstractmethod
     def _restore_picklable_state(self, state: Any) -> None:
@@ -90,7 +91,8 @@ class EnvBatch(abc.ABC):
     def state_dict(self) -> dict[str, Any]:
         """Episode step counters and, where the envs pickle, the envs themselves."""
         try:
-            envs: bytes | None = pickle.dumps(self._picklable_state())
+            held = self._picklable_state()
+            envs: bytes | None = None if held is None else pickle.dumps(held)
         except Exception as error:  # envs holding handles (sockets, simulators) do not pickle
             warnings.warn(
                 f"the envs could not be pickled ({error!r}): this state_dict holds counters and "

@@ -143,7 +143,7 @@ class TorchRLEnv(EnvBatch):
             self.env.close()
 
     def _picklable_state(self) -> Any:
-        raise TypeError("TorchRL envs are not pickled into a state_dict")
+        return None  # never pickled into a state_dict, as in TorchRL (no warning: by design)
 
     def _restore_picklable_state(self, state: Any) -> None:
         raise TypeError("TorchRL envs are not restored from a state_dict")

@@ -80,3 +80,14 @@ def test_an_env_the_buffers_do_not_hold_resumes_from_its_own_root() -> None:
         if key != ("collector", "traj_ids"):
             torch.testing.assert_close(batch[key], reference[key], msg=f"{key}")
     assert batch["collector", "traj_ids"].min() > before[-1]["collector", "traj_ids"].max()
+
+
+def test_a_state_dict_of_a_torchrl_env_does_not_warn() -> None:
+    """TorchRL envs are never in the state (by design, as in TorchRL's): a trainer checkpointing
+    its collector every few batches is not told so each time."""
+    with rlcollect.torchrl.Collector(make_env, policy(), frames_per_batch=20) as collector:
+        collector.next()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            state = collector.state_dict()
+    assert state["rollout"]["frames"] == 20
