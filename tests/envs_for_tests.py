@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -177,6 +179,32 @@ def assert_ids_label_trajectories(batches: list[Any]) -> None:
     assert torch.equal(ids[:, 1:] != ids[:, :-1], done[:, :-1])
     owners = {int(t): r for r in range(ids.shape[0]) for t in ids[r].unique()}
     assert len(owners) == len(ids.unique())
+
+
+def resumed_beside_fresh(build: Callable[[], Any], batches: int) -> tuple[list[Any], Any, Any, int]:
+    """``batches`` batches of a collector ``build`` makes, then its state loaded into a second one:
+    the batches, the second one's first batch, a fresh collector's first batch, and the frames the
+    second one counts after its batch (envs that do not pickle warn: tested where it matters)."""
+    with build() as saved:
+        before = [saved.next().clone() for _ in range(batches)]
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "the envs could not be pickled")
+            state = saved.state_dict()
+    with build() as fresh:
+        reference = fresh.next().clone()
+    with build() as resumed:
+        resumed.load_state_dict(state)
+        batch = resumed.next().clone()
+        frames = resumed.stats().frames
+    return before, batch, reference, frames
+
+
+def assert_same_but_ids(batch: Any, reference: Any) -> None:
+    """The same entries, value for value, trajectory ids aside."""
+    assert set(batch.keys(True, True)) == set(reference.keys(True, True))
+    for key in reference.keys(True, True):
+        if key != ("collector", "traj_ids"):
+            torch.testing.assert_close(batch[key], reference[key], msg=f"{key}")
 
 
 class PixelEnv(gym.Env[np.ndarray, int]):

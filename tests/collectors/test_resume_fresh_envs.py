@@ -7,7 +7,6 @@ batch a fresh collector would collect, ids aside."""
 from __future__ import annotations
 
 import threading
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -17,7 +16,7 @@ import torch
 from tensordict import TensorDictBase
 
 from rlcollect import Collector, MultiSyncCollector
-from tests.envs_for_tests import TiltPolicy, make_cartpole
+from tests.envs_for_tests import TiltPolicy, assert_same_but_ids, make_cartpole, resumed_beside_fresh
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -49,21 +48,9 @@ def ids_of(batch: TensorDictBase) -> torch.Tensor:
 
 @pytest.mark.parametrize("build", [single, multi_sync], ids=["Collector", "MultiSyncCollector"])
 def test_resumed_envs_start_from_their_own_reset(build: Callable[[], Any]) -> None:
-    with build() as saved:
-        before = [saved.next().clone() for _ in range(3)]
-        with warnings.catch_warnings():  # (said where the envs are: by a worker, on its stderr)
-            warnings.filterwarnings("ignore", "the envs could not be pickled")
-            state = saved.state_dict()
-    with build() as fresh:
-        reference = fresh.next().clone()
-    with build() as resumed:
-        resumed.load_state_dict(state)
-        batch = resumed.next().clone()
-        assert resumed.stats().frames == 4 * batch.numel()  # the counters continue
-    assert set(batch.keys(True, True)) == set(reference.keys(True, True))
-    for key in reference.keys(True, True):
-        if key != ("collector", "traj_ids"):
-            torch.testing.assert_close(batch[key], reference[key], msg=f"{key}")
+    before, batch, reference, frames = resumed_beside_fresh(build, 3)
+    assert frames == 4 * batch.numel()  # the counters continue
+    assert_same_but_ids(batch, reference)
     # the saved envs' next observations are not the first frame of the resumed batch
     assert not torch.equal(batch["observation"][:, 0], before[-1]["next", "observation"][:, -1])
     handed_out = set(torch.cat([ids_of(b).flatten() for b in before]).tolist())

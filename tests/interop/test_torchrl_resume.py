@@ -18,7 +18,7 @@ from torchrl.envs import GymEnv, StepCounter, TransformedEnv  # noqa: E402
 from torchrl.testing.mocking_classes import CountingEnvCountPolicy, NestedCountingEnv  # noqa: E402
 
 import rlcollect.torchrl  # noqa: E402
-from tests.envs_for_tests import TiltPolicy  # noqa: E402
+from tests.envs_for_tests import TiltPolicy, resumed_beside_fresh  # noqa: E402
 
 pytestmark = [pytest.mark.timeout(120),  # the policy's InitTracker: TorchRL 0.14 warns as rlcollect does
               pytest.mark.filterwarnings("ignore:the env lacks transforms the policy needs:FutureWarning")]
@@ -68,14 +68,7 @@ def test_an_env_the_buffers_do_not_hold_resumes_from_its_own_root() -> None:
         return rlcollect.Collector(env, CountingEnvCountPolicy(env.full_action_spec[env.action_key],
                                                                 env.action_key), frames_per_batch=8)
 
-    with build() as saved:
-        before = [saved.next().clone() for _ in range(2)]
-        state = saved.state_dict()
-    with build() as fresh:
-        reference = fresh.next().clone()
-    with build() as loaded:
-        loaded.load_state_dict(state)
-        batch = loaded.next().clone()
+    before, batch, reference, _ = resumed_beside_fresh(build, 2)
     for key in reference.keys(True, True):
         if key != ("collector", "traj_ids"):
             torch.testing.assert_close(batch[key], reference[key], msg=f"{key}")
