@@ -104,9 +104,10 @@ class GymEnvs(EnvBatch):
     def step(self, t: int) -> None:
         buffers = self._buffers
         assert buffers is not None
+        # each step's actions are the envs' own (a copy, or python ints), as in a hand-written loop:
+        # an env that keeps its action, or edits it in place, touches no batch
         actions: Any = self._actions[:, t]
-        if self._actions_as_list:
-            actions = actions.tolist()
+        actions = actions.tolist() if self._actions_as_list else actions.copy()
         obs_array, rewards, limit, steps = self._obs_array, self._reward_rows[t], self._limit, self._steps
         # the checks (rlcollect.data.checks) cost two identity tests per env-step: flags are
         # looked at only when they are not exactly False, rewards when the batch is finished

@@ -86,7 +86,7 @@ class TorchRLEnv(EnvBatch):
     def step(self, t: int) -> None:
         buffers = self._buffers
         assert buffers is not None and self._root is not None
-        action = self._actions[:, t]
+        action = self._actions[:, t].clone()  # the env's own: one it keeps or edits touches no batch
         self._root.set("action", action if self._batched else action[0])
         for next_key, extra in self._policy_next:
             self._root.set(next_key, extra[:, t] if self._batched else extra[0, t])

@@ -114,7 +114,7 @@ class GymVectorEnv(EnvBatch):
     def step(self, t: int) -> None:
         buffers = self._buffers
         assert buffers is not None
-        obs, reward, terminated, truncated, info = self.env.step(self._actions[:, t])
+        obs, reward, terminated, truncated, info = self.env.step(self._actions[:, t].copy())  # the envs' own
         if self.check_writes:
             self._check(obs, reward, terminated, truncated, step=t)
         self._steps += 1
