@@ -11,7 +11,10 @@ env's and the policy's keys as they are, ``("collector", "traj_ids")`` and ``"po
 
 A trajectory ends where any done entry of the frame's ``"next"`` is set (any agent's); trajectory
 ids and episode statistics (the return: every reward entry summed, all agents) are the engine's
-own, over the env's batch flattened (env ``i`` is row ``i`` of ``batch.reshape(-1, T)``).
+own, over the env's batch flattened (env ``i`` is row ``i`` of ``batch.reshape(-1, T)``). The
+frames keep the env's own tensors: the first batch copies what the env returns at each step and
+compares at its end, and an env that changed a tensor it returned (its state, returned as it is
+and incremented in place) is a ``BadDataError``, since every frame would hold its last value.
 
 Examples:
     >>> from torchrl.testing.mocking_classes import NestedCountingEnv
@@ -46,18 +49,32 @@ from rlcollect.rollout.models import ModelLookup, copy_weights, env_modules
 __all__ = ["TensorDictRollout"]
 
 
-def _float_leaves(data: TensorDictBase, prefix: tuple[str, ...] = ()) -> Any:
-    """``(key, tensor)`` of every floating-point leaf, the parts of lazy stacks one by one
-    (their shapes may differ: heterogeneous agents)."""
+def _leaves(data: TensorDictBase, floating: bool = False, prefix: tuple[str, ...] = ()) -> Any:
+    """``(key, tensor)`` of every tensor leaf (``floating``: floating-point ones only), the parts
+    of lazy stacks one by one (their shapes may differ: heterogeneous agents)."""
     if isinstance(data, LazyStackedTensorDict):
         for part in data.tensordicts:
-            yield from _float_leaves(part, prefix)
+            yield from _leaves(part, floating, prefix)
         return
     for key, value in data.items():
         if isinstance(value, TensorDictBase):
-            yield from _float_leaves(value, (*prefix, key))
-        elif isinstance(value, torch.Tensor) and value.is_floating_point():
+            yield from _leaves(value, floating, (*prefix, key))
+        elif isinstance(value, torch.Tensor) and (value.is_floating_point() or not floating):
             yield (*prefix, key), value
+
+
+def _check_unchanged(returned: list[TensorDictBase], copies: list[TensorDictBase]) -> None:
+    """Raise if a tensor the env returned at a step (its ``"next"``) holds other values now than
+    its copy taken then: the env changed it in place afterwards, so the frames would not hold
+    their own step's values."""
+    for step, (now, then) in enumerate(zip(returned, copies, strict=True)):
+        for (key, value), (_, copy) in zip(_leaves(now), _leaves(then), strict=True):
+            if not bool(((value == copy) | (value.isnan() & copy.isnan())).all()):
+                raise BadDataError(
+                    f"entry {('next', *key)!r}", None, step,
+                    "was changed by the env after its step (the env returned a tensor it then changed "
+                    "in place, such as its state: every frame would hold its last value, as TorchRL's "
+                    "collectors store it); return a new tensor at each step (state.clone())")
 
 
 @dataclass
@@ -102,6 +119,7 @@ class TensorDictRollout(ModelLookup):
         self.frames = self.batches = 0
         self.collect_seconds = 0.0
         self._root: TensorDictBase | None = None
+        self._watch = True  # the first batch checks that the env leaves what it returned alone
 
     def set_check(self, check: str) -> None:
         """``"off"``: no check of the batches; else every floating-point entry must be finite."""
@@ -127,6 +145,7 @@ class TensorDictRollout(ModelLookup):
             self._reset(None)
         start = time.perf_counter()
         frames = []
+        watched: list[TensorDictBase] | None = [] if self._watch else None  # copies, as returned
         root = self._root
         assert root is not None
         with torch.no_grad(), set_interaction_type(self.spec.exploration_type):
@@ -137,7 +156,12 @@ class TensorDictRollout(ModelLookup):
                     root = self._act(root, t)
                 frame, root = self.envs.step(root)
                 frames.append(frame)
+                if watched is not None:
+                    watched.append(frame.get("next").clone())
         self._root = root
+        if watched is not None:  # the first batch: each step's values are still there
+            _check_unchanged([frame.get("next") for frame in frames], watched)
+            self._watch = False
         batch = LazyStackedTensorDict.maybe_dense_stack(frames, -1)
         self._finish(batch, num_steps, policy_version)
         self.collect_seconds += time.perf_counter() - start
@@ -184,7 +208,7 @@ class TensorDictRollout(ModelLookup):
     def _check(self, batch: TensorDictBase) -> None:
         """Every floating-point entry is finite (bad data is an error, never handed out)."""
         frame_dims = batch.batch_size[: len(self.envs.batch_size) + 1]
-        for key, value in _float_leaves(batch):
+        for key, value in _leaves(batch, floating=True):
             if value.isfinite().all():
                 continue
             env = step = None
