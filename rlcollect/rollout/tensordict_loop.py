@@ -12,9 +12,10 @@ env's and the policy's keys as they are, ``("collector", "traj_ids")`` and ``"po
 A trajectory ends where any done entry of the frame's ``"next"`` is set (any agent's); trajectory
 ids and episode statistics (the return: every reward entry summed, all agents) are the engine's
 own, over the env's batch flattened (env ``i`` is row ``i`` of ``batch.reshape(-1, T)``). The
-frames keep the env's own tensors: the first batch copies what the env returns at each step and
-compares at its end, and an env that changed a tensor it returned (its state, returned as it is
-and incremented in place) is a ``BadDataError``, since every frame would hold its last value.
+frames keep the env's and the policy's own tensors: the first batch copies each frame at its step
+and compares at its end, and an env (or policy) that changed a tensor it returned (its state,
+returned as it is and incremented in place) is a ``BadDataError``: every frame would hold its last
+value.
 
 Examples:
     >>> from torchrl.testing.mocking_classes import NestedCountingEnv
@@ -64,17 +65,18 @@ def _leaves(data: TensorDictBase, floating: bool = False, prefix: tuple[str, ...
 
 
 def _check_unchanged(returned: list[TensorDictBase], copies: list[TensorDictBase]) -> None:
-    """Raise if a tensor the env returned at a step (its ``"next"``) holds other values now than
-    its copy taken then: the env changed it in place afterwards, so the frames would not hold
-    their own step's values."""
+    """Raise if a tensor of a frame (what the env or the policy returned at a step) holds other
+    values now than its copy taken then: it was changed in place afterwards, so the frames would
+    not hold their own step's values."""
     for step, (now, then) in enumerate(zip(returned, copies, strict=True)):
         for (key, value), (_, copy) in zip(_leaves(now), _leaves(then), strict=True):
             if not bool(((value == copy) | (value.isnan() & copy.isnan())).all()):
                 raise BadDataError(
-                    f"entry {('next', *key)!r}", None, step,
-                    "was changed by the env after its step (the env returned a tensor it then changed "
-                    "in place, such as its state: every frame would hold its last value, as TorchRL's "
-                    "collectors store it); return a new tensor at each step (state.clone())")
+                    f"entry {key!r}", None, step,
+                    "was changed by the env or the policy after its step (a tensor returned as it is, "
+                    "such as the env's state, then changed in place: every frame would hold its last "
+                    "value, as TorchRL's collectors store it); return a new tensor at each step "
+                    "(state.clone())")
 
 
 @dataclass
@@ -157,10 +159,10 @@ class TensorDictRollout(ModelLookup):
                 frame, root = self.envs.step(root)
                 frames.append(frame)
                 if watched is not None:
-                    watched.append(frame.get("next").clone())
+                    watched.append(frame.clone())
         self._root = root
         if watched is not None:  # the first batch: each step's values are still there
-            _check_unchanged([frame.get("next") for frame in frames], watched)
+            _check_unchanged(frames, watched)
             self._watch = False
         batch = LazyStackedTensorDict.maybe_dense_stack(frames, -1)
         self._finish(batch, num_steps, policy_version)
