@@ -270,9 +270,13 @@ def check_action(output: Any, space: gym.Space[Any], num_envs: int) -> None:
     expected = ("a floating (or integer) dtype" if wants_float
                 else "an integer or bool dtype (or floats holding whole numbers)")
     if not isinstance(output, torch.Tensor):
+        several = ("; a policy with several outputs (the action, its log-probability, ...) is a "
+                   "tensordict.nn.TensorDictModule(policy, in_keys=['observation'], out_keys=['action', "
+                   "'action_log_prob', ...]): its other outputs are stored in the batch"
+                   if isinstance(output, tuple | dict) else "")
         raise ValueError(
-            f"the policy returned {type(output).__name__}; expected a tensor of shape "
-            f"{expected_shape} with {expected} for action space {space}"
+            f"the policy returned {type(output).__name__}; expected a tensor (or a numpy array) of shape "
+            f"{expected_shape} with {expected} for action space {space}{several}"
         )
     if lacks_unit_dims(tuple(output.shape), expected_shape):  # stored reshaped (see checked_output)
         output = output.reshape(expected_shape)

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 import gymnasium as gym
+import numpy as np
 import torch
 
 from rlcollect.data.buffers import BatchBuffers
@@ -22,7 +23,7 @@ from rlcollect.policies.adapter import (
     sample_observations,
 )
 
-__all__ = ["ModulePolicy", "TupleOutput", "required_arguments"]
+__all__ = ["ModulePolicy", "NumpyActions", "TupleOutput", "required_arguments"]
 
 
 class ModulePolicy(PolicyAdapter):
@@ -66,6 +67,8 @@ class ModulePolicy(PolicyAdapter):
         self.action_field = action_fields(action_space)[0]
         with torch.inference_mode():
             out = self._forward(sample)
+            if isinstance(out, np.ndarray | np.generic):  # SB3's model.predict, a numpy policy
+                self.callable, out = NumpyActions(self.callable), torch.from_numpy(np.asarray(out))
             arguments = required_arguments(module)
             if isinstance(out, tuple) and arguments is not None and arguments[1] == ["observation"]:
                 raise TupleOutput(len(out))  # make_policy wraps it as TorchRL does
@@ -119,6 +122,24 @@ class ModulePolicy(PolicyAdapter):
             field = self.action_field
             out = checked_output(out, (first.shape[0], *field.shape), field.dtype, "action", None)
         return [out]
+
+
+class NumpyActions:
+    """A policy that returns numpy arrays (Stable-Baselines3's ``model.predict``, a hand-written
+    numpy policy), as one that returns tensors: its actions as they are (``torch.from_numpy``: no
+    copy, no cast), then checked as every policy's.
+
+    Examples:
+        >>> import numpy as np
+        >>> NumpyActions(lambda obs: np.zeros(len(obs), dtype=np.int64))(torch.ones(3, 4))
+        tensor([0, 0, 0])
+    """
+
+    def __init__(self, policy: Callable[[torch.Tensor], Any]) -> None:
+        self.policy = policy
+
+    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.from_numpy(np.asarray(self.policy(obs)))
 
 
 class TupleOutput(Exception):

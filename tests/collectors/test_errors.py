@@ -75,7 +75,12 @@ def test_vector_env_with_num_envs() -> None:
      r"got shape \(1, 1\) dtype torch.int64, expected shape \(1,\) with an integer or bool dtype"),
     (lambda obs: torch.full((obs.shape[0],), 0.5),
      r"got shape \(1,\) dtype torch.float32, expected shape \(1,\) with an integer or bool dtype"),
-    (lambda obs: [0], r"the policy returned list; expected a tensor of shape \(1,\)"),
+    (lambda obs: [0], r"the policy returned list; expected a tensor \(or a numpy array\) of shape \(1,\)"),
+    (lambda obs: (torch.zeros(obs.shape[0], dtype=torch.long), obs.sum(-1)),
+     r"returned tuple.* several outputs.*TensorDictModule\(policy, in_keys=\['observation'\]"),
+    (lambda obs: {"action": torch.zeros(obs.shape[0], dtype=torch.long)}, r"returned dict.* several outputs"),
+    (lambda obs: np.zeros((obs.shape[0], 1), dtype=np.int64),
+     r"got shape \(1, 1\) dtype torch.int64, expected shape \(1,\)"),  # numpy: checked as a tensor
 ])
 def test_policy_output_that_does_not_fit(policy: Any, message: str) -> None:
     with pytest.raises(ValueError, match=message):

@@ -264,8 +264,12 @@ def test_dry_step_error_names_both_shapes_and_dtypes(
 
 
 def test_dry_step_rejects_a_non_tensor_output() -> None:
-    with pytest.raises(ValueError, match=r"returned ndarray; expected a tensor of shape \(3,\)"):
-        make_policy(lambda obs: np.zeros(3, dtype=np.int64), BOX_OBS, spaces.Discrete(2), N)
+    with pytest.raises(ValueError, match=r"returned list; expected a tensor \(or a numpy array\) of shape"):
+        make_policy(lambda obs: [0, 0, 0], BOX_OBS, spaces.Discrete(2), N)
+    adapter = make_policy(lambda obs: np.zeros(3, dtype=np.int64), BOX_OBS, spaces.Discrete(2), N)
+    assert adapter.action_dtype == torch.int64  # numpy actions taken as they are, then checked
+    with pytest.raises(ValueError, match=r"got shape \(3, 1\) dtype torch.int64, expected shape \(3,\)"):
+        make_policy(lambda obs: np.zeros((3, 1), dtype=np.int64), BOX_OBS, spaces.Discrete(2), N)
 
 
 # -- TensorDictPolicy ---------------------------------------------------------------------------

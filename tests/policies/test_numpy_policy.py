@@ -1,0 +1,72 @@
+"""A policy that returns numpy arrays (Stable-Baselines3's ``model.predict``, a hand-written numpy
+policy) collects the same batches as the same policy returning tensors, in every collector; its
+actions are checked as a tensor policy's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from rlcollect import AsyncBatchedCollector, Collector, MultiAsyncCollector, MultiSyncCollector
+from rlcollect.data.checks import BadDataError
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def tilt(obs: torch.Tensor) -> torch.Tensor:
+    return (obs[:, 2] > 0).long()
+
+
+def tilt_numpy(obs: torch.Tensor) -> np.ndarray:
+    return (obs.numpy()[:, 2] > 0).astype(np.int64)  # as SB3's model.predict(obs)[0] returns
+
+
+def push_numpy(obs: torch.Tensor) -> np.ndarray:
+    return np.clip(obs.numpy()[:, :1], -2.0, 2.0)  # float32 [N, 1]
+
+
+def push(obs: torch.Tensor) -> torch.Tensor:
+    return obs[:, :1].clamp(-2.0, 2.0)
+
+
+def build(kind: str, env: str, policy: Any) -> Any:
+    common: dict[str, Any] = {"frames_per_batch": 16, "total_frames": 48, "seed": 3}
+    if kind in ("async", "batched"):  # one batch per worker, whichever comes first
+        common.update(frames_per_batch=8, total_frames=16)
+    if kind == "single":
+        return Collector(env, policy, num_envs=2, **common)
+    if kind == "batched":
+        return AsyncBatchedCollector(env, policy, num_envs=2, envs_per_worker=1, **common)
+    workers = {"sync": MultiSyncCollector, "async": MultiAsyncCollector}[kind]
+    return workers(env, policy, num_workers=2, **common)
+
+
+def batches(kind: str, env: str, policy: Any) -> list[Any]:
+    with build(kind, env, policy) as collector:
+        out = [batch.clone() for batch in collector]
+    if kind in ("async", "batched"):  # in arrival order: sorted by env for the comparison
+        out.sort(key=lambda b: (float(b["observation"][0, 0, 0]), float(b["observation"][0, 0, 1])))
+    return out
+
+
+@pytest.mark.parametrize("kind", ["single", "sync", "async", "batched"])
+def test_numpy_actions_equal_tensor_actions(kind: str) -> None:
+    for env, tensor_policy, numpy_policy, dtype in [("CartPole-v1", tilt, tilt_numpy, torch.int64),
+                                                    ("Pendulum-v1", push, push_numpy, torch.float32)]:
+        expected, got = batches(kind, env, tensor_policy), batches(kind, env, numpy_policy)
+        assert len(got) == len(expected) == (2 if kind in ("async", "batched") else 3)
+        for a, b in zip(expected, got, strict=True):
+            assert b["action"].dtype == dtype
+            assert (a == b).all(), f"{env}: the numpy policy's batch differs"
+
+
+def test_numpy_actions_are_checked() -> None:
+    def not_finite(obs: torch.Tensor) -> np.ndarray:
+        return np.full((len(obs), 1), np.nan, dtype=np.float32)
+
+    with Collector("Pendulum-v1", not_finite, frames_per_batch=8, total_frames=8) as collector, \
+            pytest.raises(BadDataError, match="action"):
+        next(iter(collector))
