@@ -305,25 +305,23 @@ def on_device(module: Any, device: torch.device | None) -> Any:
 
 
 class PrivateInput:
-    """The policy's own copy of one observation entry, refilled each step from the batch's view
-    of step ``t``: a policy that writes into its input changes its copy, never the stored frames.
-    The copy goes through numpy where it can (a fraction of a microsecond for small entries)."""
+    """The policy's own copy of one observation entry at each step, made from the batch's view of
+    step ``t``: a policy that writes into its input changes its copy, never the stored frames, and
+    one that keeps its inputs (a frame history, the previous observation) finds them as they were,
+    as in a hand-written loop. The copy goes through numpy where it can (under a microsecond for
+    small entries); ``scratch`` is a tensor of the entry's shape and dtype."""
 
     def __init__(self, views: list[torch.Tensor]) -> None:
         self.views = views
         self.scratch = torch.empty_like(views[0], memory_format=torch.contiguous_format)
-        self._scratch_np: np.ndarray | None = None
         self._views_np: list[np.ndarray] = []
         try:
             self._views_np = [view.numpy() for view in views]
-            self._scratch_np = self.scratch.numpy()
         except (TypeError, RuntimeError):  # a dtype numpy lacks (bfloat16), or not on the CPU
             self._views_np = []
 
     def take(self, t: int) -> torch.Tensor:
-        """The scratch tensor, holding step ``t``'s observation."""
-        if self._scratch_np is not None:
-            np.copyto(self._scratch_np, self._views_np[t])
-        else:
-            self.scratch.copy_(self.views[t])
-        return self.scratch
+        """A new tensor holding step ``t``'s observation."""
+        if self._views_np:
+            return torch.from_numpy(self._views_np[t].copy())
+        return self.views[t].clone(memory_format=torch.contiguous_format)
