@@ -74,7 +74,8 @@ class Candidate:
              env_kwargs: Mapping[str, Any] | None = None) -> str:
         """Python that builds this configuration (``env`` and ``policy`` as written there)."""
         arguments = ", ".join(f"{key}={value!r}" for key, value in self.arguments(env_kwargs).items())
-        return f"collector = rlcollect.{self.kind}({env}, {policy}, {arguments}, total_frames=...)"
+        return (f"collector = rlcollect.{self.kind}({env}, {policy}, {arguments}, total_frames=-1)"
+                "  # -1: no end; or your run's frames")
 
 
 def predict(candidate: Candidate, costs: Costs) -> float:

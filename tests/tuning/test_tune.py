@@ -105,7 +105,9 @@ def test_tune_picks_its_fastest_trial_and_builds_it() -> None:
     assert result.pick.candidate.label in text and "collector = rlcollect." in text
 
     pick = result.pick.candidate
-    code = result.code().replace("total_frames=...", f"total_frames={2 * pick.frames_per_batch}")
+    code = result.code()
+    exec(code, {})  # the printed code runs as pasted (a collector without end, never iterated)
+    code = code.replace("total_frames=-1", f"total_frames={2 * pick.frames_per_batch}")
     scope: dict[str, Any] = {}
     exec(code, scope)  # the printed code, as a user pastes it
     with scope["collector"] as collector:
