@@ -68,7 +68,7 @@ class ModulePolicy(PolicyAdapter):
         with torch.inference_mode():
             out = self._forward(sample)
             if isinstance(out, np.ndarray | np.generic):  # SB3's model.predict, a numpy policy
-                self.callable, out = NumpyActions(self.callable), torch.from_numpy(np.asarray(out))
+                self.callable, out = NumpyActions(self.callable), numpy_actions(out)
             arguments = required_arguments(module)
             if isinstance(out, tuple) and arguments is not None and arguments[1] == ["observation"]:
                 raise TupleOutput(len(out))  # make_policy wraps it as TorchRL does
@@ -139,7 +139,16 @@ class NumpyActions:
         self.policy = policy
 
     def __call__(self, obs: torch.Tensor) -> torch.Tensor:
-        return torch.from_numpy(np.asarray(self.policy(obs)))
+        return numpy_actions(self.policy(obs))
+
+
+def numpy_actions(actions: Any) -> torch.Tensor:
+    """``actions`` (a numpy array or scalar) as a tensor sharing its memory; copied only where
+    torch cannot share it (negative strides, read-only)."""
+    array = np.asarray(actions)
+    if not array.flags.writeable or any(stride < 0 for stride in array.strides):
+        array = np.array(array)
+    return torch.from_numpy(array)
 
 
 class TupleOutput(Exception):

@@ -121,7 +121,7 @@ class TensorDictRollout(ModelLookup):
         self.frames = self.batches = 0
         self.collect_seconds = 0.0
         self._root: TensorDictBase | None = None
-        self._watch = True  # the first batch checks that the env leaves what it returned alone
+        self._watch = True  # the first checked batch sees that the env leaves what it returned alone
 
     def set_check(self, check: str) -> None:
         """``"off"``: no check of the batches; else every floating-point entry must be finite."""
@@ -147,7 +147,7 @@ class TensorDictRollout(ModelLookup):
             self._reset(None)
         start = time.perf_counter()
         frames = []
-        watched: list[TensorDictBase] | None = [] if self._watch else None  # copies, as returned
+        watched: list[TensorDictBase] | None = [] if self._watch and self.check else None  # copies
         root = self._root
         assert root is not None
         with torch.no_grad(), set_interaction_type(self.spec.exploration_type):
@@ -161,7 +161,7 @@ class TensorDictRollout(ModelLookup):
                 if watched is not None:
                     watched.append(frame.clone())
         self._root = root
-        if watched is not None:  # the first batch: each step's values are still there
+        if watched is not None:  # the first checked batch: each step's values are still there
             _check_unchanged(frames, watched)
             self._watch = False
         batch = LazyStackedTensorDict.maybe_dense_stack(frames, -1)

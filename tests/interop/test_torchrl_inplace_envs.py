@@ -112,3 +112,9 @@ def test_watched_first_batch_only() -> None:
     first = rollout.collect(6)
     assert not rollout._watch
     assert rollout.collect(6).batch_size == first.batch_size == (6,)
+
+
+def test_not_watched_without_checks() -> None:
+    """check="off": no check at all, this one included (the frames are then the env's last state)."""
+    with Collector(InPlaceAgents, None, frames_per_batch=8, total_frames=8, check="off") as c:
+        assert next(iter(c)).batch_size == (8,)

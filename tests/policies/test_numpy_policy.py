@@ -71,3 +71,19 @@ def test_numpy_actions_are_checked() -> None:  # (Gymnasium's env checker warns 
     with Collector("Pendulum-v1", not_finite, frames_per_batch=8, total_frames=8) as collector, \
             pytest.raises(BadDataError, match="action"):
         next(iter(collector))
+
+
+def test_numpy_views_torch_cannot_share() -> None:
+    """A reversed view (negative strides) and a read-only array are copied, not refused or warned of."""
+    def reversed_view(obs: torch.Tensor) -> np.ndarray:
+        return tilt_numpy(obs)[::-1][::-1][::-1]  # a negative-stride view of the reversed actions
+
+    def read_only(obs: torch.Tensor) -> np.ndarray:
+        return np.broadcast_to(np.int64(1), (len(obs),))
+
+    with Collector("CartPole-v1", reversed_view, num_envs=2, frames_per_batch=8, total_frames=8, seed=0) as c:
+        batch = next(iter(c))
+    expected = tilt_numpy(batch["observation"][:, 0])[::-1].copy()  # env 0 acts on env 1's observation
+    assert torch.equal(batch["action"][:, 0], torch.from_numpy(expected))
+    with Collector("CartPole-v1", read_only, num_envs=2, frames_per_batch=8, total_frames=8, seed=0) as c:
+        assert (next(iter(c))["action"] == 1).all()
