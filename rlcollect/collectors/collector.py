@@ -34,7 +34,8 @@ class Collector(BaseCollector):
 
     Args:
         create_env_fn: an env id, a callable returning a ``gymnasium.Env`` or ``VectorEnv``, or a
-            ``VectorEnv``.
+            ``VectorEnv`` or one ``gymnasium.Env`` already built (stepped as it is; each worker of
+            a multi-process collector steps a copy of it).
         policy: ``None`` (uniform random actions), an ``nn.Module`` / callable from observations
             ``[N, *obs]`` to actions ``[N, *act]``, or a TensorDict policy (``policy_factory``
             builds it instead).

@@ -63,6 +63,6 @@ def probe_rollout(options: CollectorOptions, *, policy_in_workers: bool, owner: 
     copies = probe.envs.follows_num_envs and not whole
     if not copies and not whole and options.num_envs_per_worker != 1:
         raise ValueError(f"num_envs_per_worker={options.num_envs_per_worker}, but create_env_fn builds "
-                         f"{probe.num_envs} env(s) itself ({type(probe.envs).__name__}: a vector env or "
-                         "a TorchRL env); leave num_envs_per_worker=1")
+                         f"{probe.num_envs} env(s) itself ({type(probe.envs).__name__}: a vector env, "
+                         "a TorchRL env or one env instance); leave num_envs_per_worker=1")
     return probe, options.num_envs_per_worker if copies else probe.num_envs

@@ -116,6 +116,9 @@ class EnvBatch(abc.ABC):
 
 def source_env(envs: Any) -> Any:
     """The env object behind an env batch, as TorchRL's ``Collector.env`` is: the TorchRL env (with
-    the transforms the collector appended), the ``VectorEnv`` or the EnvPool pool; for copies of
-    a Gymnasium env, their list."""
+    the transforms the collector appended), the ``VectorEnv``, the EnvPool pool or the one
+    Gymnasium env given as such; for copies of a Gymnasium env, their list."""
+    given = getattr(envs, "given", None)
+    if given is not None:
+        return given
     return envs.env if hasattr(envs, "env") else getattr(envs, "envs", envs)

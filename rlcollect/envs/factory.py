@@ -21,8 +21,8 @@ from rlcollect.envs.vector import GymVectorEnv
 
 __all__ = ["EnvSource", "check_env_source", "make_env_batch", "source_modules"]
 
-#: An env id, a ``gymnasium.Env`` / ``VectorEnv`` factory, or a ``VectorEnv`` instance.
-EnvSource: TypeAlias = "str | Callable[..., Any] | VectorEnv[Any, Any, Any]"
+#: An env id, a ``gymnasium.Env`` / ``VectorEnv`` factory, or an ``Env`` / ``VectorEnv`` instance.
+EnvSource: TypeAlias = "str | Callable[..., Any] | gym.Env[Any, Any] | VectorEnv[Any, Any, Any]"
 
 
 def _register_optional_envs(env_id: str) -> None:
@@ -40,16 +40,13 @@ def _register_optional_envs(env_id: str) -> None:
 def check_env_source(name: str, source: Any) -> None:
     """Raise ``TypeError`` naming ``name`` and the value unless ``source`` can build envs: an env id,
     a callable, a ``VectorEnv`` or a TorchRL env."""
-    if isinstance(source, (str, VectorEnv)) or callable(source) or is_torchrl_env(source):
+    if isinstance(source, (str, VectorEnv, gym.Env)) or callable(source) or is_torchrl_env(source):
         return
     if is_envpool(source):
         return
-    kind = "a gymnasium.Env instance" if isinstance(source, gym.Env) else type(source).__name__
-    hint = (": pass a function that builds it (lambda: env) or its id, so that each env is a new one"
-            if isinstance(source, gym.Env) else "")
     raise TypeError(
         f"{name} must be an env id, a callable returning a gymnasium Env or VectorEnv, "
-        f"or a VectorEnv; got {kind} {short_repr(source)}{hint}"
+        f"or an Env or VectorEnv; got {type(source).__name__} {short_repr(source)}"
     )
 
 
@@ -127,7 +124,7 @@ def make_env_batch(
     Args:
         source: an env id (``"CartPole-v1"``; ``"envpool:Pong-v5"`` for an EnvPool of ``num_envs``),
             a callable returning a ``gymnasium.Env``, a ``VectorEnv`` or a TorchRL ``EnvBase``, or a
-            ``VectorEnv`` / ``EnvBase`` / EnvPool pool itself.
+            ``gymnasium.Env`` (one env) / ``VectorEnv`` / ``EnvBase`` / EnvPool pool itself.
         num_envs: copies of a single env to step in this process (must be 1 for a vector env,
             which brings its own).
         kwargs: keyword arguments for ``gymnasium.make`` or the callable.
@@ -147,8 +144,12 @@ def make_env_batch(
     kwargs = dict(kwargs or {})
     if (isinstance(source, str) and source.startswith(ENVPOOL_PREFIX)) or is_envpool(source):
         return make_envpool_batch(source, num_envs, kwargs, max_episode_steps)
-    if isinstance(source, VectorEnv) or is_torchrl_env(source):
-        first: Any = source
+    if isinstance(source, (VectorEnv, gym.Env)) or is_torchrl_env(source):
+        first: Any = source  # an env built by the user: used as it is (a worker gets a copy of it)
+        if kwargs:
+            raise TypeError(f"create_env_kwargs={short_repr(kwargs)} with create_env_fn="
+                            f"{short_repr(source)}, an env already built: give them to what builds it "
+                            "(its id, or a function)")
     else:
         check_env_source("create_env_fn", source)
         first = _make_one(source, kwargs)
@@ -168,6 +169,11 @@ def make_env_batch(
         )
     assert not isinstance(source, VectorEnv)
     _check_spaces(first, source)
+    if isinstance(source, gym.Env):  # one env the user built
+        if num_envs != 1:
+            raise ValueError(f"num_envs={num_envs} with create_env_fn={short_repr(source)}, one env: pass "
+                             "its id or a function that builds it (lambda: gym.make(...)) for several")
+        return GymEnvs([source], max_episode_steps, given=True)
     envs = [first] + [_make_one(source, kwargs) for _ in range(num_envs - 1)]
     return GymEnvs(envs, max_episode_steps)
 

@@ -42,6 +42,8 @@ class GymEnvs(EnvBatch):
         envs: the envs, all with the same spaces.
         max_episode_steps: truncate episodes after this many steps (on top of the envs' own
             time limits); ``None`` for no limit.
+        given: the one env is the user's own instance (not copies made from a source): it is
+            the collector's ``env`` and brings its one env whatever ``num_envs_per_worker``.
 
     Examples:
         >>> import gymnasium as gym
@@ -52,10 +54,13 @@ class GymEnvs(EnvBatch):
 
     follows_num_envs = True  # num_envs copies of one env
 
-    def __init__(self, envs: list[gym.Env[Any, Any]], max_episode_steps: int | None = None) -> None:
+    def __init__(self, envs: list[gym.Env[Any, Any]], max_episode_steps: int | None = None, *,
+                 given: bool = False) -> None:
         if not envs:
             raise ValueError("envs must hold at least one env, got an empty list")
         super().__init__(len(envs), max_episode_steps)
+        self.follows_num_envs = not given
+        self.given = envs[0] if given else None
         self._steps: list[int] = [0] * len(envs)  # a list: cheaper per env-step than numpy items
         self._reward_rows: list[list[Any]] = []
         self.envs = list(envs)

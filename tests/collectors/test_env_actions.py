@@ -99,6 +99,7 @@ def test_vector_env(kind: str) -> None:
         check([batch.clone() for batch in collector])
 
 
+@pytest.mark.filterwarnings("ignore:the env lacks transforms the policy needs:FutureWarning")
 @pytest.mark.parametrize("kind", ["single", "sync"])
 def test_torchrl_env(kind: str) -> None:
     pytest.importorskip("torchrl")

@@ -1,0 +1,47 @@
+"""An env the user built (``Collector(gym.make("CartPole-v1"), ...)``, as TorchRL's and SB3's
+users pass one) is one env: the single-process collector steps it as it is; each worker of a
+multi-process collector steps a copy of it, seeded as its own."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+import torch
+
+from rlcollect import Collector, MultiSyncCollector
+from tests.envs_for_tests import TiltPolicy
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_an_instance_equals_its_factory() -> None:
+    env = gym.make("CartPole-v1")
+    with Collector(env, TiltPolicy(), frames_per_batch=40, total_frames=80, seed=3) as collector:
+        assert collector.env is env  # stepped as it is
+        got = [batch.clone() for batch in collector]
+    with Collector("CartPole-v1", TiltPolicy(), frames_per_batch=40, total_frames=80, seed=3) as collector:
+        expected = [batch.clone() for batch in collector]
+    assert len(got) == len(expected) == 2
+    for a, b in zip(got, expected, strict=True):
+        assert a.batch_size == (1, 40) and (a == b).all()
+
+
+def test_workers_step_copies() -> None:
+    env = gym.make("CartPole-v1")
+    with MultiSyncCollector(env, TiltPolicy(), num_workers=2, frames_per_batch=40, total_frames=80,
+                            seed=3) as collector:
+        got = [batch.clone() for batch in collector]
+    with MultiSyncCollector("CartPole-v1", TiltPolicy(), num_workers=2, frames_per_batch=40, total_frames=80,
+                            seed=3) as collector:
+        expected = [batch.clone() for batch in collector]
+    for a, b in zip(got, expected, strict=True):
+        assert a.batch_size == (2, 20) and (a == b).all()
+    assert not torch.equal(got[0]["observation"][0], got[0]["observation"][1])  # seeded s and s + 1
+
+
+def test_one_instance_is_one_env() -> None:
+    with pytest.raises(ValueError, match="num_envs=2 with create_env_fn=.*one env"):
+        Collector(gym.make("CartPole-v1"), None, frames_per_batch=8, num_envs=2)
+    with pytest.raises(ValueError, match="num_envs_per_worker=2, but create_env_fn builds 1 env"):
+        MultiSyncCollector(gym.make("CartPole-v1"), None, num_workers=2, num_envs_per_worker=2,
+                           frames_per_batch=8)
