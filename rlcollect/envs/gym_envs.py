@@ -59,8 +59,9 @@ class GymEnvs(EnvBatch):
         if not envs:
             raise ValueError("envs must hold at least one env, got an empty list")
         super().__init__(len(envs), max_episode_steps)
-        self.follows_num_envs = not given
         self.given = envs[0] if given else None
+        if given:
+            self.follows_num_envs = False
         self._steps: list[int] = [0] * len(envs)  # a list: cheaper per env-step than numpy items
         self._reward_rows: list[list[Any]] = []
         self.envs = list(envs)
