@@ -144,15 +144,7 @@ def make_env_batch(
     kwargs = dict(kwargs or {})
     if (isinstance(source, str) and source.startswith(ENVPOOL_PREFIX)) or is_envpool(source):
         return make_envpool_batch(source, num_envs, kwargs, max_episode_steps)
-    if isinstance(source, (VectorEnv, gym.Env)) or is_torchrl_env(source):
-        first: Any = source  # an env built by the user: used as it is (a worker gets a copy of it)
-        if kwargs:
-            raise TypeError(f"create_env_kwargs={short_repr(kwargs)} with create_env_fn="
-                            f"{short_repr(source)}, an env already built: give them to what builds it "
-                            "(its id, or a function)")
-    else:
-        check_env_source("create_env_fn", source)
-        first = _make_one(source, kwargs)
+    first = _first_env(source, kwargs)
     if is_torchrl_env(first):
         return _torchrl_batch(first, num_envs, max_episode_steps, policy, register_policy_transforms)
     if isinstance(first, VectorEnv):
@@ -176,6 +168,19 @@ def make_env_batch(
         return GymEnvs([source], max_episode_steps, given=True)
     envs = [first] + [_make_one(source, kwargs) for _ in range(num_envs - 1)]
     return GymEnvs(envs, max_episode_steps)
+
+
+def _first_env(source: Any, kwargs: dict[str, Any]) -> Any:
+    """The first env of ``source``: the env itself where the user built it (used as it is; a
+    worker gets a copy of it), else one built from it."""
+    if isinstance(source, (VectorEnv, gym.Env)) or is_torchrl_env(source):
+        if kwargs:
+            raise TypeError(f"create_env_kwargs={short_repr(kwargs)} with create_env_fn="
+                            f"{short_repr(source)}, an env already built: give them to what builds it "
+                            "(its id, or a function)")
+        return source
+    check_env_source("create_env_fn", source)
+    return _make_one(source, kwargs)
 
 
 def _torchrl_batch(env: Any, num_envs: int, max_episode_steps: int | None, policy: Any,
