@@ -174,7 +174,9 @@ def _first_env(source: Any, kwargs: dict[str, Any]) -> Any:
     """The first env of ``source``: the env itself where the user built it (used as it is; a
     worker gets a copy of it), else one built from it."""
     if isinstance(source, (VectorEnv, gym.Env)) or is_torchrl_env(source):
-        if kwargs:
+        if kwargs and hasattr(source, "update_kwargs"):  # a TorchRL batched env: its sub-envs get them
+            source.update_kwargs(kwargs)  # (as in TorchRL's collectors)
+        elif kwargs:
             raise TypeError(f"create_env_kwargs={short_repr(kwargs)} with create_env_fn="
                             f"{short_repr(source)}, an env already built: give them to what builds it "
                             "(its id, or a function)")

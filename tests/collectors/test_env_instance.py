@@ -45,3 +45,25 @@ def test_one_instance_is_one_env() -> None:
     with pytest.raises(ValueError, match="num_envs_per_worker=2, but create_env_fn builds 1 env"):
         MultiSyncCollector(gym.make("CartPole-v1"), None, num_workers=2, num_envs_per_worker=2,
                            frames_per_batch=8)
+
+
+def short_cartpole(max_episode_steps: int = 500) -> object:
+    from torchrl.envs import GymEnv
+
+    return GymEnv("CartPole-v1", max_episode_steps=max_episode_steps)
+
+
+def test_create_env_kwargs_with_an_env_already_built() -> None:
+    """They reach a TorchRL batched env's sub-envs (not started yet), as in TorchRL's collectors;
+    with any other env already built they are an error (they were ignored)."""
+    pytest.importorskip("torchrl")
+    from torchrl.envs import SerialEnv
+
+    with Collector(SerialEnv(2, short_cartpole), None, frames_per_batch=20, total_frames=20,
+                   create_env_kwargs={"max_episode_steps": 3}, seed=0) as collector:
+        truncated = next(iter(collector))["next", "truncated"].reshape(2, 10)
+    assert truncated[:, 2::3].all() and truncated.sum() == 6  # every third step: the limit reached
+    vector = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")])
+    for env in (gym.make("CartPole-v1"), short_cartpole(), vector):
+        with pytest.raises(TypeError, match="create_env_kwargs=.* an env already built"):
+            Collector(env, None, frames_per_batch=8, create_env_kwargs={"max_episode_steps": 3})
