@@ -33,12 +33,17 @@ def _run_child(argv: list[str], stderr: int) -> None:
             code = main(argv)
         sys.stderr.write(out.getvalue())
     except KeyboardInterrupt:  # before main() caught signals: Python dies by the signal then
-        sys.stderr.flush()
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
+        _die_by_sigint()
     finally:
         sys.stderr.flush()
         os._exit(code)
+
+
+def _die_by_sigint() -> None:
+    """End as a Python process does on a Ctrl-C it did not catch: killed by SIGINT."""
+    sys.stderr.flush()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
 
 
 def serve() -> None:
@@ -52,6 +57,8 @@ def serve() -> None:
         if pid == 0:
             try:
                 _run_child(argv, stderr)
+            except KeyboardInterrupt:  # a Ctrl-C sent the instant the child began, before its try
+                _die_by_sigint()
             finally:
                 os._exit(1)  # never back into this loop, whatever happened
         os.close(stderr)
