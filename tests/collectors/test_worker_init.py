@@ -68,16 +68,20 @@ def test_each_worker_is_initialised_once_before_its_envs(kind: type, tmp_path: P
 
 @pytest.mark.filterwarnings("ignore:rlcollect worker 1 failed:RuntimeWarning")
 def test_a_restarted_worker_is_initialised_again(tmp_path: Path) -> None:
-    with build(MultiAsyncCollector, tmp_path, max_worker_restarts=1) as collector:
+    # no frame budget: worker 0 alone may deliver many batches before the restart is seen
+    make_env = functools.partial(env_after_init, tmp_path)
+    with MultiAsyncCollector(make_env, constant, num_workers=2, frames_per_batch=4, total_frames=-1,
+                             worker_init_fn=functools.partial(mark, tmp_path),
+                             max_worker_restarts=1) as collector:
         iterator = iter(collector)
         next(iterator)
         victim = collector.worker_pids[1]
         assert victim is not None
         os.kill(victim, 9)
-        while collector.stats().restarts == 0:
+        for _ in range(100_000):  # until the restart is seen and the new worker ran its init
+            if collector.stats().restarts and len(list(tmp_path.iterdir())) == 3:
+                break
             next(iterator)
-        for _ in iterator:
-            pass
     indices = sorted(index for _, index in calls(tmp_path))
     assert indices == [0, 1, 1]
 
