@@ -9,6 +9,7 @@ exist: :class:`ProcessTransport` (processes on this machine, pipes, shared-memor
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import multiprocessing
 import multiprocessing.forkserver
@@ -88,6 +89,22 @@ def _sigint_blocked() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+@contextlib.contextmanager
+def _heap_frozen(fork: bool) -> Iterator[None]:
+    """For a fork: this process's objects frozen meanwhile (``gc.freeze``), so that the child's
+    garbage collector never looks at what it inherited. A forked worker that collected garbage of
+    this process ran its finalisers there: one of a native object whose threads did not cross
+    the fork (a simulator, a pool of env threads) crashed the worker."""
+    if not fork:
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 class _Start:
@@ -218,7 +235,8 @@ class ProcessTransport:
                 raise
         else:
             try:
-                with _sigint_blocked():  # a forked or spawned worker starts with it blocked, then ignores it
+                # a forked or spawned worker starts with SIGINT blocked, then ignores it
+                with _sigint_blocked(), _heap_frozen(context.get_start_method() == "fork"):
                     process.start()
             except BaseException:
                 parent_end.close()
