@@ -51,6 +51,29 @@ def make_cartpole() -> gym.Env[Any, Any]:
     return gym.make("CartPole-v1", max_episode_steps=40)
 
 
+class StepInfo(gym.Wrapper[Any, Any, Any, Any]):
+    """An env whose step infos report the step: ``x`` (the cart position, float32), ``steps`` (the
+    episode's steps, int), ``upright`` (a bool) and ``pair`` (a float64 ``[2]``); its reset info
+    has none of them, so a reset's info stored in a step's place is caught."""
+
+    def reset(self, **kwargs: Any) -> Any:
+        obs, _ = self.env.reset(**kwargs)
+        self._steps = 0
+        return obs, {"reset": True}
+
+    def step(self, action: Any) -> Any:
+        obs, reward, terminated, truncated, _ = self.env.step(action)
+        self._steps += 1
+        info = {"x": np.float32(obs[0]), "steps": self._steps, "upright": bool(abs(obs[2]) < 0.05),
+                "pair": np.array([obs[1], -obs[3]], dtype=np.float64)}
+        return obs, reward, terminated, truncated, info
+
+
+def make_cartpole_info() -> gym.Env[Any, Any]:
+    """:func:`make_cartpole` with :class:`StepInfo`'s infos."""
+    return StepInfo(make_cartpole())
+
+
 def make_pendulum() -> gym.Env[Any, Any]:
     return gym.make("Pendulum-v1", max_episode_steps=30)
 

@@ -101,8 +101,15 @@ def test_logging_and_video_example_runs(tmp_path: Path) -> None:
     assert list((tmp_path / "runs" / "logs").glob("events.out.tfevents.*"))
 
 
+@pytest.mark.timeout(180)
+def test_step_infos_example_prints_what_it_says(tmp_path: Path) -> None:
+    lines = run_block("The batch", tmp_path)
+    assert lines[0] == "torch.bool torch.Size([2, 32])", lines
+    assert re.fullmatch(r"success rate 0\.\d\d", lines[1]), lines
+
+
 # sections whose blocks run in a test of their own above (with their output checked)
-TESTED_APART = {"Quick start", "Multi-process collection: the main-module guard",
+TESTED_APART = {"The batch", "Quick start", "Multi-process collection: the main-module guard",
                 "Batched inference: `AsyncBatchedCollector`", "Whole episodes", "Logging and video",
                 "Command line"}
 

@@ -12,7 +12,7 @@ unexpected keyword argument.
 Examples:
     >>> from rlcollect import Collector
     >>> sorted(SharedArguments.__optional_keys__)[:3]
-    ['batch_steps', 'check', 'layout']
+    ['batch_steps', 'check', 'info_keys']
     >>> "num_envs" in Collector.accepted_arguments  # named by Collector itself, not a shared one
     False
     >>> Collector("CartPole-v1", frames_per_batch=4, prefetch=True)
@@ -74,6 +74,12 @@ class SharedArguments(TypedDict, total=False):
             written; the policy sees them so (MuJoCo's float64 observations for a float32
             network). Integer and boolean observations are kept. ``None`` (default): the
             space's dtype.
+        info_keys: keys of the envs' step infos to store, each at ``("next", "info", key)``
+            (``["is_success"]``, ``["lives"]``), laid out from the first env's first step (a
+            Python float is float64, an int int64); a key missing from a step's info, or a value
+            of another shape or one its dtype does not hold, is a ``BadDataError``. Gymnasium
+            envs, vector envs and synchronous EnvPool pools (a TorchRL env: its
+            ``info_dict_reader``). ``None`` (default): none.
         layout: ``"rlcollect"`` (default: the layout in the README, ``[num_envs, T]``) or
             ``"torchrl"``, TorchRL's (:mod:`rlcollect.data.torchrl_layout`: root ``done`` /
             ``terminated`` / ``truncated``, ``[T]`` for one unbatched TorchRL env, the policy
@@ -102,6 +108,7 @@ class SharedArguments(TypedDict, total=False):
     weight_updater: Any
     check: str
     obs_dtype: Any
+    info_keys: Sequence[str] | None
     layout: str | NativeLayout | TorchRLLayout
     track_policy_version: bool
     batch_steps: Sequence[BatchStep]

@@ -22,7 +22,7 @@ from rlcollect.weights.schemes import WeightSyncScheme
 
 __all__ = ["SEED_LIMIT", "START_METHODS", "check_batch_memory", "check_callable", "check_device",
            "check_env", "check_flag", "check_frames", "check_frames_per_batch", "check_int",
-           "check_obs_dtype", "check_scheme", "check_seconds", "check_seed", "per_worker"]
+           "check_info_keys", "check_obs_dtype", "check_scheme", "check_seconds", "check_seed", "per_worker"]
 
 START_METHODS = ("auto", "spawn", "forkserver", "fork")
 
@@ -115,6 +115,19 @@ def check_obs_dtype(value: Any) -> torch.dtype | None:
         raise ValueError(f"obs_dtype={short_repr(value)} is not one of None, {names} (or the torch / numpy "
                          "dtype): the dtype floating-point observations are stored in")
     return OBS_DTYPES[name]
+
+
+def check_info_keys(value: Any) -> tuple[str, ...]:
+    """``info_keys`` as a tuple of distinct names (``None``: none)."""
+    if value is None:
+        return ()
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)) or not all(
+            isinstance(key, str) and key for key in value):
+        raise TypeError(f"info_keys={short_repr(value)} must be a list of the info's key names, e.g. "
+                        "info_keys=['is_success'] (None: none)")
+    if len(set(value)) != len(value):
+        raise ValueError(f"info_keys={short_repr(value)} names a key twice")
+    return tuple(value)
 
 
 def check_device(name: str, value: Any) -> torch.device | None:

@@ -40,6 +40,7 @@ from rlcollect.collectors.checks import (
     check_flag,
     check_frames,
     check_frames_per_batch,
+    check_info_keys,
     check_int,
     check_obs_dtype,
     check_scheme,
@@ -110,6 +111,7 @@ class CollectorOptions:
     weight_updater: Any = None
     check: str = "full"
     obs_dtype: Any = None
+    info_keys: Sequence[str] | None = ()  # becomes a tuple
     layout: str | NativeLayout | TorchRLLayout = "rlcollect"  # becomes a layout object
     track_policy_version: bool = False
     batch_steps: Sequence[Any] = ()  # becomes a tuple
@@ -218,6 +220,7 @@ class CollectorOptions:
         if not isinstance(self.check, str) or self.check not in CHECK_LEVELS:
             raise ValueError(f"check={self.check!r} is not one of {CHECK_LEVELS} (see rlcollect.data.checks)")
         self._put("obs_dtype", check_obs_dtype(self.obs_dtype))
+        self._put("info_keys", check_info_keys(self.info_keys))
 
     def _check_devices(self) -> None:
         """The four devices (``device`` fills the others)."""
@@ -345,6 +348,7 @@ class CollectorOptions:
             pre_collect_hook=self.pre_collect_hook,
             check=self.check,
             obs_dtype=self.obs_dtype,
+            info_keys=tuple(self.info_keys or ()),
             models=dict(self.models or {}),
             env_models=tuple(k for k in self.weight_sync_schemes or {} if k.startswith("env.")),
             action_dtype=layout_of(self.layout).action_dtype,

@@ -180,7 +180,8 @@ class PooledCollector(WorkerRequests, BaseCollector):
     def _worker_spec(self, worker: int) -> RolloutSpec:
         """What worker ``worker`` builds its rollout from (its policy from ``policy_factory`` if
         given, even with ``policy``: that one stays here as the source of the weights)."""
-        spec: RolloutSpec = self.options.rollout_spec(worker)
+        spec = dataclasses.replace(self.options.rollout_spec(worker),  # info_keys: laid out as the slots
+                                   info_fields=self._slots[0].layout.infos if self._slots else None)
         hook = self.options.post_collect_hook
         if self._hooks_in_workers and hook is not None:  # one worker's rows, in the collector's layout
             rows = dataclasses.replace(self._delivery, workers=1, replay_buffer=None, postproc=None,

@@ -40,7 +40,7 @@ def _actor_arguments(collector_class: Any, collector_kwargs: Any, nested: bool) 
 _RESERVED = ("frames_per_batch", "total_frames", "seed", "replay_buffer", "return_same_td", "split_trajs",
              "trajs_per_batch", "traj_format", "prefetch", "max_worker_restarts", "timeout", "start_timeout",
              "start_method", "postproc", "post_collect_hook",
-             "storing_device", "weight_sync_schemes", "weight_updater", "check", "obs_dtype")
+             "storing_device", "weight_sync_schemes", "weight_updater", "check", "obs_dtype", "info_keys")
 
 
 class RayCollector(PooledCollector):

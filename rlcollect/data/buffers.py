@@ -79,6 +79,7 @@ class BatchBuffers:
         self.next_obs = {f.key: data.get(("next", *f.key)) for f in layout.observations}
         self.action = data.get("action")
         self.extras = {f.key: data.get(_key(f.key)) for f in layout.extras}
+        self.infos = {f.key[-1]: data.get(("next", "info", *f.key)) for f in layout.infos}
         self.reward = data.get(("next", "reward"))
         self.terminated = data.get(("next", "terminated"))
         self.truncated = data.get(("next", "truncated"))
@@ -102,6 +103,7 @@ class BatchBuffers:
         self.truncated_np = self.truncated.numpy()
         self.done_np = self.done.numpy()
         self.traj_ids_np = self.traj_ids.numpy()
+        self.infos_np = {key: value.numpy() for key, value in self.infos.items()}  # [N, T, ...] each
 
     @staticmethod
     def allocate_storage(
@@ -113,7 +115,7 @@ class BatchBuffers:
         for batches whose collection may stop early (preemption).
         """
         n, t = num_envs, num_steps
-        fields = (*layout.observations, *layout.observations, layout.action, *layout.extras)
+        fields = (*layout.observations, *layout.observations, layout.action, *layout.extras, *layout.infos)
         frame_bytes = sum(math.prod(f.shape) * f.dtype.itemsize for f in fields) + FIXED_FRAME_BYTES
         need, memory = n * (t + 1) * frame_bytes, physical_memory()
         if need > memory:  # named here, not by the allocator
@@ -134,6 +136,8 @@ class BatchBuffers:
         data.set("action", zeros(layout.action, t))
         for field in layout.extras:
             data.set(_key(field.key), zeros(field, t))
+        for field in layout.infos:
+            data.set(("next", "info", *field.key), zeros(field, t))
         data.set(("next", "reward"), torch.zeros(n, t, 1, dtype=torch.float32))
         for flag in ("terminated", "truncated", "done"):
             data.set(("next", flag), torch.zeros(n, t, 1, dtype=torch.bool))

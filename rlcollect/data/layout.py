@@ -96,6 +96,8 @@ class BatchLayout:
     are not envs (an asynchronous EnvPool's frames, in the order they complete). ``is_init`` adds
     ``is_init`` (``[1]``, bool): whether the frame's observation is the first of an episode, for
     policies that carry state from step to step (see :class:`~rlcollect.policies.adapter.Carried`).
+    ``infos`` are the values of the envs' step infos kept in the batch (``info_keys``), each at
+    ``("next", "info", key)``.
     """
 
     observations: tuple[Field, ...]
@@ -104,6 +106,7 @@ class BatchLayout:
     dict_observations: bool = False  # observations arrive as (nested) dicts, one field per leaf
     env_ids: bool = False
     is_init: bool = False
+    infos: tuple[Field, ...] = ()
 
 
 def torch_dtype(dtype: Any) -> torch.dtype:

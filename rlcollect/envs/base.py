@@ -52,6 +52,15 @@ class EnvBatch(abc.ABC):
     def bind(self, buffers: BatchBuffers) -> None:
         """Point the adapter at the buffers it writes (called once, before any reset or step)."""
         self._buffers = buffers
+        self._info_arrays = buffers.infos_np  # the info_keys' [N, T, ...] arrays (none: no infos kept)
+
+    def step_info(self) -> dict[str, Any]:
+        """The first env's info after a reset and one step with a sampled action, to lay out
+        ``info_keys`` (:mod:`rlcollect.envs.infos`); the collector resets every env again before
+        it collects. Env kinds without Gymnasium infos refuse ``info_keys`` here."""
+        raise TypeError(f"info_keys: {type(self).__name__} gives no Gymnasium step infos to store; "
+                        "info_keys takes Gymnasium envs, vector envs and synchronous EnvPool pools "
+                        "(a TorchRL env's infos reach the batch through its info_dict_reader)")
 
     @abc.abstractmethod
     def reset(self, slot: int, seeds: list[int] | None = None) -> None:

@@ -223,6 +223,10 @@ class EnvPoolStream(EnvPoolEnv):
             self._in_flight = 0  # the pool is rebuilt: nothing of the old one is waited for
         super()._reseed(seed)
 
+    def step_info(self) -> dict[str, Any]:
+        raise TypeError("info_keys with an asynchronous EnvPool (batch_size < num_envs): its rows are not "
+                        "envs; use a synchronous pool to store infos")
+
     def recv(self, step: int) -> Received:
         """The next ``B`` envs to answer (``step``: the batch step, for error messages)."""
         pool: Any = self.env

@@ -17,6 +17,7 @@ from rlcollect.data.checks import (
     checked_reward,
 )
 from rlcollect.envs.base import EnvBatch
+from rlcollect.envs.infos import write_info
 
 __all__ = ["GymEnvs"]
 
@@ -118,16 +119,18 @@ class GymEnvs(EnvBatch):
         # the checks (rlcollect.data.checks) cost two identity tests per env-step: flags are
         # looked at only when they are not exactly False, rewards when the batch is finished
         checking, size, dtype = self.check_writes, self._obs_size, self._env_obs_dtype
-        flag_types, array_type = FLAG_TYPES, ndarray
+        flag_types, array_type, infos = FLAG_TYPES, ndarray, self._info_arrays
         slot = t + 1
         for i, env in enumerate(self.envs):
             result = env.step(actions[i])
             try:
-                obs, r, terminated, truncated, _ = result
+                obs, r, terminated, truncated, info = result
             except (TypeError, ValueError):
                 raise old_api_error(env, "step()", "(obs, reward, terminated, truncated, info)",
                                     result) from None
             rewards[i] = r
+            if infos:  # info_keys: the step's values, before any reset
+                write_info(infos, i, t, info, checking=checking)
             count = steps[i] + 1
             if terminated is not False or truncated is not False or count >= limit:
                 if checking and (terminated.__class__ not in flag_types
@@ -168,6 +171,11 @@ class GymEnvs(EnvBatch):
             values = np.array([[checked_reward(r, env=i, step=t) for i, r in enumerate(row)]
                                for t, row in enumerate(rows)])
         self._reward[:, :steps] = values.T
+
+    def step_info(self) -> dict[str, Any]:
+        env = self.envs[0]
+        env.reset()
+        return dict(env.step(env.action_space.sample())[4])
 
     def seed_action_spaces(self, seeds: list[int]) -> None:
         for env, seed in zip(self.envs, seeds, strict=True):

@@ -16,6 +16,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.data.checks import check_observation, check_vector_step
 from rlcollect.envs.base import EnvBatch
+from rlcollect.envs.infos import vector_info_row, write_vector_infos
 
 __all__ = ["GymVectorEnv"]
 
@@ -123,6 +124,9 @@ class GymVectorEnv(EnvBatch):
         self._terminated[:, t] = terminated
         self._truncated[:, t] = truncated
         done = terminated | truncated
+        if self._info_arrays:  # info_keys: envs that reset themselves hold their step's in final_info
+            ended = np.asarray(info.get("_final_obs", np.zeros_like(done))) if self._same_step else None
+            write_vector_infos(self._info_arrays, t, info, ended, checking=self.check_writes)
         if done.any():
             # envs that already reset themselves (SAME_STEP) hold their final obs in the info
             self_reset = info.get("_final_obs", np.zeros_like(done)) if self._same_step else ~done
@@ -138,6 +142,18 @@ class GymVectorEnv(EnvBatch):
                     self._check(obs, reward, terminated, truncated, step=t)
             self._steps[done] = 0
         buffers.write_obs_all(t + 1, obs)
+
+    def step_info(self) -> dict[str, Any]:
+        self.env.reset()
+        actions = np.stack([self.action_space.sample() for _ in range(self.num_envs)])
+        info = self.env.step(actions)[4]
+        rows = {}
+        for source in (info, info.get("final_info") or {}):  # sub-env 0's, its final step's if it ended
+            for key in source:
+                there, value = vector_info_row(source, key, 0)
+                if there and not str(key).startswith("_"):
+                    rows[str(key)] = value
+        return rows
 
     def _reset_all(self, seeds: list[int] | None) -> Any:
         """Reset every env (seeded from ``seeds[0]``); return their observations."""
