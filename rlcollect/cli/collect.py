@@ -161,7 +161,8 @@ def _make_collector(
             warnings.simplefilter("ignore")
             settings: dict[str, Any] = dict(
                 frames_per_batch=frames_per_batch, total_frames=options.frames, seed=options.seed,
-                create_env_kwargs=options.env_kwargs, policy_device=device, obs_dtype=options.obs_dtype)
+                create_env_kwargs=options.env_kwargs, policy_device=device, obs_dtype=options.obs_dtype,
+                info_keys=list(options.info_keys))
             if options.workers == 1:
                 return Collector(options.env, policy, num_envs=options.num_envs, **settings)
             # the same batches as one process's (same seed), its envs stepped in workers
@@ -245,6 +246,7 @@ def _setup_info(options: CollectOptions, collector: Collector | MultiSyncCollect
         "env_kwargs": {key: repr(value) for key, value in options.env_kwargs.items()},
         "device": options.device,
         "obs_dtype": options.obs_dtype,
+        "info_keys": list(options.info_keys),
         "num_envs": options.num_envs,
         "workers": options.workers,
         "frames_per_batch": collector.frames_per_batch,

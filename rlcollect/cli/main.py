@@ -133,6 +133,9 @@ def _add_collect(commands: Any) -> None:
     collect.add_argument("--obs-dtype", choices=("float16", "float32", "float64"),
                          help="store floating-point observations in this dtype, and give them to the "
                          "policy so (e.g. float32 for MuJoCo's float64 observations); default: the env's")
+    collect.add_argument("--info-keys", nargs="+", action="extend", default=[], metavar="KEY",
+                         help="keys of the env's step infos to store, at ('next', 'info', KEY), "
+                         "e.g. --info-keys is_success (default: none)")
     collect.add_argument("--num-envs", type=_positive_int,
                          help="envs in all, split evenly over the workers (default: 8, or --workers x "
                          "--envs-per-worker)")
@@ -245,6 +248,7 @@ def _collect(args: argparse.Namespace) -> int:
         env_kwargs=dict(args.env_kwargs),
         device=args.device,
         obs_dtype=args.obs_dtype,
+        info_keys=tuple(args.info_keys),
         frames=args.frames,
         num_envs=_num_envs(args.num_envs, args.workers, args.envs_per_worker),
         workers=args.workers,

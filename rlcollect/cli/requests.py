@@ -34,6 +34,7 @@ class CollectOptions:
         device: where the policy runs (``--device``); ``None`` for where its parameters are.
         obs_dtype: the dtype floating-point observations are stored and given to the policy in
             (``--obs-dtype``); ``None`` for the env's.
+        info_keys: keys of the env's step infos stored at ``("next", "info", key)`` (``--info-keys``).
         frames: frames to collect, summed over envs (rounded up to whole batches).
         num_envs: copies of the env, in all.
         workers: worker processes the envs are split over (``num_envs / workers`` each; a
@@ -57,6 +58,7 @@ class CollectOptions:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     device: str | None = None
     obs_dtype: str | None = None
+    info_keys: tuple[str, ...] = ()
     frames: int = 100_000
     num_envs: int = 8
     workers: int = 1
@@ -83,6 +85,8 @@ class CollectOptions:
         words += [word for flag, value in flags.items() if value is not None for word in (flag, str(value))]
         if self.env_kwargs:
             words += ["--env-kwargs", *(f"{key}={value!r}" for key, value in self.env_kwargs.items())]
+        if self.info_keys:
+            words += ["--info-keys", *self.info_keys]
         switches = {"--no-next-obs": not self.next_obs, "--force": self.force,
                     "--no-progress": not self.progress}
         words += [flag for flag, on in switches.items() if on]

@@ -480,6 +480,23 @@ def test_obs_dtype_stores_observations_in_that_dtype(tmp_path: Path, capsys: Cap
 
 
 @pytest.mark.timeout(60)
+def test_info_keys_store_the_steps_infos(tmp_path: Path, capsys: Capsys) -> None:
+    out = tmp_path / "run"
+    argv = ["collect", "--env", "FrozenLake-v1", "--frames", "64", "--num-envs", "2", "--out", str(out),
+            "--seed", "0", "--no-progress", "--info-keys", "prob"]
+    assert main(argv) == 0
+    run = rlcollect.load_run(out)
+    prob = run["next", "info", "prob"]  # a slippery lake: each move happens with probability 1/3
+    assert prob.dtype == torch.float64 and prob.shape == (1, 2, 32)
+    assert torch.allclose(prob, torch.tensor(1 / 3, dtype=torch.float64))
+    record = json.loads((out / "run.json").read_text())
+    assert record["info_keys"] == ["prob"] and record["command"].endswith("--info-keys prob")
+    capsys.readouterr()
+    assert main([*argv[:-1], "lives", "--force"]) == 2
+    assert_one_line_error(capsys, "info_keys=['lives']: ['lives'] not in the info", "(its keys: ['prob'])")
+
+
+@pytest.mark.timeout(60)
 def test_bad_data_mid_run_is_one_line_and_keeps_the_batches_before_it(tmp_path: Path, capsys: Capsys) -> None:
     out = tmp_path / "run"
     policy = f"{POLICIES}:float_actions_in_third_batch"
