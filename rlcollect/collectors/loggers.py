@@ -8,7 +8,8 @@ and reads :meth:`~rlcollect.BaseCollector.stats`, and writes one point per name 
   ``collector/policy_lag``;
 - when episodes ended since the last call: ``episode/count``, ``episode/return_mean``,
   ``episode/return_min``, ``episode/return_max``, ``episode/length_mean``, and the returns as a
-  histogram (``episode/return``).
+  histogram (``episode/return``); with ``info_keys``, ``episode/info/<key>_mean`` for each scalar
+  key: its mean over the episodes' last steps (``episode/info/is_success_mean``: SB3's success rate).
 
 :meth:`CollectorLogger.metrics` gives the same names and values without a backend. TensorBoard
 (``pip install tensorboard``) and W&B (``pip install wandb``) are optional, imported when a logger
@@ -64,6 +65,10 @@ class CollectorLogger:
                 "episode/return_min": returns.min().item(), "episode/return_max": returns.max().item(),
                 "episode/length_mean": episodes["length"].double().mean().item(),
             })
+            infos = episodes.get("info", None)  # the info keys' values at the episodes' last steps
+            for key, values in ({} if infos is None else infos.items()):
+                if values.dim() == 1:  # a scalar per episode
+                    metrics[f"episode/info/{key}_mean"] = values.double().mean().item()
         return {name: value for name, value in metrics.items()
                 if not (isinstance(value, float) and math.isnan(value))}
 

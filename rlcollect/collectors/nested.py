@@ -51,7 +51,8 @@ class NestedRollout:
         self.num_envs = collector.num_envs
         self.layout = layout
         self.models: dict[str, torch.nn.Module] = collector.weight_sources
-        self.episodes = EpisodeTracker(self.num_envs, env_offset=setup.worker_idx * self.num_envs)
+        self.episodes = EpisodeTracker(self.num_envs, env_offset=setup.worker_idx * self.num_envs,
+                                       infos=layout.infos)
         self.traj_ids = self  # Worker reads traj_ids.next_local_id
         self.frames, self.collect_seconds = 0, 0.0
         self._batches = iter(collector)
@@ -76,7 +77,7 @@ class NestedRollout:
             buffers.batch.get(key).copy_(batch.get(key))
         buffers.policy_version.fill_(policy_version)
         self.episodes.update(buffers.reward_np[:, :, 0], buffers.done_np[:, :, 0])
-        self.episodes.label(buffers.traj_ids_np, buffers.policy_version.numpy())
+        self.episodes.label(buffers.traj_ids_np, buffers.policy_version.numpy(), buffers.infos_np)
         self.collect_seconds += time.perf_counter() - start
         self.frames += batch.numel()
         return buffers.num_steps

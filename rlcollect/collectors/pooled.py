@@ -142,7 +142,7 @@ class PooledCollector(WorkerRequests, BaseCollector):
         self._reports: list[BatchReport | None] = [None] * workers
         self._returns: deque[float] = deque(maxlen=100)
         self._lengths: deque[int] = deque(maxlen=100)
-        self._episode_records = EpisodeRecords()  # the workers' episode records, until episodes()
+        self._episode_records = EpisodeRecords(infos=layout.infos if layout else ())  # until episodes()
 
     def _init_weights(self, options: CollectorOptions, transport: Transport) -> None:
         """The schemes' senders and the channel carrying the weights to the workers."""

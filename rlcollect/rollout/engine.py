@@ -122,7 +122,7 @@ class Rollout(ModelLookup):
         pool = self.envs.pool_size
         self.first_env = env_offset * pool // self.num_envs  # this process's first env in the collector
         self.traj_ids = TrajectoryIds(pool, stride=traj_stride, offset=traj_offset, start=traj_start)
-        self.episodes = EpisodeTracker(pool, env_offset=self.first_env)
+        self.episodes = EpisodeTracker(pool, env_offset=self.first_env, infos=self.layout.infos)
         self.stream = StreamLoop(self.envs, self.layout, self.first_env) if self.envs.streams else None
         # what the next batch's first step starts from: each env's observation and whether it
         # starts an episode (all do at first, and after a reset)

@@ -1,5 +1,6 @@
 """Episode returns and lengths, counted once per batch from the reward and done buffers, and a
-record of every episode that ended (return, length, env, trajectory id, policy version)."""
+record of every episode that ended (return, length, env, trajectory id, policy version, and the
+``info_keys``' values at its last step)."""
 
 from __future__ import annotations
 
@@ -10,20 +11,24 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-__all__ = ["EPISODE_FIELDS", "EpisodeRecords", "EpisodeTracker", "episode_table"]
+from rlcollect.data.layout import Field
+
+__all__ = ["EPISODE_FIELDS", "INFO_PREFIX", "EpisodeRecords", "EpisodeTracker", "episode_table"]
 
 #: The fields of an episode record, and their dtypes.
 EPISODE_FIELDS = {"return": np.float64, "length": np.int64, "env": np.int64, "traj_id": np.int64,
                   "policy_version": np.int64, "worker": np.int64}
+#: The prefix of a record field that holds an info key's value at the episode's last step.
+INFO_PREFIX = "info."
 #: Records kept for :meth:`EpisodeRecords.drain` at most: the most recent ones. Their memory is
 #: allocated once (under 0.5 MB), so a collector whose records are never drained stays bounded.
 MAX_RECORDS = 10_000
 
 
 class EpisodeRecords:
-    """Episode records (arrays of :data:`EPISODE_FIELDS`) kept until drained: the last
-    ``capacity`` of them, in preallocated arrays used as a ring (older ones are dropped and
-    counted in :attr:`dropped`).
+    """Episode records (arrays of :data:`EPISODE_FIELDS`, and of the info keys' values, named
+    ``"info." + key``) kept until drained: the last ``capacity`` of them, in preallocated arrays
+    used as a ring (older ones are dropped and counted in :attr:`dropped`).
 
     Examples:
         >>> records = EpisodeRecords(capacity=3)
@@ -34,9 +39,12 @@ class EpisodeRecords:
         ([1, 2, 3], 1)
     """
 
-    def __init__(self, capacity: int = MAX_RECORDS) -> None:
+    def __init__(self, capacity: int = MAX_RECORDS, infos: tuple[Field, ...] = ()) -> None:
         self.capacity = capacity
         self._rings = {name: np.zeros(capacity, dtype) for name, dtype in EPISODE_FIELDS.items()}
+        for info in infos:  # the info keys' values, laid out as the batch's (``infos``: its layout's)
+            dtype = torch.empty((), dtype=info.dtype).numpy().dtype
+            self._rings[INFO_PREFIX + info.key[-1]] = np.zeros((capacity, *info.shape), dtype)
         self._start = self._held = 0  # the oldest record's index in the ring, and the records held
         self.dropped = 0  # records dropped unread since this object was made
 
@@ -45,6 +53,9 @@ class EpisodeRecords:
         count = len(records["return"])
         if not count:
             return
+        for name in records.keys() - self._rings.keys():  # an info key's values: a ring at the first
+            assert self._held == 0, f"episode records gained the field {name!r} after others were kept"
+            self._rings[name] = np.zeros((self.capacity, *records[name].shape[1:]), records[name].dtype)
         skip = max(0, count - self.capacity)  # more than the ring holds: only the last ones
         positions = (self._start + self._held + np.arange(skip, count)) % self.capacity
         for name, ring in self._rings.items():
@@ -73,7 +84,8 @@ class EpisodeTracker:
         ([2.0, 2.0], [2, 2])
     """
 
-    def __init__(self, num_envs: int, window: int = 100, env_offset: int = 0) -> None:
+    def __init__(self, num_envs: int, window: int = 100, env_offset: int = 0,
+                 infos: tuple[Field, ...] = ()) -> None:
         self._return = np.zeros(num_envs, dtype=np.float64)
         self._length = np.zeros(num_envs, dtype=np.int64)
         self.returns: deque[float] = deque(maxlen=window)
@@ -81,7 +93,7 @@ class EpisodeTracker:
         self.count = 0
         self.env_offset = env_offset  # the envs' first index in the collector
         self._ended: tuple[np.ndarray, ...] | None = None  # (envs, steps, returns, lengths) to label
-        self.records = EpisodeRecords()  # the labelled episodes, until drained
+        self.records = EpisodeRecords(infos=infos)  # the labelled episodes, until drained
 
     def update(self, reward: np.ndarray, done: np.ndarray) -> None:
         """Account for a batch: ``reward [N, T]``, ``done [N, T]`` (episode ends only)."""
@@ -108,15 +120,17 @@ class EpisodeTracker:
         self._return = np.where(ended, 0.0, self._return) + cumulative[:, -1] - before
         self._length = np.where(ended, 0, self._length) + num_steps - 1 - last_t
 
-    def label(self, traj_ids: np.ndarray, versions: np.ndarray) -> None:
-        """Record the episodes the last :meth:`update` saw end, with the trajectory id and policy
-        version of their last frame (``[N, T]`` arrays of that batch); ``worker`` is 0, a
-        multi-process collector stamps its own."""
+    def label(self, traj_ids: np.ndarray, versions: np.ndarray,
+              infos: dict[str, np.ndarray] | None = None) -> None:
+        """Record the episodes the last :meth:`update` saw end, with the trajectory id, policy
+        version and ``infos`` values (``[N, T, ...]`` by info key) of their last frame (``[N, T]``
+        arrays of that batch); ``worker`` is 0, a multi-process collector stamps its own."""
         if self._ended is None:
             return
         rows, steps, returns, lengths, envs = self._ended
         self._ended = None
-        self.records.add({
+        last = {INFO_PREFIX + key: np.array(values[rows, steps]) for key, values in (infos or {}).items()}
+        self.records.add({**last,
             "return": returns, "length": lengths.astype(np.int64), "env": envs + self.env_offset,
             "traj_id": traj_ids[rows, steps].astype(np.int64),
             "policy_version": versions[rows, steps].astype(np.int64),
@@ -206,5 +220,10 @@ def episode_table(records: dict[str, np.ndarray]) -> TensorDict:
         [[2.0, 3.0], [2, 3], [0, 1], [0, 1]]
     """
     count = len(records["return"])
-    return TensorDict({name: torch.from_numpy(np.ascontiguousarray(records[name], dtype=dtype))
-                       for name, dtype in EPISODE_FIELDS.items()}, batch_size=[count])
+    table = TensorDict({name: torch.from_numpy(np.ascontiguousarray(records[name], dtype=dtype))
+                        for name, dtype in EPISODE_FIELDS.items()}, batch_size=[count])
+    for name, values in records.items():
+        if name.startswith(INFO_PREFIX):  # an info key's value at the episode's last step
+            table.set(("info", name.removeprefix(INFO_PREFIX)),
+                      torch.from_numpy(np.ascontiguousarray(values)))
+    return table

@@ -71,7 +71,7 @@ def finish_batch(
     traj_ids.assign(done, buffers.traj_ids_np[:, :steps])
     if policy_version is not None:
         buffers.policy_version.fill_(policy_version)
-    episodes.label(buffers.traj_ids_np, buffers.policy_version.numpy())  # the episodes that ended
+    episodes.label(buffers.traj_ids_np, buffers.policy_version.numpy(), buffers.infos_np)  # those that ended
     if buffers.mask is not None:
         buffers.mask[:, :steps] = True
         buffers.mask[:, steps:] = False

@@ -23,24 +23,25 @@ from rlcollect import (
     RayCollector,
     ReplayBuffer,
 )
-from tests.envs_for_tests import TiltPolicy, make_cartpole
+from rlcollect.collectors.loggers import CollectorLogger
+from tests.envs_for_tests import TiltPolicy, make_cartpole, make_cartpole_info
 
 pytestmark = pytest.mark.timeout(120)
 
 T = 25  # steps per batch; 4 envs in all, 2 per worker where there are workers
 
 
-def build(kind: str, **options: Any) -> Any:
+def build(kind: str, env: Any = make_cartpole, **options: Any) -> Any:
     rows = 4 if kind in ("single", "sync", "ray-sync") else 2
     frames = {"frames_per_batch": rows * T, "total_frames": 4 * T * 6, "seed": 5, **options}
     if kind == "single":
-        return Collector(make_cartpole, TiltPolicy(), num_envs=4, **frames)
+        return Collector(env, TiltPolicy(), num_envs=4, **frames)
     if kind in ("sync", "async"):
         cls = MultiSyncCollector if kind == "sync" else MultiAsyncCollector
-        return cls(make_cartpole, TiltPolicy(), num_workers=2, num_envs_per_worker=2, **frames)
+        return cls(env, TiltPolicy(), num_workers=2, num_envs_per_worker=2, **frames)
     if kind == "batched":
-        return AsyncBatchedCollector(make_cartpole, TiltPolicy(), num_envs=4, envs_per_worker=2, **frames)
-    return RayCollector(make_cartpole, TiltPolicy(), num_collectors=2, sync=kind == "ray-sync",
+        return AsyncBatchedCollector(env, TiltPolicy(), num_envs=4, envs_per_worker=2, **frames)
+    return RayCollector(env, TiltPolicy(), num_collectors=2, sync=kind == "ray-sync",
                         collector_kwargs={"num_envs": 2}, **frames)
 
 
@@ -61,6 +62,8 @@ def reference(batches: list[TensorDictBase], kind: str) -> dict[int, dict[str, A
                 assert record["env"] == env
                 if batch["next", "done"][row, t]:
                     record["policy_version"] = int(batch["policy_version"][row, t])
+                    if ("next", "info") in batch.keys(True):  # info_keys: the values of the last step
+                        record["info"] = {key: value[row, t] for key, value in batch["next", "info"].items()}
                     ended[traj] = record
     return ended
 
@@ -72,6 +75,8 @@ def assert_records_match(table: TensorDictBase, expected: dict[int, dict[str, An
         assert table["return"][i].item() == pytest.approx(want["return"], abs=1e-9), traj
         for name in ("length", "env", "worker", "policy_version"):
             assert table[name][i].item() == want[name], (traj, name)
+        for key, value in want.get("info", {}).items():
+            assert torch.equal(table["info", key][i], value), (traj, key)
     assert table["return"].dtype == torch.float64 and table["length"].dtype == torch.int64
 
 
@@ -92,12 +97,32 @@ def test_every_collector_records_the_episodes_of_its_batches(kind: str) -> None:
     assert table.batch_size[0] == collector.stats().episodes
 
 
+@pytest.mark.parametrize("kind", ["single", "sync", "async", "batched"])
+def test_episodes_carry_the_info_keys_values_at_their_last_step(kind: str) -> None:
+    """``info_keys``: each record holds the values of its episode's last step (a success flag's
+    rate over episodes, as SB3 logs it); the table has them even before any episode ended."""
+    keys = ["x", "steps", "upright", "pair"]
+    with build(kind, make_cartpole_info, info_keys=keys) as collector:
+        assert set(collector.episodes()["info"].keys()) == set(keys)
+        batches = [batch.clone() for batch in collector]
+        table = collector.episodes()
+    expected = reference(batches, kind)
+    assert all("info" in record for record in expected.values())
+    assert_records_match(table, expected)
+    assert torch.equal(table["info", "steps"], table["length"])  # the env counts the episode's steps
+    assert table["info", "pair"].shape == (len(table), 2) and table["info", "upright"].dtype == torch.bool
+    metrics = CollectorLogger.metrics(table, collector.stats())
+    assert metrics["episode/info/steps_mean"] == pytest.approx(metrics["episode/length_mean"])
+    assert "episode/info/pair_mean" not in metrics  # one number per episode only
+
+
 @pytest.mark.parametrize("kind", ["ray-sync", "ray-async"])
 def test_ray_collectors_record_the_episodes_of_their_batches(ray_session: None, kind: str) -> None:
-    with build(kind) as collector:
+    with build(kind, make_cartpole_info, info_keys=["steps"]) as collector:  # info values too
         batches = [batch.clone() for batch in collector]
         table = collector.episodes()
     assert_records_match(table, reference(batches, kind))
+    assert torch.equal(table["info", "steps"], table["length"])
 
 
 @pytest.mark.parametrize("kind", ["single", "async"])
