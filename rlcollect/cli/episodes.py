@@ -2,8 +2,10 @@
 ``inspect``: from the frames written, batch by batch.
 
 An episode counts when its last frame (``("next", "done")``) is in the folder; its return is the
-sum of the rewards under its trajectory id, carried across batches. Episodes are ordered by when
-they ended (batch, then step, then env), so "the last 100" means the same thing everywhere.
+sum of the rewards under its trajectory id, carried across batches; a run with ``--info-keys`` also
+gets each scalar key's mean over the episodes' last steps (``is_success``: a success rate).
+Episodes are ordered by when they ended (batch, then step, then env), so "the last 100" means the
+same thing everywhere.
 
 Example:
     >>> import torch
@@ -40,6 +42,7 @@ class EpisodeTally:
         self.returns: list[float] = []  # of the episodes ended, in the order they ended
         self.terminated = 0
         self._partial: dict[int, float] = {}  # returns so far of episodes not ended yet
+        self.at_ends: dict[str, list[float]] = {}  # each scalar info key's value at the episodes' ends
 
     @classmethod
     def of(cls, stored: TensorDictBase) -> EpisodeTally | None:
@@ -47,7 +50,9 @@ class EpisodeTally:
         batch at a time; ``None`` if it lacks :data:`EPISODE_KEYS`."""
         if not set(EPISODE_KEYS) <= set(stored.keys(include_nested=True, leaves_only=True)):
             return None
-        needed = stored.select(*EPISODE_KEYS)
+        infos = stored.get(("next", "info"), None)  # a TensorDict iterates over its rows: keys() named
+        names = [] if infos is None else [("next", "info", key) for key in infos.keys()]  # noqa: SIM118
+        needed = stored.select(*EPISODE_KEYS, *names)
         batches = [needed[index] for index in range(needed.shape[0])] if needed.batch_dims == 3 else [needed]
         tally = cls()
         for batch in batches:
@@ -69,6 +74,10 @@ class EpisodeTally:
         for traj in ids[done].tolist():
             self.returns.append(partial.pop(traj))
         self.terminated += int(terminated.sum())
+        infos = batch.get(("next", "info"), None)
+        for key, value in ({} if infos is None else infos.items()):
+            if value.dim() == batch.batch_dims:  # one number per frame
+                self.at_ends.setdefault(key, []).extend(flat(("next", "info", key)).double()[done].tolist())
 
     @property
     def ended(self) -> int:
@@ -84,18 +93,30 @@ class EpisodeTally:
         def text(value: float) -> str:
             return "n/a" if math.isnan(value) else f"{value:.2f}"
 
-        return (f"{self.ended:,} ended ({self.terminated:,} terminated, {self.ended - self.terminated:,} "
+        line = (f"{self.ended:,} ended ({self.terminated:,} terminated, {self.ended - self.terminated:,} "
                 f"truncated), mean return {text(self.mean_return())} (all {self.ended:,}; the last 100: "
                 f"{text(self.mean_return(100))})")
+        if self.at_ends:
+            line += "; mean at their last steps: " + ", ".join(
+                f"{key} {text(mean)}" for key, mean in self.info_means().items())
+        return line
+
+    def info_means(self) -> dict[str, float]:
+        """Each scalar info key's mean over the episodes' last steps (NaN if none ended)."""
+        return {key: math.fsum(values) / len(values) if values else math.nan
+                for key, values in self.at_ends.items()}
 
     def record(self) -> dict[str, Any]:
         """The counts for ``run.json``."""
         def number(value: float) -> float | None:
             return None if math.isnan(value) else value
 
-        return {"episodes": self.ended, "episodes_terminated": self.terminated,
-                "mean_return": number(self.mean_return()),
-                "mean_return_last_100": number(self.mean_return(100))}
+        record: dict[str, Any] = {"episodes": self.ended, "episodes_terminated": self.terminated,
+                                  "mean_return": number(self.mean_return()),
+                                  "mean_return_last_100": number(self.mean_return(100))}
+        if self.at_ends:
+            record["info_means_at_episode_ends"] = {key: number(v) for key, v in self.info_means().items()}
+        return record
 
 
 def _sums(ids: torch.Tensor, reward: torch.Tensor) -> tuple[list[int], list[float]]:

@@ -485,13 +485,17 @@ def test_info_keys_store_the_steps_infos(tmp_path: Path, capsys: Capsys) -> None
     argv = ["collect", "--env", "FrozenLake-v1", "--frames", "64", "--num-envs", "2", "--out", str(out),
             "--seed", "0", "--no-progress", "--info-keys", "prob"]
     assert main(argv) == 0
+    summary = capsys.readouterr().out
+    assert "; mean at their last steps: prob 0.33" in summary, summary
     run = rlcollect.load_run(out)
     prob = run["next", "info", "prob"]  # a slippery lake: each move happens with probability 1/3
     assert prob.dtype == torch.float64 and prob.shape == (1, 2, 32)
     assert torch.allclose(prob, torch.tensor(1 / 3, dtype=torch.float64))
     record = json.loads((out / "run.json").read_text())
     assert record["info_keys"] == ["prob"] and record["command"].endswith("--info-keys prob")
-    capsys.readouterr()
+    assert record["info_means_at_episode_ends"]["prob"] == pytest.approx(1 / 3)
+    assert main(["inspect", str(out)]) == 0
+    assert "; mean at their last steps: prob 0.33" in capsys.readouterr().out
     assert main([*argv[:-1], "lives", "--force"]) == 2
     assert_one_line_error(capsys, "info_keys=['lives']: ['lives'] not in the info", "(its keys: ['prob'])")
 
