@@ -125,6 +125,13 @@ class EnvPoolEnv(GymVectorEnv):
         """The envs of a batch's column (all of them: the pool steps them together)."""
         return int(config["num_envs"])
 
+    def step_info(self) -> dict[str, Any]:
+        rows = super().step_info()
+        if self._rebuild is not None:  # its reset does not reseed: rebuilt, as if it never stepped
+            self.env.close()
+            self.env = self._rebuild(self._seed)
+        return rows
+
     def _reset_all(self, seeds: list[int] | None) -> Any:
         if seeds is not None and seeds[0] != self._seed:  # EnvPool seeds at creation only
             self._reseed(seeds[0])

@@ -82,10 +82,16 @@ def test_a_vector_env_gives_the_same_infos(mode: gym.vector.AutoresetMode) -> No
 
 
 def test_a_synchronous_envpool_gives_its_infos() -> None:
+    """The pool the collector built is rebuilt after the layout step (EnvPool reseeds only so):
+    the other entries are those of the same collector without ``info_keys``."""
     pytest.importorskip("envpool")
-    with Collector("envpool:CartPole-v1", num_envs=2, frames_per_batch=2 * 40, total_frames=80, seed=0,
-                   info_keys=["elapsed_step"]) as collector:
-        batch = collector.next()
+    batches = []
+    for keys in (["elapsed_step"], None):
+        with Collector("envpool:CartPole-v1", num_envs=2, frames_per_batch=2 * 40, total_frames=80, seed=0,
+                       info_keys=keys) as collector:
+            batches.append(collector.next())
+    batch = batches[0]
+    assert (batch.exclude(("next", "info")) == batches[1]).all()
     elapsed, done = batch["next", "info", "elapsed_step"], batch["next", "done"][..., 0]
     assert elapsed.dtype == torch.int32 and done.any()
     count = torch.zeros(2, dtype=torch.int32)  # the episode's steps, counted from the done flags
