@@ -105,9 +105,10 @@ class MultiSyncCollector(_MultiProcessCollector):
         total_frames: frames to collect before iteration stops; -1 for no end.
         num_workers: worker processes (defaults to ``len(create_env_fn)`` for a list).
         num_envs_per_worker: envs ``M`` stepped by each worker (every worker must have as many).
-        preemptive_threshold: once this fraction of workers finished a batch, the others stop
-            at their next step, each after one step at least (``0``: once the first one
-            finished); their missing frames are masked in ``("collector", "mask")``.
+        preemptive_threshold: once ``int(threshold * num_workers)`` workers finished a batch
+            (TorchRL's count: a threshold under 1 always stops the last one), the others stop
+            at their next step, each after one step at least (``0``: every worker, at once);
+            their missing frames are masked in ``("collector", "mask")``; ``1``: none stops.
         prefetch: workers collect the next batch while the current one is being used (one
             version of policy lag, stamped in ``policy_version``).
         update_at_each_batch: pull the policy's weights into the workers before each batch.

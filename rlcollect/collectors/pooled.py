@@ -332,15 +332,15 @@ class PooledCollector(WorkerRequests, BaseCollector):
     def _gather(self, slot: int) -> int:
         """Wait for every worker's rows of ``slot``; preempt the late ones; return the frames."""
         waiting, frames = set(range(self.num_workers)), 0
-        threshold = self.options.preemptive_threshold
-        needed = None if threshold is None else math.ceil(threshold * self.num_workers)
+        threshold = self.options.preemptive_threshold  # TorchRL's count: under 1, the last is stopped
+        needed = None if threshold is None or threshold >= 1 else int(threshold * self.num_workers)
         while waiting:
+            if needed is not None and self.num_workers - len(waiting) >= needed:
+                assert self._stop_flags is not None
+                self._stop_flags[slot] = 1  # the rest stop at their next step (0: every one, now)
             for worker, report in self._pool.wait(sorted(waiting)):
                 frames += self._account(worker, report)
                 waiting.discard(worker)
-            if needed is not None and self.num_workers - len(waiting) >= needed:
-                assert self._stop_flags is not None
-                self._stop_flags[slot] = 1  # the rest stop at their next step
         return frames
 
     def _async_batches(self) -> Iterator[TensorDictBase | None]:

@@ -159,17 +159,31 @@ def test_preemption_masks_the_late_worker() -> None:
     assert collector.stats().frames == sum(int(b["collector", "mask"].sum()) for b in batches)  # type: ignore[index]
 
 
-def test_preemption_at_zero_stops_the_others_when_the_first_worker_finished() -> None:
-    """preemptive_threshold=0: as in TorchRL, the first worker to finish stops every other one."""
+def test_preemption_at_zero_stops_every_worker_at_once() -> None:
+    """preemptive_threshold=0: as in TorchRL 0.14, none has to finish: every worker stops after
+    its first step (a batch has one step at least)."""
     slow = functools.partial(CountingEnv, episode_length=1000, step_sleep=0.05)
-    fast = functools.partial(CountingEnv, episode_length=1000)
-    with MultiSyncCollector([fast, slow, slow], None, frames_per_batch=3 * 40, preemptive_threshold=0.0,
+    with MultiSyncCollector([slow, slow, slow], None, frames_per_batch=3 * 40, preemptive_threshold=0.0,
                             seed=0) as collector:
         assert collector.preemptive_threshold == 0.0
         batch = collector.next()
     assert batch is not None
     mask = batch["collector", "mask"]
-    assert mask[0].all() and not mask[1].all() and not mask[2].all()
+    assert mask[:, 0].all() and not mask[:, 2:].any()  # one step, or two where the flag came late
+
+
+def test_preemption_counts_workers_as_torchrl_does() -> None:
+    """int(threshold * workers) must finish: 0.9 of 2 workers is 1, so the slow one is stopped
+    (a rounded-up count, 2, would wait for it); 1.0 stops none."""
+    slow = functools.partial(CountingEnv, episode_length=1000, step_sleep=0.05)
+    fast = functools.partial(CountingEnv, episode_length=1000)
+    for threshold, cut in ((0.9, True), (1.0, False)):
+        with MultiSyncCollector([fast, slow], None, frames_per_batch=2 * 20, preemptive_threshold=threshold,
+                                seed=0) as collector:
+            batch = collector.next()
+        assert batch is not None
+        mask = batch["collector", "mask"]
+        assert mask[0].all() and bool(mask[1].all()) is not cut
 
 
 def test_seed_state_dict_and_stats() -> None:
