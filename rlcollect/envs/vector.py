@@ -124,12 +124,12 @@ class GymVectorEnv(EnvBatch):
         self._terminated[:, t] = terminated
         self._truncated[:, t] = truncated
         done = terminated | truncated
-        if self._info_arrays:  # info_keys: envs that reset themselves hold their step's in final_info
-            ended = np.asarray(info.get("_final_obs", np.zeros_like(done))) if self._same_step else None
-            write_vector_infos(self._info_arrays, t, info, ended, checking=self.check_writes)
+        # envs that already reset themselves (SAME_STEP) hold their final obs and info in the info
+        self_reset = np.asarray(info.get("_final_obs", np.zeros_like(done))) if self._same_step else ~done
+        if self._info_arrays:  # info_keys: the step's values (a self-reset env's in final_info)
+            write_vector_infos(self._info_arrays, t, info, self_reset if self._same_step else None,
+                               checking=self.check_writes)
         if done.any():
-            # envs that already reset themselves (SAME_STEP) hold their final obs in the info
-            self_reset = info.get("_final_obs", np.zeros_like(done)) if self._same_step else ~done
             for i in np.flatnonzero(done).tolist():
                 final = info["final_obs"][i] if self_reset[i] else _env_slice(obs, i)
                 if self.check_writes:

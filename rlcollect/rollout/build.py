@@ -79,21 +79,18 @@ def make_rollout(
                           register_policy_transforms=spec.register_policy_transforms)
     placement: dict[str, Any] = {"env_offset": env_offset, "traj_stride": traj_stride,
                                  "traj_offset": traj_offset, "traj_start": traj_start, "user_policy": policy}
-    if isinstance(envs, TensorDictEnv):
+    try:
+        if not isinstance(envs, TensorDictEnv):
+            return Rollout(spec, envs=envs, served_policy=served_policy, **placement)
         if spec.info_keys:
-            envs.close()
             raise ValueError(f"info_keys={list(spec.info_keys)} with a TorchRL env: its step infos reach the "
                              "batch through the env's own info_dict_reader (GymEnv.set_info_dict_reader); "
                              "leave info_keys out")
         if served_policy is not None:
-            envs.close()
             raise ValueError(f"a policy server reads each env's step from the batch buffers, which this "
                              f"TorchRL env's data does not fit ({envs.reason}): use MultiSyncCollector or "
                              "MultiAsyncCollector")
-    try:
-        if isinstance(envs, TensorDictEnv):
-            return TensorDictRollout(spec, envs, **placement)
-        return Rollout(spec, envs=envs, served_policy=served_policy, **placement)
-    except BaseException:  # a policy, a layout or an info key refused: envs (threads, processes) closed
+        return TensorDictRollout(spec, envs, **placement)
+    except BaseException:  # refused (a policy, a layout, an info key): the envs (threads, processes) closed
         envs.close()
         raise
