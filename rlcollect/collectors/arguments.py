@@ -120,10 +120,11 @@ class EnvArguments(SharedArguments, total=False):
     each of :class:`~rlcollect.RayCollector`'s actors, in its ``collector_kwargs``).
 
     Attributes:
-        policy_factory: builds the policy (in each worker for the multi-process collectors; with
-            ``policy`` as well, ``policy`` is where their weights come from), or a list with one
-            per worker (each worker its own policy; ``update_policy_weights_({worker: weights})``
-            updates one worker's).
+        policy_factory: builds the policy (in each worker for the multi-process collectors, and
+            there only: without ``policy``, worker 0 builds the policy the collector checks and
+            lays its batches out from, at construction; with ``policy`` as well, ``policy`` is
+            where their weights come from), or a list with one per worker (each worker its own
+            policy; ``update_policy_weights_({worker: weights})`` updates one worker's).
         create_env_kwargs: keyword arguments of the env factory, or a list with one per worker.
         init_random_frames: frames collected with random actions before the policy is used.
         max_frames_per_traj: truncate episodes after this many steps (``None`` or negative:

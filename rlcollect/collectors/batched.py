@@ -34,8 +34,8 @@ from rlcollect.collectors.stats import CollectorStats
 from rlcollect.envs.factory import EnvSource
 from rlcollect.policies.module_policy import ModulePolicy
 from rlcollect.policies.tensordict_policy import TensorDictPolicy
-from rlcollect.rollout.build import Engine
 from rlcollect.rollout.engine import Rollout, RolloutSpec, compile_adapter
+from rlcollect.rollout.summary import EngineSummary
 from rlcollect.weights.forms import check_model_ids
 from rlcollect.weights.frozen import FrozenWeights
 from rlcollect.weights.schemes import WeightSyncScheme
@@ -162,10 +162,11 @@ class AsyncBatchedCollector(PooledCollector):
         self._build(options, worker_processes(options))
 
     # -- the server -------------------------------------------------------------------------------
-    def _allocate(self, options: CollectorOptions, transport: Transport, probe: Engine,
-                  steps: int) -> None:
-        assert isinstance(probe, Rollout)  # a TensorDictRollout was refused by _build
-        policy = probe.policy
+    def _allocate(self, options: CollectorOptions, transport: Transport, probe: EngineSummary,
+                  steps: int, awaiting: list[int]) -> None:
+        engine = probe.engine  # built here: the server's policy is this process's
+        assert isinstance(engine, Rollout)  # a TensorDictRollout was refused by _build
+        policy = engine.policy
         if isinstance(policy, (ModulePolicy, TensorDictPolicy)) and policy.module is options.policy:  # yours:
             try:  # training must not race a forward pass
                 policy.callable = policy.module = copy.deepcopy(policy.module)
@@ -179,9 +180,9 @@ class AsyncBatchedCollector(PooledCollector):
                     "server's policy instead"
                 ) from error
             self._models["policy"] = policy.module
-        super()._allocate(options, transport, probe, steps)
+        super()._allocate(options, transport, probe, steps, awaiting)
         self._server = PolicyServer(
-            probe.policy, self._slots, self.num_envs_per_worker, timeout=options.timeout,
+            policy, self._slots, self.num_envs_per_worker, timeout=options.timeout,
             exploration_type=options.exploration_type, **self._server_settings,
         )
         self._pool.check = self._server.check

@@ -31,6 +31,7 @@ class _MultiProcessCollector(PooledCollector):
 
     _sync: bool
     _hooks_in_workers = True
+    _worker_probes = True  # a process answers probe_in_worker's two-phase start
 
     #: The keyword arguments the constructor takes besides those it names.
     accepted_arguments: ClassVar[frozenset[str]] = argument_names(CollectorArguments, WorkerArguments)

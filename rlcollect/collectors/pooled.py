@@ -3,9 +3,10 @@
 The parent builds one :class:`Rollout` locally first (the probe) to learn the batch layout and the
 envs per worker and to check the policy on a dry step, closes it, derives ``T`` once, allocates
 the slots (shared memory for worker processes, local memory for Ray actors, whose batches arrive
-in their reports) and starts the workers through a :class:`WorkerPool`. Worker ``w`` fills rows
-``[w * M, (w + 1) * M)`` of a slot. A synchronous batch is every worker's rows of one slot; an
-asynchronous one is whichever worker's rows are ready first.
+in their reports) and starts the workers through a :class:`WorkerPool`. Where only a
+``policy_factory`` builds the policy, worker 0's process builds the probe instead (the factory
+runs in the workers alone) and keeps it as its rollout; it gets its setup when the others start.
+The batches themselves: :mod:`rlcollect.collectors.pool_batches`.
 
 Examples:
     >>> from rlcollect import MultiSyncCollector
@@ -29,33 +30,33 @@ import multiprocessing
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
 import numpy as np
 import torch
-from tensordict import LazyStackedTensorDict, TensorDictBase
+from tensordict import TensorDictBase
 
 from rlcollect.collectors.base import BaseCollector
 from rlcollect.collectors.delivery import WorkerHook
 from rlcollect.collectors.options import CollectorOptions
+from rlcollect.collectors.pool_batches import WorkerBatches
 from rlcollect.collectors.pool_requests import WorkerRequests
-from rlcollect.collectors.probe import preload_modules, probe_rollout
+from rlcollect.collectors.probe import preload_modules, probe_in_worker, probe_rollout, probes_in_worker
 from rlcollect.data.buffers import BatchBuffers
-from rlcollect.rollout.build import Engine
 from rlcollect.rollout.engine import RolloutSpec
 from rlcollect.rollout.episodes import EpisodeRecords
+from rlcollect.rollout.summary import EngineSummary
 from rlcollect.weights.senders import channel_for, init_senders
 from rlcollect.workers.pool import WorkerPool
 from rlcollect.workers.transport import ProcessTransport, Transport, start_forkserver
-from rlcollect.workers.wire import unpack_into
 from rlcollect.workers.worker import BatchReport, WorkerSetup
 
 __all__ = ["PooledCollector"]
 
 
-class PooledCollector(WorkerRequests, BaseCollector):
+class PooledCollector(WorkerBatches, WorkerRequests, BaseCollector):
     """Base of the collectors with workers; subclasses call :meth:`_build` from ``__init__``."""
 
     sync: bool  # a batch is all workers' rows of a slot (sync) or one worker's rows (async)
@@ -63,6 +64,7 @@ class PooledCollector(WorkerRequests, BaseCollector):
     #: What this collector's state holds (checked by load_state_dict before anything changes).
     _state_keys: tuple[str, ...] = ("frames", "batches", "weights", "next_traj_id", "pending", "workers")
     _hooks_in_workers = False  # True: post_collect_hook runs in each worker on its batch (TorchRL's)
+    _worker_probes = False  # True: worker 0 builds the probe where only policy_factory builds the policy
 
     def _build(self, options: CollectorOptions, make_transport: Callable[[], Transport]) -> None:
         """Everything is checked, and the probe built, before ``make_transport`` starts anything
@@ -80,8 +82,16 @@ class PooledCollector(WorkerRequests, BaseCollector):
         self.num_workers = workers = options.num_workers
 
         self._constructed_at = time.time()
-        probe, per_process = probe_rollout(options, policy_in_workers=self._policy_in_workers,
-                                           owner=type(self).__name__)
+        remote = self._worker_probes and probes_in_worker(options)  # worker 0 builds the probe
+        transport, owner = make_transport() if remote else None, type(self).__name__
+        try:
+            probe, per_process = (
+                probe_in_worker(options, transport, owner=owner) if transport is not None
+                else probe_rollout(options, policy_in_workers=self._policy_in_workers, owner=owner))
+        except BaseException:
+            if transport is not None:
+                transport.close()
+            raise
         # a TorchRL env whose data the buffers cannot hold: each worker sends its batches back whole
         self._tensordict = probe.layout is None
         self.num_envs_per_worker = envs = per_process * options.nested_workers
@@ -90,22 +100,25 @@ class PooledCollector(WorkerRequests, BaseCollector):
         steps = options.steps_per_batch(rows)
         self.frames_per_batch = steps * rows
         self._models = dict(probe.models)  # the modules weights are pulled from on update()
-        transport = make_transport()
+        transport = make_transport() if transport is None else transport
         try:
-            self._allocate(options, transport, probe, steps)
+            self._allocate(options, transport, probe, steps, awaiting=[0] if remote else [])
         except BaseException:
+            if remote:
+                transport.stop(0, 0.0)
             transport.close()
             raise
 
-    def _allocate(self, options: CollectorOptions, transport: Transport, probe: Engine,
-                  steps: int) -> None:
-        """Slots, weights, the workers' setups and the pool (started at the first batch)."""
+    def _allocate(self, options: CollectorOptions, transport: Transport, probe: EngineSummary,
+                  steps: int, awaiting: list[int]) -> None:
+        """Slots, weights, the workers' setups and the pool (started at the first batch; the
+        workers in ``awaiting`` run already, built by the probe, and wait for their setups)."""
         workers, sync = self.num_workers, self.sync
         _, outers, traj_start = options.placement  # this collector inside a worker: its ids and seeds
         sink = options.replay_buffer
         workers_write = sink is not None and transport.can_write(sink) and not self._tensordict
         self._delivery = options.delivery(workers_write=workers_write)
-        self._delivery.unbatched = probe.envs.unbatched
+        self._delivery.unbatched = probe.unbatched
         if self._hooks_in_workers:
             self._delivery.post_collect_hook = None  # each worker runs it (see _worker_spec)
         self._delivery.workers = workers if sync else 1
@@ -135,7 +148,7 @@ class PooledCollector(WorkerRequests, BaseCollector):
         self._pool = WorkerPool(transport, _weakly(self._worker_setup), workers, timeout=options.timeout,
                                 start_timeout=options.start_timeout,
                                 max_restarts=options.max_worker_restarts, traj_start=traj_start,
-                                restart_seed_stride=self.num_envs * outers)
+                                restart_seed_stride=self.num_envs * outers, awaiting=awaiting)
         self._finalizer: weakref.finalize[..., Any] = weakref.finalize(self, self._pool.shutdown)
         self._frames = self._batches = self._last_lag = 0
         self._startup_seconds = math.nan
@@ -249,113 +262,11 @@ class PooledCollector(WorkerRequests, BaseCollector):
         """Process ids of the workers (they start with the first batch, ``set_seed`` or a state)."""
         return [info.pid if info else None for info in self._pool.infos]
 
-    def _rows(self, slot: int, worker: int) -> TensorDictBase:
-        if self._tensordict:
-            return self._whole[slot, worker]
-        envs = self.num_envs_per_worker
-        return self._slots[slot].batch[worker * envs : (worker + 1) * envs]
-
-    def _slot_batch(self, slot: int) -> TensorDictBase:
-        """Every worker's rows of ``slot``: a synchronous batch. Whole TensorDict batches are
-        stacked, ``[workers, *batch, T]``."""
-        if not self._tensordict:
-            return self._slots[slot].batch
-        parts = [self._whole[slot, worker] for worker in range(self.num_workers)]
-        out = LazyStackedTensorDict.maybe_dense_stack(parts, 0)
-        out.names = [None] * (out.batch_dims - 1) + ["time"]
-        return out
-
-    def _dispatch(self, worker: int, slot: int, receive: bool = True) -> None:
-        """Hand ``worker`` its next batch (into ``slot``), with the newest weights received first
-        (``receive``; a synchronous batch receives once for all its workers)."""
-        if receive and self._receiver_schemes:
-            self._poll_receivers()
-        if self.options.update_at_each_batch:
-            self.update_policy_weights_(worker_ids=[worker])
-        in_flight = len(self._pool.busy()) * self.num_envs_per_worker * self._num_steps
-        random = self._in_warmup(self._frames, in_flight)
-        self._pool.collect(worker, (slot, random, self._weights.payload(worker)))
-
-    def _dispatch_all(self, slot: int) -> None:
-        if self._stop_flags is not None:
-            self._stop_flags[slot] = 0
-        if self._receiver_schemes:  # once: every worker of a synchronous batch runs the same version
-            self._poll_receivers()
-        for worker in range(self.num_workers):
-            self._dispatch(worker, slot, receive=False)
-
-    def _account(self, worker: int, report: BatchReport) -> int:
-        """Take in a worker's report (its rows, if they came with it); return the batch's frames."""
-        if report.data is not None:
-            unpack_into(report.data, self._rows(report.slot, worker))
-        if report.batch is not None:
-            self._whole[report.slot, worker] = report.batch
-        self._weights.release(worker)
-        self._reports[worker] = report
-        records = report.episode_records
-        self._returns.extend(records["return"].tolist())
-        self._lengths.extend(records["length"].tolist())
-        self._episode_records.add({**records, "worker": np.full(len(records["return"]), worker)})
-        self._last_lag = int(self._weights.versions[worker]) - report.policy_version
-        return report.steps * self.num_envs_per_worker
-
     def _drain_episodes(self) -> dict[str, np.ndarray]:
         return self._episode_records.drain()
 
-    def _more_wanted(self, frames_in_flight: int) -> bool:
-        return self.total_frames < 0 or self._frames + frames_in_flight < self.total_frames
-
     def _quiesce(self) -> None:
         self._pool.drain()  # batches under way finish (and are written); no new one is handed out
-
-    # -- iteration --------------------------------------------------------------------------------
-    def iterator(self) -> Iterator[TensorDictBase | None]:
-        self._ensure_started()
-        return self._sync_batches() if self.sync else self._async_batches()
-
-    def _sync_batches(self) -> Iterator[TensorDictBase | None]:
-        prefetch = self.options.prefetch
-        slot = self._batches % self._num_slots
-        if not self._pool.busy() and self._more_wanted(0):
-            self._dispatch_all(slot)
-        while self._pool.busy():
-            self._frames += self._gather(slot)
-            self._batches += 1
-            if prefetch and self._more_wanted(0):
-                self._dispatch_all(slot ^ 1)  # workers fill the other slot while this one is used
-            yield from self._delivery.outputs(self._slot_batch(slot))
-            if prefetch:
-                slot ^= 1
-            elif self._more_wanted(0):  # after the learner had the batch: its new weights are used
-                self._dispatch_all(slot)
-
-    def _gather(self, slot: int) -> int:
-        """Wait for every worker's rows of ``slot``; preempt the late ones; return the frames."""
-        waiting, frames = set(range(self.num_workers)), 0
-        threshold = self.options.preemptive_threshold  # TorchRL's count: under 1, the last is stopped
-        needed = None if threshold is None or threshold >= 1 else int(threshold * self.num_workers)
-        while waiting:
-            if needed is not None and self.num_workers - len(waiting) >= needed:
-                assert self._stop_flags is not None
-                self._stop_flags[slot] = 1  # the rest stop at their next step (0: every one, now)
-            for worker, report in self._pool.wait(sorted(waiting)):
-                frames += self._account(worker, report)
-                waiting.discard(worker)
-        return frames
-
-    def _async_batches(self) -> Iterator[TensorDictBase | None]:
-        pool = self._pool
-        next_slot = [self._batches % 2] * self.num_workers
-        for worker in range(self.num_workers):
-            if worker not in pool.busy() and self._more_wanted(len(pool.busy()) * self.frames_per_batch):
-                self._dispatch(worker, next_slot[worker])
-        while pool.busy():
-            worker, report = pool.wait_one(sorted(pool.busy()))
-            self._frames += self._account(worker, report)
-            self._batches += 1
-            if self._more_wanted(len(pool.busy()) * self.frames_per_batch):
-                self._dispatch(worker, report.slot ^ 1)  # it fills its other slot meanwhile
-            yield from self._delivery.outputs(self._rows(report.slot, worker))
 
     def shutdown(
         self, timeout: float | None = None, close_env: bool = True, raise_on_error: bool = True

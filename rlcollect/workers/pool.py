@@ -22,7 +22,6 @@ closing flag; no worker is started once it is set), then stops every worker, bou
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import threading
 import time
@@ -32,15 +31,14 @@ from typing import Any
 
 from rlcollect.rollout.profiling import ProfileConfig
 from rlcollect.workers.failures import FailureLog, where
-from rlcollect.workers.transport import Transport, await_exit
+from rlcollect.workers.pool_shutdown import PoolShutdown
+from rlcollect.workers.transport import Transport
 from rlcollect.workers.worker import BatchReport, WorkerFailure, WorkerInfo, WorkerSetup
 
 __all__ = ["PoolClosed", "WorkerPool"]
 
 #: the longest single wait: a thread waiting in the pool notices a shutdown within this
 _SLICE = 0.1
-#: after the grace period, how long terminated (then killed) workers are given to exit
-_KILL_WAIT = 0.5
 #: how long a replacement may take to start before the pool looks (once) at what it waits for
 _TELL_AFTER = 2.0
 #: how often a transport with a health check of its own is asked which workers went silent
@@ -51,7 +49,7 @@ class PoolClosed(RuntimeError):
     """The pool was shut down (raised to a thread still waiting on it)."""
 
 
-class WorkerPool:
+class WorkerPool(PoolShutdown):
     """One worker per :class:`WorkerSetup`, reached through ``transport``.
 
     Args:
@@ -67,6 +65,7 @@ class WorkerPool:
         traj_start: the first local trajectory id of every worker.
         check: called whenever answers arrive, before a failure is handled: a health check of
             what the workers depend on (a policy server), raising its error instead.
+        awaiting: workers running already, waiting for their setup (one that built the probe).
     """
 
     def __init__(
@@ -81,6 +80,7 @@ class WorkerPool:
         restart_seed_stride: int,
         traj_start: int = 0,
         check: Callable[[], None] | None = None,
+        awaiting: Iterable[int] = (),
     ) -> None:
         self.transport = transport
         self.check = check
@@ -93,6 +93,7 @@ class WorkerPool:
         self.restarts, self.causes = self.failures.restarts, self.failures.causes
         self.next_traj_id = [traj_start] * num_workers
         self.infos: list[WorkerInfo | None] = [None] * num_workers
+        self._awaiting = set(awaiting)  # running already (they built the probe): sent their setups
         self._profile: ProfileConfig | None = None
         self._in_flight: dict[int, tuple[Any, float]] = {}  # worker -> (collect argument, sent at)
         self._stash: list[tuple[int, BatchReport]] = []  # reports arrived but not consumed
@@ -109,7 +110,12 @@ class WorkerPool:
         self.started, self._profile = True, profile
         deadline = time.monotonic() + self.start_timeout  # the workers start together
         for worker in range(self.num_workers):
-            self._spawn(worker, dataclasses.replace(self._setup(worker), profile=profile), deadline)
+            setup = dataclasses.replace(self._setup(worker), profile=profile)
+            if worker in self._awaiting:
+                self.transport.send(worker, ("setup", setup))
+            else:
+                self._spawn(worker, setup, deadline)
+        self._awaiting.clear()
         for worker in range(self.num_workers):
             self._await_ready(worker, deadline)
 
@@ -335,66 +341,3 @@ class WorkerPool:
     @property
     def _noun(self) -> str:
         return self.failures.noun
-
-    # -- stopping -------------------------------------------------------------------------------
-    def close_soon(self) -> None:
-        """Ask every worker to close after its command under way, without waiting, and start no
-        other (after an error in background collection); :meth:`shutdown` still stops them."""
-        with self._lock:
-            self._closing.set()
-            if self.started and not self.closed:
-                for worker in range(self.num_workers):
-                    self.transport.send(worker, ("close", None))
-
-    def interrupt(self) -> None:
-        """Make every wait of another thread give up (within :data:`_SLICE` s) and start no worker."""
-        self._closing.set()
-
-    def shutdown(self, timeout: float | None = None) -> None:
-        """Ask every worker to close, then end the ones still running; idempotent and bounded.
-
-        Workers get ``timeout`` seconds (default: the pool's ``timeout``) to finish their command
-        under way and exit by themselves; those left are then terminated and killed, all at once,
-        in about a second more. An interruption (``KeyboardInterrupt``) while waiting still ends
-        every worker before it propagates. A call while another one is stopping the workers waits
-        for it (up to its own timeout, and the second or so more of the ending).
-        """
-        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-        self._closing.set()
-        if not self.closed:
-            locked = self._lock.acquire(timeout=max(0.01, deadline - time.monotonic()))  # no spawn under way
-            first, self.closed = not self.closed, True
-            if locked:
-                self._lock.release()
-            if first:
-                try:
-                    self._stop_workers(deadline)
-                finally:
-                    self._stopped.set()
-                return
-        self._stopped.wait(max(0.0, deadline - time.monotonic()) + 2 * _KILL_WAIT)  # the first one's
-
-    def _stop_workers(self, deadline: float) -> None:
-        started = list(range(self.num_workers)) if self.started else []
-        interrupted = True
-        try:
-            for worker in started:
-                self.transport.send(worker, ("close", None))
-            await_exit(self.transport, started, deadline, _KILL_WAIT)
-            interrupted = False
-            self._keep_last_reports()
-        finally:  # interrupted (a second Ctrl-C): no more grace, every worker is ended now
-            for worker in started:
-                with contextlib.suppress(Exception):
-                    self.transport.stop(worker, 0.0 if interrupted else max(0.0, deadline - time.monotonic()))
-            self._in_flight.clear()
-            self.transport.close()
-
-    def _keep_last_reports(self) -> None:
-        """Keep, as :meth:`pending`, the reports of batches finished while the workers stopped
-        (workers that write a replay buffer wrote their frames): the collector's counts agree."""
-        for worker in list(self._in_flight):
-            with contextlib.suppress(Exception):
-                for _, (kind, payload) in self.transport.wait([worker], 0.0):
-                    if kind == "done":
-                        self._stash.append((worker, payload))

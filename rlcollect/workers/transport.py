@@ -27,7 +27,8 @@ from typing import Any, Protocol
 import torch
 import torch.multiprocessing
 
-from rlcollect.workers.worker import WorkerSetup, process_main
+from rlcollect.workers.process import process_main
+from rlcollect.workers.worker import WorkerSetup
 
 __all__ = ["PRELOAD", "Message", "ProcessTransport", "Transport", "await_exit", "fork_is_safe",
            "start_context", "start_forkserver"]

@@ -1,8 +1,9 @@
 """One worker: a :class:`Rollout` (or a ``TensorDictRollout``) for its envs, answering the parent's
 small commands.
 
-The same :class:`Worker` runs in a worker process (:func:`process_main`, over a pipe) and in a Ray
-actor (:class:`~rlcollect.workers.ray_transport.RayWorker`); only the transport differs. Commands
+The same :class:`Worker` runs in a worker process
+(:func:`~rlcollect.workers.process.process_main`, over a pipe) and in a Ray actor
+(:class:`~rlcollect.workers.ray_transport.RayWorker`); only the transport differs. Commands
 ``(name, argument)`` and their answers:
 
 - ``("collect", (slot, random, weights_payload))`` -> ``("done", BatchReport)``: pull the weights
@@ -40,16 +41,12 @@ Example (in this process):
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import multiprocessing
 import os
-import signal
 import socket
 import time
 import traceback
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
 from typing import Any
 
 import cloudpickle
@@ -63,13 +60,14 @@ from rlcollect.envs import envpool_env
 from rlcollect.envs.base import source_env
 from rlcollect.envs.torchrl_env import dump_env_transform
 from rlcollect.replay import flatten_batch
-from rlcollect.rollout.build import make_rollout
+from rlcollect.rollout.build import Engine, make_rollout
 from rlcollect.rollout.engine import RolloutSpec
 from rlcollect.rollout.profiling import ProfileConfig, RolloutProfiler
+from rlcollect.rollout.summary import EngineSummary
 from rlcollect.workers.wire import Packed, pack
 
-__all__ = ["BatchReport", "Worker", "WorkerFailure", "WorkerInfo", "WorkerSetup", "process_main",
-           "start_worker"]
+__all__ = ["BatchReport", "Worker", "WorkerFailure", "WorkerInfo", "WorkerSetup", "build_rollout",
+           "probe_worker", "start_worker"]
 
 
 @dataclass(frozen=True)
@@ -95,6 +93,9 @@ class WorkerSetup:
             (one ``policy_factory`` per worker); otherwise it takes the collector's before its
             first batch.
         init_fn: the user's ``worker_init_fn``, cloudpickled: called with ``worker_idx`` first.
+        probe: build the rollout, answer ``("probed", EngineSummary)`` and wait for the whole
+            setup (``("setup", WorkerSetup)``) before answering ``ready``: the parent lays out
+            the slots from this worker's policy (see :func:`probe_worker`).
     """
 
     worker_idx: int
@@ -112,6 +113,7 @@ class WorkerSetup:
     served_policy: Any = None
     own_weights: bool = False
     init_fn: bytes | None = None
+    probe: bool = False
 
 
 @dataclass(frozen=True)
@@ -203,16 +205,11 @@ class WorkerView:
 class Worker:
     """The worker's state and command handlers (see the module docstring)."""
 
-    def __init__(self, setup: WorkerSetup) -> None:
-        torch.set_num_threads(1)  # each worker one thread; the parent's setting is left alone
-        envpool_env.POOL_THREADS = 1  # and one EnvPool thread per pool it builds (unless asked)
+    def __init__(self, setup: WorkerSetup, rollout: Engine | None = None) -> None:
         spec: RolloutSpec = cloudpickle.loads(setup.spec)
         self.setup = setup = dataclasses.replace(setup, spec=b"")  # the policy's bytes are not kept
         self.post_collect_hook = spec.post_collect_hook
-        self.rollout = rollout = spec.engine(spec, setup) if spec.engine is not None else make_rollout(
-            spec, env_offset=setup.env_offset, traj_stride=setup.num_workers, traj_offset=setup.worker_idx,
-            traj_start=setup.traj_start, served_policy=setup.served_policy,
-        )
+        self.rollout = rollout = build_rollout(spec, setup) if rollout is None else rollout
         self.slots: list[BatchBuffers] = []
         layout = rollout.layout
         if layout is None:  # no buffers: each batch goes back whole
@@ -316,53 +313,45 @@ class Worker:
         self.rollout.close()
 
 
-def start_worker(setup: WorkerSetup) -> tuple[Worker | None, tuple[str, Any]]:
-    """Build the worker; return it with its first answer (``ready`` or ``error``)."""
+def build_rollout(spec: RolloutSpec, setup: WorkerSetup) -> Engine:
+    """The worker's rollout for ``spec``, placed as ``setup`` says (its envs' seeds, trajectory
+    ids); the process runs one torch thread (the parent's setting is left alone) and one EnvPool
+    thread per pool it builds (unless asked)."""
+    torch.set_num_threads(1)
+    envpool_env.POOL_THREADS = 1
+    if spec.engine is not None:
+        return spec.engine(spec, setup)  # type: ignore[no-any-return]
+    return make_rollout(spec, env_offset=setup.env_offset, traj_stride=setup.num_workers,
+                        traj_offset=setup.worker_idx, traj_start=setup.traj_start,
+                        served_policy=setup.served_policy)
+
+
+def start_worker(setup: WorkerSetup, rollout: Engine | None = None) -> tuple[Worker | None, tuple[str, Any]]:
+    """Build the worker (around ``rollout`` if :func:`probe_worker` built it); return it with its
+    first answer (``ready`` or ``error``)."""
     try:
-        if setup.init_fn is not None:  # before anything of the worker's is built
+        if setup.init_fn is not None and rollout is None:  # before anything of the worker's is built
             cloudpickle.loads(setup.init_fn)(setup.worker_idx)
-        worker = Worker(setup)
+        worker = Worker(setup, rollout)
         return worker, ("ready", worker.info())
     except BaseException as error:
+        if rollout is not None:
+            rollout.close()
         return None, ("error", WorkerFailure.from_exception(error))
 
 
-def process_main(setup_box: list[WorkerSetup], conn: Connection) -> None:
-    """Entry point of a worker process: runs until ``close``, an error, or the parent's exit.
-
-    The setup comes in a list that is emptied here, so that its pickled policy is not kept for the
-    life of the process (the process object holds its arguments).
-
-    SIGINT is ignored: a Ctrl-C in a terminal reaches every process of the group, and only the
-    parent should see it (it then shuts the workers down). It is unblocked too (the parent starts
-    workers with it blocked, so that a Ctrl-C during their start-up does not reach them either).
-    """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    parent, creator = os.getppid(), multiprocessing.parent_process()  # the creator's pid predates the fork
-    worker, answer = start_worker(setup_box.pop())
-    conn.send(answer)
-    if worker is None:
-        return
+def probe_worker(setup: WorkerSetup) -> tuple[Engine | None, tuple[str, Any]]:
+    """A worker's first phase where the parent has no policy of its own to lay out the slots with:
+    build the rollout (its policy from the spec's ``policy_factory``, in this process alone) and
+    answer ``("probed", EngineSummary)``; the rollout is kept for :func:`start_worker`."""
     try:
-        while True:
-            try:
-                while not conn.poll(1.0):
-                    if os.getppid() != parent or (creator is not None and not creator.is_alive()):
-                        # a forked sibling may hold the parent's pipe end open (and a parent killed
-                        # before this process read its pid leaves getppid() unchanged):
-                        raise EOFError  # no end-of-file would come, but the parent is gone
-                command, argument = conn.recv()
-            except (EOFError, OSError):  # the parent is gone
-                break
-            if command == "close":
-                break
-            answer = worker.handle(command, argument)
-            command = argument = None  # the command's weights, if any, are not kept until the next
-            with contextlib.suppress(BrokenPipeError, OSError):
-                conn.send(answer)
-            if answer[0] == "error":
-                break
-    finally:
-        worker.close()
+        if setup.init_fn is not None:
+            cloudpickle.loads(setup.init_fn)(setup.worker_idx)
+        rollout = build_rollout(cloudpickle.loads(setup.spec), setup)
+    except BaseException as error:
+        return None, ("error", WorkerFailure.from_exception(error))
+    try:
+        return rollout, ("probed", EngineSummary.of(rollout).portable())
+    except BaseException as error:
+        rollout.close()
+        return None, ("error", WorkerFailure.from_exception(error))
