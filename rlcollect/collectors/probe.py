@@ -56,10 +56,11 @@ def probe_rollout(options: CollectorOptions, *, policy_in_workers: bool, owner: 
 
 
 def probes_in_worker(options: CollectorOptions) -> bool:
-    """Whether worker 0 builds the probe (for worker processes): the policy comes from
+    """Whether worker 0 builds the probe (a worker process or Ray actor): the policy comes from
     ``policy_factory`` alone, which then runs in the workers only, as its name promises (not in a
-    collector nested in another's workers)."""
-    return options.policy is None and options.policy_factory is not None and options.placement == (0, 1, 0)
+    collector nested in another's workers, nor where each worker runs processes of its own)."""
+    return (options.policy is None and options.policy_factory is not None
+            and options.placement == (0, 1, 0) and options.nested_workers == 1)
 
 
 def probe_in_worker(options: CollectorOptions, transport: Transport, *, owner: str

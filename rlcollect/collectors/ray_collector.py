@@ -103,7 +103,9 @@ class RayCollector(PooledCollector):
             or ``NoWeightSyncScheme``.
 
     The env is built once in this process to learn its spaces and check the policy; the actors
-    build their own.
+    build their own. With ``policy_factory`` and no ``policy`` (one process per actor), actor 0
+    builds it instead, at construction: the factory runs in the actors only (on the nodes and
+    devices their ``remote_configs`` ask for).
 
     Raises:
         ImportError: Ray is not installed (``pip install rlcollect[ray]``).
@@ -123,6 +125,7 @@ class RayCollector(PooledCollector):
 
     #: The keyword arguments the constructor takes besides those it names.
     accepted_arguments: ClassVar[frozenset[str]] = argument_names(SharedArguments)
+    _worker_probes = True  # an actor answers probe_in_worker's two-phase start
 
     def __init__(
         self,

@@ -29,8 +29,16 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from rlcollect.rollout.build import Engine
 from rlcollect.workers.transport import Message
-from rlcollect.workers.worker import Worker, WorkerFailure, WorkerInfo, WorkerSetup, start_worker
+from rlcollect.workers.worker import (
+    Worker,
+    WorkerFailure,
+    WorkerInfo,
+    WorkerSetup,
+    probe_worker,
+    start_worker,
+)
 
 __all__ = ["RayTransport", "RayWorker", "import_ray"]
 
@@ -52,13 +60,22 @@ def import_ray() -> Any:
 
 
 class RayWorker:
-    """The body of one Ray actor: a :class:`Worker`, built by :meth:`start`."""
+    """The body of one Ray actor: a :class:`Worker`, built by :meth:`start` (or, for a worker
+    started with ``probe=True``, by the ``"setup"`` command that follows, around the rollout its
+    probe built)."""
 
     def __init__(self) -> None:
         self.worker: Worker | None = None
+        self._probe: Engine | None = None  # the rollout built by a probe, until the setup comes
 
     def start(self, setup: WorkerSetup) -> Message:
-        self.worker, answer = start_worker(setup)
+        if setup.probe:
+            self._probe, answer = probe_worker(setup)
+            return answer
+        return self._started(*start_worker(setup))
+
+    def _started(self, worker: Worker | None, answer: Message) -> Message:
+        self.worker = worker
         kind, info = answer
         if kind == "ready":  # say which node this is: hosts of a cluster may share a name
             ray = importlib.import_module("ray")
@@ -73,7 +90,13 @@ class RayWorker:
         return str(importlib.import_module("ray").get_runtime_context().get_node_id())
 
     def handle(self, command: str, argument: Any) -> Message:
-        assert self.worker is not None
+        probe, self._probe = self._probe, None
+        if command == "setup":
+            return self._started(*start_worker(argument, probe))
+        if self.worker is None:  # a probe closed before its setup came (the pool sends nothing else)
+            if probe is not None:
+                probe.close()
+            return "ok", None
         return self.worker.handle(command, argument)
 
 

@@ -196,6 +196,40 @@ def test_weights_reach_the_actors_with_their_version() -> None:
                      collector_kwargs={"policy_factory": factory})
 
 
+class PidRecordingFactory:
+    """Builds ``WeightedPolicy(scale=-1)`` (always action 0), appending the pid of each call to a file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __call__(self) -> torch.nn.Module:
+        with open(self.path, "a") as file:
+            file.write(f"{os.getpid()}\n")
+        return WeightedPolicy(scale=-1.0)
+
+
+def test_policy_factory_runs_in_the_actors_only(tmp_path: Path) -> None:
+    """Without ``policy``, actor 0 builds the probe at construction: the factory runs once per
+    actor and never in the driver; a collector closed before its first batch ends actor 0."""
+    calls = tmp_path / "calls"
+    factory = PidRecordingFactory(calls)
+    with RayCollector(functools.partial(CountingEnv, episode_length=5), None, policy_factory=factory,
+                      num_collectors=2, collector_kwargs={"num_envs": 2}, frames_per_batch=40,
+                      seed=0) as collector:
+        assert len(calls.read_text().split()) == 1
+        batch = collector.next()
+        assert batch is not None and batch.shape == (4, 10) and (batch["action"] == 0).all()
+        pids = [int(pid) for pid in calls.read_text().split()]
+        assert sorted(pids) == sorted(collector.actor_pids) and os.getpid() not in pids
+    assert_all_gone(pids)
+    calls.unlink()
+    collector = RayCollector(make_cartpole, None, policy_factory=factory, num_collectors=2,
+                             frames_per_batch=8)
+    (probe_pid,) = (int(pid) for pid in calls.read_text().split())
+    collector.shutdown()
+    assert_all_gone([probe_pid])
+
+
 @pytest.mark.timeout(200)
 def test_killed_actor_and_broken_env_are_restarted_and_collection_goes_on(tmp_path: Path) -> None:
     """A killed actor and an env that breaks once: both replaced in their placement-group bundles,
