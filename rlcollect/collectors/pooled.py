@@ -68,7 +68,8 @@ class PooledCollector(WorkerBatches, WorkerRequests, BaseCollector):
 
     def _build(self, options: CollectorOptions, make_transport: Callable[[], Transport]) -> None:
         """Everything is checked, and the probe built, before ``make_transport`` starts anything
-        (``options.sync``: synchronous or asynchronous batches)."""
+        (``options.sync``: synchronous or asynchronous batches); where worker 0 builds the probe
+        (:func:`~rlcollect.collectors.probe.probes_in_worker`), the transport starts it first."""
         self.options, self.sync = options, sync = options, options.sync
         if not sync and options.preemptive_threshold is not None:
             raise ValueError("preemptive_threshold applies to synchronous collection only")
