@@ -105,7 +105,7 @@ class RayCollector(PooledCollector):
     The env is built once in this process to learn its spaces and check the policy; the actors
     build their own. With ``policy_factory`` and no ``policy`` (one process per actor), actor 0
     builds it instead, at construction: the factory runs in the actors only (on the nodes and
-    devices their ``remote_configs`` ask for).
+    devices their ``remote_config`` asks for).
 
     Raises:
         ImportError: Ray is not installed (``pip install rlcollect[ray]``).
