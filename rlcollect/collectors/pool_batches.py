@@ -10,59 +10,24 @@ asynchronous one two per worker (it fills one while its last batch is read).
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase
 
-from rlcollect.collectors.delivery import Delivery
-from rlcollect.collectors.options import CollectorOptions
-from rlcollect.data.buffers import BatchBuffers
-from rlcollect.rollout.episodes import EpisodeRecords
-from rlcollect.weights.schemes import WeightChannel, WeightSyncScheme
-from rlcollect.workers.pool import WorkerPool
+from rlcollect.collectors.pooled_state import PooledState
 from rlcollect.workers.wire import unpack_into
 from rlcollect.workers.worker import BatchReport
 
 __all__ = ["WorkerBatches"]
 
 
-class WorkerBatches:
+class WorkerBatches(PooledState):
     """The batches of a collector's workers, handed out and gathered (a part of
     :class:`~rlcollect.collectors.pooled.PooledCollector`)."""
 
-    # the collector's own (see PooledCollector)
-    options: CollectorOptions
-    num_workers: int
-    num_envs_per_worker: int
-    frames_per_batch: int
-    total_frames: int
-    sync: bool
-    _pool: WorkerPool
-    _delivery: Delivery
-    _weights: WeightChannel
-    _frames: int
-    _batches: int
-    _last_lag: int
-    _num_slots: int
-    _num_steps: int
-    _slots: list[BatchBuffers]
-    _stop_flags: torch.Tensor | None
-    _tensordict: bool
-    _whole: dict[tuple[int, int], TensorDictBase]
-    _reports: list[BatchReport | None]
-    _returns: deque[float]
-    _lengths: deque[int]
-    _episode_records: EpisodeRecords
-    _receiver_schemes: dict[str, WeightSyncScheme] | None
-
-    if TYPE_CHECKING:  # the collector's own (PooledCollector, BaseCollector)
-        def _ensure_started(self) -> None: ...
-        def _poll_receivers(self) -> None: ...
-        def _in_warmup(self, collected: int, in_flight: int = 0) -> bool: ...
+    if TYPE_CHECKING:  # the collector's own (BaseCollector's weight API)
         def update_policy_weights_(self, policy_or_weights: Any = None, *, worker_ids: Any = None,
                                    **kwargs: Any) -> None: ...
 

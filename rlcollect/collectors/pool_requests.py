@@ -13,58 +13,26 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections import deque
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 
-from rlcollect.collectors.delivery import Delivery
-from rlcollect.collectors.options import CollectorOptions
+from rlcollect.collectors.pooled_state import PooledState
 from rlcollect.collectors.stats import CollectorStats
 from rlcollect.common.state import checked_state, stamped
-from rlcollect.data.buffers import BatchBuffers
 from rlcollect.data.layout import BatchLayout
 from rlcollect.weights.forms import check_model_ids
-from rlcollect.weights.schemes import NoWeightSyncScheme, WeightChannel, WeightSyncScheme
-from rlcollect.workers.pool import WorkerPool
+from rlcollect.weights.schemes import NoWeightSyncScheme
 from rlcollect.workers.wire import pack
-from rlcollect.workers.worker import BatchReport
 
 __all__ = ["WorkerRequests"]
 
 
-class WorkerRequests:
+class WorkerRequests(PooledState):
     """Seeds, states, stats and remote calls of a collector's workers (a part of
     :class:`~rlcollect.collectors.pooled.PooledCollector`)."""
-
-    # the collector's own (see PooledCollector)
-    options: CollectorOptions
-    num_workers: int
-    num_envs: int
-    num_envs_per_worker: int
-    sync: bool
-    _pool: WorkerPool
-    _delivery: Delivery
-    _weights: WeightChannel
-    _frames: int
-    _batches: int
-    _last_lag: int
-    _startup_seconds: float
-    _reports: list[BatchReport | None]
-    _returns: deque[float]
-    _lengths: deque[int]
-    _state_keys: tuple[str, ...]
-    _slots: list[BatchBuffers]
-    _models: dict[str, torch.nn.Module]
-    _weight_sync_schemes: dict[str, WeightSyncScheme] | None
-
-    if TYPE_CHECKING:  # the collector's own (PooledCollector, BaseCollector)
-        def _ensure_started(self) -> None: ...
-        def _rows(self, slot: int, worker: int) -> Any: ...
-        @property
-        def _state_kind(self) -> str: ...
 
     # -- TorchRL's remote helpers ------------------------------------------------------------------
     def get_distant_attr(self, attr: str) -> list[Any]:

@@ -83,6 +83,7 @@ CASES: dict[str, tuple[dict[str, Any], str]] = {
     "replay_writer": ({"replay_buffer": "sink", "replay_writer": ReplayWriter(time_major=True)}, "sink"),
     "compile_policy": ({"compile_policy": {"backend": "eager"}}, "frames"),
     "info_keys": ({"info_keys": ["x", "steps", "upright", "pair"], "env": make_cartpole_info}, "frames"),
+    "policy_factory": ({"policy_factory": TiltPolicy}, "frames"),  # no policy: the workers build it
 }
 PER_WORKER = ("max_frames_per_traj", "reset_at_each_iter", "set_truncated", "exploration_type",
               "init_random_frames", "compile_policy")  # RayCollector takes these in collector_kwargs
@@ -92,19 +93,19 @@ def build(kind: str, options: dict[str, Any], batches: int) -> Any:
     """A collector of ``kind`` with 4 envs in all, seeded ``SEED`` unless ``options`` says."""
     options = {"seed": SEED, **options}
     make_env = options.pop("env", make_cartpole)
+    policy = None if "policy_factory" in options else TiltPolicy()
     rows = 4 if kind in ("single", "sync", "ray-sync") else 2
     frames = {"frames_per_batch": rows * T, "total_frames": 4 * T * batches}
     if kind == "single":
-        return Collector(make_env, TiltPolicy(), num_envs=4, **frames, **options)
+        return Collector(make_env, policy, num_envs=4, **frames, **options)
     if kind in ("sync", "async"):
         cls = MultiSyncCollector if kind == "sync" else MultiAsyncCollector
-        return cls(make_env, TiltPolicy(), num_workers=2, num_envs_per_worker=2, **frames, **options)
+        return cls(make_env, policy, num_workers=2, num_envs_per_worker=2, **frames, **options)
     if kind == "batched":  # one policy server in this process, 2 env workers x 2 envs
-        return AsyncBatchedCollector(make_env, TiltPolicy(), num_envs=4, envs_per_worker=2, **frames,
-                                     **options)
+        return AsyncBatchedCollector(make_env, policy, num_envs=4, envs_per_worker=2, **frames, **options)
     per_worker = {k: v for k, v in options.items() if k in PER_WORKER}
     top = {k: v for k, v in options.items() if k not in PER_WORKER}
-    return RayCollector(make_env, TiltPolicy(), num_collectors=2, sync=kind == "ray-sync",
+    return RayCollector(make_env, policy, num_collectors=2, sync=kind == "ray-sync",
                         collector_kwargs={"num_envs": 2, **per_worker}, **frames, **top)
 
 
