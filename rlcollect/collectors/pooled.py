@@ -85,10 +85,13 @@ class PooledCollector(WorkerBatches, WorkerRequests, BaseCollector):
         self._constructed_at = time.time()
         remote = self._worker_probes and probes_in_worker(options)  # worker 0 builds the probe
         transport, owner = make_transport() if remote else None, type(self).__name__
+        awaiting: list[int] = []  # workers started by the probe, waiting for their setups
         try:
-            probe, per_process = (
-                probe_in_worker(options, transport, owner=owner) if transport is not None
-                else probe_rollout(options, policy_in_workers=self._policy_in_workers, owner=owner))
+            if transport is not None:
+                probe, per_process, awaiting = probe_in_worker(options, transport, owner=owner)
+            else:
+                probe, per_process = probe_rollout(options, policy_in_workers=self._policy_in_workers,
+                                                   owner=owner)
         except BaseException:
             if transport is not None:
                 transport.close()
@@ -103,10 +106,10 @@ class PooledCollector(WorkerBatches, WorkerRequests, BaseCollector):
         self._models = dict(probe.models)  # the modules weights are pulled from on update()
         transport = make_transport() if transport is None else transport
         try:
-            self._allocate(options, transport, probe, steps, awaiting=[0] if remote else [])
+            self._allocate(options, transport, probe, steps, awaiting=awaiting)
         except BaseException:
-            if remote:
-                transport.stop(0, 0.0)
+            for worker in awaiting:
+                transport.stop(worker, 0.0)
             transport.close()
             raise
 

@@ -64,16 +64,24 @@ def probes_in_worker(options: CollectorOptions) -> bool:
 
 
 def probe_in_worker(options: CollectorOptions, transport: Transport, *, owner: str
-                    ) -> tuple[EngineSummary, int]:
+                    ) -> tuple[EngineSummary, int, list[int]]:
     """Worker 0 started now, through ``transport``: it builds its rollout (its policy from the
-    factory), sends back its summary and waits for its setup (the pool's start). The same checks
-    as :func:`probe_rollout`; worker 0 is stopped if one fails."""
+    factory), sends back its summary and waits for its setup (the pool's start); worker processes
+    1, 2, ... start meanwhile and wait for theirs. The same checks as :func:`probe_rollout`; the
+    workers started are stopped if one fails. Also returns the workers started."""
     init_fn = options.worker_init_fn
     setup = WorkerSetup(worker_idx=0, num_workers=options.num_workers, num_steps=0, env_offset=0,
                         spec=cloudpickle.dumps(options.rollout_spec(0)), seed=options.seed, weights=None,
                         init_fn=None if init_fn is None else cloudpickle.dumps(init_fn), probe=True)
+    started = [0]
     try:
         transport.spawn(0, setup, options.start_timeout)
+        if transport.kind == "process":  # their interpreters start while worker 0 builds the probe
+            waiting = dataclasses.replace(setup, spec=b"", init_fn=None, probe=False, deferred=True)
+            for worker in range(1, options.num_workers):
+                started.append(worker)
+                transport.spawn(worker, dataclasses.replace(waiting, worker_idx=worker),
+                                options.start_timeout)
         answers = transport.wait([0], options.start_timeout)
         if not answers:
             raise TimeoutError(f"worker 0 did not build its envs and policy within start_timeout="
@@ -84,9 +92,10 @@ def probe_in_worker(options: CollectorOptions, transport: Transport, *, owner: s
                 f"worker 0 failed to build its envs and policy: {payload.message}\n{payload.traceback}")
         if kind != "probed":
             raise RuntimeError(f"worker 0 failed to build its envs and policy: {payload}")
-        return payload, _envs_per_process(options, payload, True, owner)
+        return payload, _envs_per_process(options, payload, True, owner), started
     except BaseException:
-        transport.stop(0, 0.0)
+        for worker in started:
+            transport.stop(worker, 0.0)
         raise
 
 

@@ -4,6 +4,7 @@ answer the parent's commands over its pipe until ``close``, an error, or the par
 A worker started with ``probe=True`` builds its rollout first and answers ``("probed",
 EngineSummary)``; the parent lays out the slots from it and sends ``("setup", WorkerSetup)``, the
 whole setup, which the worker then builds around the same rollout (its envs and policy built once).
+One started with ``deferred=True`` meanwhile only waits for its setup (its interpreter has started).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import signal
 from multiprocessing.connection import Connection
 from typing import Any
 
+from rlcollect.rollout.build import Engine
 from rlcollect.workers.worker import WorkerSetup, probe_worker, start_worker
 
 __all__ = ["process_main"]
@@ -34,16 +36,9 @@ def process_main(setup_box: list[WorkerSetup], conn: Connection) -> None:
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     parent, creator = os.getppid(), multiprocessing.parent_process()  # the creator's pid predates the fork
-    setup, rollout = setup_box.pop(), None
-    if setup.probe:  # the parent lays out the slots from this worker's rollout, then sends its setup
-        rollout, answer = probe_worker(setup)
-        conn.send(answer)
-        message = None if rollout is None else _next_command(conn, parent, creator)
-        if message is None or message[0] != "setup":
-            if rollout is not None:
-                rollout.close()
-            return
-        setup = message[1]
+    setup, rollout = _await_setup(setup_box.pop(), conn, parent, creator)
+    if setup is None:
+        return
     worker, answer = start_worker(setup, rollout)
     conn.send(answer)
     if worker is None:
@@ -58,6 +53,26 @@ def process_main(setup_box: list[WorkerSetup], conn: Connection) -> None:
                 break
     finally:
         worker.close()
+
+
+def _await_setup(setup: WorkerSetup, conn: Connection, parent: int, creator: Any
+                 ) -> tuple[WorkerSetup | None, Engine | None]:
+    """The setup to start with, and the rollout a probe built: a worker started with ``probe`` or
+    ``deferred`` waits for its whole setup (``None``: closed, or the parent gone, first)."""
+    if not (setup.probe or setup.deferred):
+        return setup, None
+    rollout = None
+    if setup.probe:  # the parent lays out the slots from this worker's rollout, then sends its setup
+        rollout, answer = probe_worker(setup)
+        conn.send(answer)
+        if rollout is None:
+            return None, None
+    message = _next_command(conn, parent, creator)
+    if message is None or message[0] != "setup":
+        if rollout is not None:
+            rollout.close()
+        return None, None
+    return message[1], rollout
 
 
 def _next_command(conn: Connection, parent: int, creator: Any) -> tuple[str, Any] | None:

@@ -96,6 +96,8 @@ class WorkerSetup:
         probe: build the rollout, answer ``("probed", EngineSummary)`` and wait for the whole
             setup (``("setup", WorkerSetup)``) before answering ``ready``: the parent lays out
             the slots from this worker's policy (see :func:`probe_worker`).
+        deferred: start the process and wait for the whole setup, building nothing before: its
+            interpreter starts while worker 0 builds the probe (worker processes only).
     """
 
     worker_idx: int
@@ -114,6 +116,7 @@ class WorkerSetup:
     own_weights: bool = False
     init_fn: bytes | None = None
     probe: bool = False
+    deferred: bool = False
 
 
 @dataclass(frozen=True)

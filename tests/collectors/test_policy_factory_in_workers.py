@@ -113,16 +113,20 @@ def test_a_policy_that_does_not_fit_is_refused_at_construction(manager: Any) -> 
                            frames_per_batch=20, total_frames=40)
 
 
-def test_worker_0_ends_with_a_collector_that_never_started(manager: Any) -> None:
+def test_the_workers_end_with_a_collector_that_never_started(manager: Any) -> None:
+    """Worker 0 (its probe built) and worker 1 (started meanwhile, waiting for its setup) run from
+    the construction; a shutdown before the first batch ends both."""
+    before = {p.pid for p in multiprocessing.active_children()}
     pids = manager.list()
     collector = MultiSyncCollector("CartPole-v1", policy_factory=CountingFactory(pids), num_workers=2,
                                    frames_per_batch=20, total_frames=40)
-    (pid,) = list(pids)
+    started = {p.pid for p in multiprocessing.active_children()} - before
+    assert len(pids) == 1 and pids[0] in started and len(started) == 2
     collector.shutdown(timeout=5.0)
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(p.pid == pid for p in multiprocessing.active_children()):
+    while time.monotonic() < deadline and started & {p.pid for p in multiprocessing.active_children()}:
         time.sleep(0.05)
-    assert not any(p.pid == pid for p in multiprocessing.active_children())
+    assert not started & {p.pid for p in multiprocessing.active_children()}
 
 
 def test_worker_0_killed_after_its_probe_is_restarted(manager: Any) -> None:
