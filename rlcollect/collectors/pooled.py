@@ -5,7 +5,8 @@ envs per worker and to check the policy on a dry step, closes it, derives ``T`` 
 the slots (shared memory for worker processes, local memory for Ray actors, whose batches arrive
 in their reports) and starts the workers through a :class:`WorkerPool`. Where only a
 ``policy_factory`` builds the policy, worker 0's process builds the probe instead (the factory
-runs in the workers alone) and keeps it as its rollout; it gets its setup when the others start.
+runs in the workers alone) and keeps it as its rollout, the other worker processes start
+meanwhile, and each gets its setup when the pool starts.
 The batches themselves: :mod:`rlcollect.collectors.pool_batches`.
 
 Examples:

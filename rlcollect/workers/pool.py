@@ -65,7 +65,8 @@ class WorkerPool(PoolShutdown):
         traj_start: the first local trajectory id of every worker.
         check: called whenever answers arrive, before a failure is handled: a health check of
             what the workers depend on (a policy server), raising its error instead.
-        awaiting: workers running already, waiting for their setup (one that built the probe).
+        awaiting: workers running already, waiting for their setup (worker 0 built the probe;
+            the others started meanwhile).
     """
 
     def __init__(
@@ -93,7 +94,7 @@ class WorkerPool(PoolShutdown):
         self.restarts, self.causes = self.failures.restarts, self.failures.causes
         self.next_traj_id = [traj_start] * num_workers
         self.infos: list[WorkerInfo | None] = [None] * num_workers
-        self._awaiting = set(awaiting)  # running already (they built the probe): sent their setups
+        self._awaiting = set(awaiting)  # started with the probe: sent their setups at start()
         self._profile: ProfileConfig | None = None
         self._in_flight: dict[int, tuple[Any, float]] = {}  # worker -> (collect argument, sent at)
         self._stash: list[tuple[int, BatchReport]] = []  # reports arrived but not consumed
