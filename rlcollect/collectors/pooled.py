@@ -44,7 +44,7 @@ from rlcollect.collectors.delivery import WorkerHook
 from rlcollect.collectors.options import CollectorOptions
 from rlcollect.collectors.pool_batches import WorkerBatches
 from rlcollect.collectors.pool_requests import WorkerRequests
-from rlcollect.collectors.probe import preload_modules, probe_in_worker, probe_rollout, probes_in_worker
+from rlcollect.collectors.probe import preload_modules, probe_in_worker, probe_rollout, worker_builds_probe
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.rollout.engine import RolloutSpec
 from rlcollect.rollout.episodes import EpisodeRecords
@@ -70,7 +70,8 @@ class PooledCollector(WorkerBatches, WorkerRequests, BaseCollector):
     def _build(self, options: CollectorOptions, make_transport: Callable[[], Transport]) -> None:
         """Everything is checked, and the probe built, before ``make_transport`` starts anything
         (``options.sync``: synchronous or asynchronous batches); where worker 0 builds the probe
-        (:func:`~rlcollect.collectors.probe.probes_in_worker`), the transport starts it first."""
+        (:func:`~rlcollect.collectors.probe.worker_builds_probe`), the transport starts it first
+        (and is closed if the probe fails)."""
         self.options, self.sync = options, sync = options, options.sync
         if not sync and options.preemptive_threshold is not None:
             raise ValueError("preemptive_threshold applies to synchronous collection only")
@@ -84,19 +85,14 @@ class PooledCollector(WorkerBatches, WorkerRequests, BaseCollector):
         self.num_workers = workers = options.num_workers
 
         self._constructed_at = time.time()
-        remote = self._worker_probes and probes_in_worker(options)  # worker 0 builds the probe
-        transport, owner = make_transport() if remote else None, type(self).__name__
-        awaiting: list[int] = []  # workers started by the probe, waiting for their setups
-        try:
-            if transport is not None:
-                probe, per_process, awaiting = probe_in_worker(options, transport, owner=owner)
-            else:
-                probe, per_process = probe_rollout(options, policy_in_workers=self._policy_in_workers,
-                                                   owner=owner)
-        except BaseException:
-            if transport is not None:
-                transport.close()
-            raise
+        owner, transport = type(self).__name__, None
+        awaiting: list[int] = []  # workers the probe started, waiting for their setups
+        if self._worker_probes and worker_builds_probe(options):  # the other workers start meanwhile
+            transport = make_transport()
+            probe, per_process, awaiting = probe_in_worker(options, transport, owner=owner)
+        else:
+            probe, per_process = probe_rollout(options, policy_in_workers=self._policy_in_workers,
+                                               owner=owner)
         # a TorchRL env whose data the buffers cannot hold: each worker sends its batches back whole
         self._tensordict = probe.layout is None
         self.num_envs_per_worker = envs = per_process * options.nested_workers

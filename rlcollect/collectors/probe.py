@@ -18,7 +18,7 @@ from rlcollect.rollout.summary import EngineSummary
 from rlcollect.workers.transport import ProcessTransport, Transport, start_forkserver
 from rlcollect.workers.worker import WorkerSetup
 
-__all__ = ["preload_modules", "probe_in_worker", "probe_rollout", "probes_in_worker", "worker_processes"]
+__all__ = ["preload_modules", "probe_in_worker", "probe_rollout", "worker_builds_probe", "worker_processes"]
 
 
 def preload_modules(options: CollectorOptions) -> list[str]:
@@ -55,7 +55,7 @@ def probe_rollout(options: CollectorOptions, *, policy_in_workers: bool, owner: 
     return summary, _envs_per_process(options, summary, policy_in_workers, owner)
 
 
-def probes_in_worker(options: CollectorOptions) -> bool:
+def worker_builds_probe(options: CollectorOptions) -> bool:
     """Whether worker 0 builds the probe (a worker process or Ray actor): the policy comes from
     ``policy_factory`` alone, which then runs in the workers only, as its name promises (not in a
     collector nested in another's workers, nor where each worker runs processes of its own)."""
@@ -67,8 +67,9 @@ def probe_in_worker(options: CollectorOptions, transport: Transport, *, owner: s
                     ) -> tuple[EngineSummary, int, list[int]]:
     """Worker 0 started now, through ``transport``: it builds its rollout (its policy from the
     factory), sends back its summary and waits for its setup (the pool's start); worker processes
-    1, 2, ... start meanwhile and wait for theirs. The same checks as :func:`probe_rollout`; the
-    workers started are stopped if one fails. Also returns the workers started."""
+    1, 2, ... start meanwhile and wait for theirs. The same checks as :func:`probe_rollout`; if one
+    fails, the workers started are stopped and ``transport`` closed. Also returns the workers
+    started."""
     init_fn = options.worker_init_fn
     setup = WorkerSetup(worker_idx=0, num_workers=options.num_workers, num_steps=0, env_offset=0,
                         spec=cloudpickle.dumps(options.rollout_spec(0)), seed=options.seed, weights=None,
@@ -96,6 +97,7 @@ def probe_in_worker(options: CollectorOptions, transport: Transport, *, owner: s
     except BaseException:
         for worker in started:
             transport.stop(worker, 0.0)
+        transport.close()
         raise
 
 

@@ -16,13 +16,16 @@ Examples:
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from tensordict import TensorDict
 from tensordict.nn import TensorDictParams
 
 from rlcollect.data.layout import BatchLayout
+
+if TYPE_CHECKING:
+    from rlcollect.rollout.build import Engine
 
 __all__ = ["EngineSummary"]
 
@@ -51,11 +54,11 @@ class EngineSummary:
     unbatched: bool = False
     reason: str = ""
     env_kind: str = ""
-    engine: Any = None
+    engine: Engine | None = None
 
     @classmethod
-    def of(cls, engine: Any) -> EngineSummary:
-        """The summary of ``engine`` (a :class:`~rlcollect.rollout.build.Engine`), which it keeps."""
+    def of(cls, engine: Engine) -> EngineSummary:
+        """The summary of ``engine``, which it keeps."""
         envs = engine.envs
         return cls(engine.layout, engine.num_envs, dict(engine.models),
                    follows_num_envs=bool(getattr(envs, "follows_num_envs", False)),

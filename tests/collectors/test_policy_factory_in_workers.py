@@ -16,26 +16,15 @@ import torch
 from tensordict import TensorDictBase
 
 from rlcollect import MultiAsyncCollector, MultiSyncCollector
+from tests.envs_for_tests import TiltPolicy
 
 pytestmark = pytest.mark.timeout(120)
 
 CLASSES = [MultiSyncCollector, MultiAsyncCollector]
 
 
-class Greedy(torch.nn.Module):
-    """CartPole's greedy policy on a seeded linear layer (the same weights at every build)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.linear = torch.nn.Linear(4, 2)
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.linear(obs).argmax(-1)
-
-
 class CountingFactory:
-    """Builds :class:`Greedy`, recording the pid of each call in a manager's list."""
+    """Builds :class:`TiltPolicy`, recording the pid of each call in a manager's list."""
 
     def __init__(self, pids: Any, fail: bool = False) -> None:
         self.pids, self.fail = pids, fail
@@ -44,7 +33,7 @@ class CountingFactory:
         self.pids.append(os.getpid())
         if self.fail:
             raise RuntimeError("this factory cannot build its policy")
-        return Greedy()
+        return TiltPolicy()
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +59,7 @@ def test_factory_runs_once_in_each_worker_and_never_here(cls: Any, manager: Any)
     assert len(pids) == 2 and len(set(pids)) == 2 and os.getpid() not in pids
     assert sum(batch.numel() for batch in batches) == 80
     # the same frames as the same policy given here (copied to the workers)
-    reference = collect(cls("CartPole-v1", Greedy(), num_workers=2, frames_per_batch=20, total_frames=80,
+    reference = collect(cls("CartPole-v1", TiltPolicy(), num_workers=2, frames_per_batch=20, total_frames=80,
                             seed=3))
     for ours, theirs in zip(by_worker(batches), by_worker(reference), strict=True):
         steps = min(ours.shape[-1], theirs.shape[-1])  # asynchronous workers deliver in any order
