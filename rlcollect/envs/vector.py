@@ -124,18 +124,21 @@ class GymVectorEnv(EnvBatch):
         self._terminated[:, t] = terminated
         self._truncated[:, t] = truncated
         done = terminated | truncated
+        ended = done.any()
         # envs that already reset themselves (SAME_STEP) hold their final obs and info in the info
-        self_reset = np.asarray(info.get("_final_obs", np.zeros_like(done))) if self._same_step else ~done
+        # (read only at a step where an episode ended, or for the infos)
+        self_reset = (np.asarray(info.get("_final_obs", np.zeros_like(done)))
+                      if self._same_step and (ended or self._info_arrays) else None)
         if self._info_arrays:  # info_keys: the step's values (a self-reset env's in final_info)
-            write_vector_infos(self._info_arrays, t, info, self_reset if self._same_step else None,
-                               checking=self.check_writes)
-        if done.any():
+            write_vector_infos(self._info_arrays, t, info, self_reset, checking=self.check_writes)
+        if ended:
             for i in np.flatnonzero(done).tolist():
-                final = info["final_obs"][i] if self_reset[i] else _env_slice(obs, i)
+                reset_itself = self_reset is not None and self_reset[i]
+                final = info["final_obs"][i] if reset_itself else _env_slice(obs, i)
                 if self.check_writes:
                     check_observation(final, buffers.next_obs_np, buffers.dict_obs, env=i, step=t)
                 buffers.finals.append((i, t, final))
-            to_reset = done & ~self_reset
+            to_reset = done if self_reset is None else done & ~self_reset
             if to_reset.any():
                 obs = self._reset_some(obs, to_reset)
                 if self.check_writes:
