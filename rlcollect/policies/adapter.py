@@ -285,13 +285,29 @@ def check_action(output: Any, space: gym.Space[Any], num_envs: int) -> None:
         raise ValueError(
             f"the policy's action does not fit action space {space}: got shape "
             f"{tuple(output.shape)} dtype {output.dtype}, expected shape {expected_shape} "
-            f"with {expected}"
+            f"with {expected}{_misfit_hint(output, space, expected_shape)}"
         )
     if output.device.type == "meta":
         raise ValueError(
             "the policy's action is on the meta device (a tensor without data): the policy must return "
             "actions with values, on the CPU or the policy's device (was it built on the meta device?)"
         )
+
+
+def _misfit_hint(output: torch.Tensor, space: gym.Space[Any], expected: tuple[int, ...]) -> str:
+    """What the usual mistakes behind a misfit action look like, said after the shapes."""
+    got = tuple(output.shape)
+    if (isinstance(space, gym.spaces.Discrete) and output.is_floating_point()
+            and got == (*expected, int(space.n))):
+        return (f": {int(space.n)} floats per env look like logits or probabilities over the actions; "
+                "return the chosen ones, e.g. logits.argmax(-1) or "
+                "torch.distributions.Categorical(logits=logits).sample()")
+    if got == (*expected, 1):
+        return ": drop the trailing dimension of size 1 (.squeeze(-1))"
+    if got == expected[1:] and expected[:1] != (1,):
+        return (f": one action for {expected[0]} envs; the policy gets the observations of every env "
+                f"at once ([{expected[0]}, *obs]) and returns one action per env")
+    return ""
 
 
 def on_device(module: Any, device: torch.device | None) -> Any:

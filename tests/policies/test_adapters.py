@@ -263,6 +263,34 @@ def test_dry_step_error_names_both_shapes_and_dtypes(
         assert fragment in message
 
 
+@pytest.mark.parametrize(
+    ("output", "act_space", "hint"),
+    [
+        (lambda obs: torch.zeros(obs.shape[0], 2), spaces.Discrete(2),
+         "2 floats per env look like logits or probabilities over the actions; return the chosen ones"),
+        (lambda obs: torch.zeros(obs.shape[0], 1, dtype=torch.int64), spaces.Discrete(2),
+         "drop the trailing dimension of size 1 (.squeeze(-1))"),
+        (lambda obs: torch.zeros(obs.shape[0], 2, 1), spaces.Box(-1.0, 1.0, (2,), np.float32),
+         "drop the trailing dimension of size 1"),
+        (lambda obs: torch.zeros((), dtype=torch.int64), spaces.Discrete(2),
+         "one action for 3 envs; the policy gets the observations of every env at once ([3, *obs])"),
+    ],
+)
+def test_dry_step_error_says_what_the_usual_mistake_looks_like(
+    output: Any, act_space: spaces.Space, hint: str
+) -> None:
+    with pytest.raises(ValueError, match="does not fit action space") as error:
+        make_policy(output, BOX_OBS, act_space, N)
+    assert hint in str(error.value)
+
+
+def test_dry_step_error_gives_no_hint_where_none_applies() -> None:
+    with pytest.raises(ValueError) as error:  # 3 floats per env for 2 actions: not logits
+        make_policy(lambda obs: torch.zeros(obs.shape[0], 3), BOX_OBS, spaces.Discrete(2), N)
+    assert str(error.value).endswith("expected shape (3,) with an integer or bool dtype (or floats holding "
+                                     "whole numbers)")
+
+
 def test_dry_step_rejects_a_non_tensor_output() -> None:
     with pytest.raises(ValueError, match=r"returned list; expected a tensor \(or a numpy array\) of shape"):
         make_policy(lambda obs: [0, 0, 0], BOX_OBS, spaces.Discrete(2), N)
