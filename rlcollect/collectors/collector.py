@@ -25,6 +25,7 @@ from rlcollect.rollout.build import make_rollout
 from rlcollect.rollout.profiling import RolloutProfiler
 from rlcollect.weights.forms import UnknownKeyError
 from rlcollect.weights.senders import init_senders
+from rlcollect.weights.watch import ParameterWatch
 
 __all__ = ["Collector"]
 
@@ -110,6 +111,7 @@ class Collector(BaseCollector):
         if layout is not None:  # else the env's own TensorDicts, whole
             self._buffers = BatchBuffers.allocate(layout, self.num_envs, num_steps)
         self._policy_version = 0
+        self._policy_changes = ParameterWatch(self._rollout.models.get("policy"))  # edits in place
         self._profiler: RolloutProfiler | None = None
         self._closed = False
         self._rollout.set_seed(options.seed)
@@ -156,6 +158,8 @@ class Collector(BaseCollector):
             self._profiler = RolloutProfiler(self._profile_config, worker_idx=0)
         if self._profiler is not None:
             self._profiler.before_rollout()
+        if self._policy_changes.changed():  # the policy module that acts was edited in place
+            self._policy_version += 1
         random = self._in_warmup(self._rollout.frames)
         batch, _ = self._rollout.collect_batch(self._buffers, self._num_steps, random=random,
                                                policy_version=self._policy_version)
@@ -242,6 +246,7 @@ class Collector(BaseCollector):
         state = checked_state(self._state_kind, state_dict, ["policy_version", "rollout"])
         self._rollout.load_state_dict(state["rollout"])
         self._policy_version = int(state["policy_version"])
+        self._policy_changes.changed()  # the weights loaded are this version's
 
     def _drain_episodes(self) -> dict[str, np.ndarray]:
         return self._rollout.episodes.records.drain()
@@ -271,6 +276,7 @@ class Collector(BaseCollector):
         """Weights from upstream (``None``: already applied by a receiver scheme); bumps the version."""
         self._apply_in_process(forms)
         self._policy_version += 1
+        self._policy_changes.changed()  # this version's weights: no second bump for them
 
     def _model_ids(self) -> list[str]:
         return list(self._rollout.models)
