@@ -228,6 +228,7 @@ class AsyncBatchedCollector(PooledCollector):
         against ``num_workers``) update them all, as in TorchRL's ``AsyncBatchedCollector``."""
         check_model_ids(forms, self._models)
         self._update_in_process(forms, self.options.policy)
+        self._weights_sent()
 
     def _apply_received(self, forms: dict[str, Any]) -> None:
         with self._server.lock:  # between two forward passes

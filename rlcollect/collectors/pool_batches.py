@@ -50,8 +50,10 @@ class WorkerBatches(PooledState):
     def _dispatch(self, worker: int, slot: int, receive: bool = True) -> None:
         """Hand ``worker`` its next batch (into ``slot``), with the newest weights received first
         (``receive``; a synchronous batch receives once for all its workers)."""
-        if receive and self._receiver_schemes:
-            self._poll_receivers()
+        if receive:  # a batch of its own (else _dispatch_all's, counted there)
+            self._unsent.requested()
+            if self._receiver_schemes:
+                self._poll_receivers()
         if self.options.update_at_each_batch:
             self.update_policy_weights_(worker_ids=[worker])
         in_flight = len(self._pool.busy()) * self.num_envs_per_worker * self._num_steps
@@ -61,6 +63,7 @@ class WorkerBatches(PooledState):
     def _dispatch_all(self, slot: int) -> None:
         if self._stop_flags is not None:
             self._stop_flags[slot] = 0
+        self._unsent.requested()
         if self._receiver_schemes:  # once: every worker of a synchronous batch runs the same version
             self._poll_receivers()
         for worker in range(self.num_workers):

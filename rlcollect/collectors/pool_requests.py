@@ -200,6 +200,10 @@ class WorkerRequests(PooledState):
                 weights[model_id] = schemes[model_id].prepare_weights(source)  # None: this process's module
         if weights:
             self._weights.push(weights, ids)
+        self._weights_sent()
+
+    def _weights_sent(self) -> None:
+        self._unsent.sent()
 
     def _model_ids(self) -> list[str]:
         return list(self._models)

@@ -50,6 +50,7 @@ from rlcollect.rollout.engine import RolloutSpec
 from rlcollect.rollout.episodes import EpisodeRecords
 from rlcollect.rollout.summary import EngineSummary
 from rlcollect.weights.senders import channel_for, init_senders
+from rlcollect.weights.watch import UnsentEdits
 from rlcollect.workers.pool import WorkerPool
 from rlcollect.workers.transport import ProcessTransport, Transport, start_forkserver
 from rlcollect.workers.worker import BatchReport, WorkerSetup
@@ -139,6 +140,7 @@ class PooledCollector(WorkerBatches, WorkerRequests, BaseCollector):
         if written_elsewhere and hasattr(options.replay_buffer, "init"):
             options.replay_buffer.init(self._slots[0].batch[:1])  # laid out before the workers get it
         self._init_weights(options, transport)
+        self._unsent = UnsentEdits(options.policy)  # the policy you hold, which the copies do not follow
         self._setup_arguments: dict[str, Any] = {
             "num_workers": outers * workers, "traj_start": traj_start, "num_steps": steps,
             "seed": options.seed, "stop_flags": self._stop_flags,

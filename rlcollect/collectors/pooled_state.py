@@ -17,6 +17,7 @@ from rlcollect.collectors.options import CollectorOptions
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.rollout.episodes import EpisodeRecords
 from rlcollect.weights.schemes import WeightChannel, WeightSyncScheme
+from rlcollect.weights.watch import UnsentEdits
 from rlcollect.workers.pool import WorkerPool
 from rlcollect.workers.worker import BatchReport
 
@@ -36,6 +37,7 @@ class PooledState:
     _pool: WorkerPool
     _delivery: Delivery
     _weights: WeightChannel
+    _unsent: UnsentEdits
     _models: dict[str, torch.nn.Module]
     _weight_sync_schemes: dict[str, WeightSyncScheme] | None
     _receiver_schemes: dict[str, WeightSyncScheme] | None

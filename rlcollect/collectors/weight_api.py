@@ -113,11 +113,15 @@ class WeightApi:
                 raise ValueError("model_id and weights_dict are not supported with the legacy "
                                  "weight_updater: use weight_sync_schemes for several models")
             self._weight_updater(policy_or_weights=forms["policy"], worker_ids=worker_ids, **updater_kwargs)
+            self._weights_sent()
             return
         if updater_kwargs:
             raise TypeError(f"update_policy_weights_() got unexpected keyword argument(s) "
                             f"{sorted(updater_kwargs)}: only a legacy weight_updater takes other keywords")
         self._update_weights(forms, self._worker_ids(worker_ids))
+
+    def _weights_sent(self) -> None:
+        """Weights went to the policy copies (a collector that warns about unsent edits notes it)."""
 
     def _update_each_worker(self, by_worker: dict[int, Any], worker_ids: Any, **kwargs: Any) -> None:
         """``update_policy_weights_({worker: weights, ...})``: one update per worker, in order;

@@ -18,6 +18,7 @@ from rlcollect.weights.schemes import (
 )
 from rlcollect.weights.store import WeightStore, WorkerWeights
 from rlcollect.weights.updater import WeightUpdaterBase
+from rlcollect.weights.watch import StaleWeightsWarning
 
 __all__ = [
     "DistributedWeightSyncScheme",
@@ -25,6 +26,7 @@ __all__ = [
     "NoWeightSyncScheme",
     "RayWeightSyncScheme",
     "SharedMemWeightSyncScheme",
+    "StaleWeightsWarning",
     "WeightStore",
     "WeightSyncScheme",
     "WeightUpdaterBase",

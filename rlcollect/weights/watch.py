@@ -23,11 +23,20 @@ Examples:
 
 from __future__ import annotations
 
+import os
+import sys
+import warnings
+from types import FrameType
 from typing import Any
 
 import torch
 
-__all__ = ["ParameterWatch"]
+__all__ = ["ParameterWatch", "StaleWeightsWarning", "UnsentEdits"]
+
+
+class StaleWeightsWarning(UserWarning):
+    """The policy you passed was trained in place, but the copies that act were never sent its
+    weights (see :class:`UnsentEdits`)."""
 
 
 def _fingerprint(module: torch.nn.Module | None) -> tuple[Any, ...]:
@@ -57,3 +66,65 @@ class ParameterWatch:
         now = _fingerprint(self._module)
         changed, self._seen = now != self._seen, now
         return changed
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of the first frame outside this package (your loop asking for a batch)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame: FrameType | None = sys._getframe(1)
+    level = 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+class UnsentEdits:
+    """Warns once (:class:`StaleWeightsWarning`) where the policy module you passed to a collector
+    whose policy copies act (worker processes, Ray actors, a policy server) was edited in place,
+    ``patience`` batches were then asked for, and ``update_policy_weights_()`` was never called:
+    the copies still act with the weights they started with. TorchRL's workers on the CPU share
+    your policy's parameters and follow such edits; rlcollect's are sent the weights, so that each
+    frame's ``policy_version`` names the weights that chose it. Once weights were sent, nothing is
+    said: sending them every few batches is a choice.
+
+    Examples:
+        >>> import torch
+        >>> policy = torch.nn.Linear(2, 1)
+        >>> unsent = UnsentEdits(policy, patience=2)
+        >>> with torch.no_grad():
+        ...     _ = policy.weight.add_(1.0)
+        >>> unsent.requested()
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     unsent.requested()
+        >>> caught[0].category.__name__
+        'StaleWeightsWarning'
+    """
+
+    def __init__(self, policy: Any, patience: int = 10) -> None:
+        self._watch = ParameterWatch(policy)
+        self._patience = patience
+        self._since: int | None = None  # batches asked for since the first edit seen
+        self._done = not isinstance(policy, torch.nn.Module)  # sent, or warned: nothing more to say
+
+    def requested(self) -> None:
+        """A batch was asked for (a synchronous batch of every worker, or one worker's)."""
+        if self._done:
+            return
+        if self._since is None and self._watch.changed():
+            self._since = 0
+        if self._since is not None:
+            self._since += 1
+            if self._since >= self._patience:
+                self._done = True
+                warnings.warn(
+                    f"the policy you passed was changed in place (an optimizer step?) {self._since} batches "
+                    "ago, but the copies that collect (workers, actors, a policy server) were never sent "
+                    "weights: they still act with the weights they started with (policy_version 0). Call "
+                    "collector.update_policy_weights_() after your updates (TorchRL's CPU workers shared "
+                    "your policy's parameters; rlcollect's are sent them, and stamp each frame with their "
+                    "version)", StaleWeightsWarning, stacklevel=_caller_level())
+
+    def sent(self) -> None:
+        """Weights were sent: the learner knows how to reach the copies."""
+        self._done = True

@@ -4,12 +4,15 @@ itself; collectors that run copies keep acting, and stamping, with the weights t
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from tensordict.nn import TensorDictModule
 from torch import nn
 
-from rlcollect import Collector, MultiSyncCollector
+from rlcollect import AsyncBatchedCollector, Collector, MultiAsyncCollector, MultiSyncCollector
+from rlcollect.weights import StaleWeightsWarning
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -103,3 +106,42 @@ def test_worker_copies_take_edits_only_with_an_update() -> None:
         seen = _batches(collector, [_step(policy, 1.0), lambda: collector.update_policy_weights_(), None])
     # the workers act with the weights they were sent: the step reaches them with the update
     assert seen == [([0.0], [0]), ([0.0], [0]), ([1.0], [1])]
+
+
+def _collect(collector, edits):
+    for _, edit in zip(collector, edits, strict=False):
+        if edit is not None:
+            edit()
+
+
+@pytest.mark.parametrize("kind", ["sync", "async", "batched"])
+def test_copies_never_sent_an_edit_warn_once(kind: str) -> None:
+    policy = Constant()
+    common = {"frames_per_batch": 8, "total_frames": 8 * 14}
+    collector = {
+        "sync": lambda: MultiSyncCollector("Pendulum-v1", policy, num_workers=2, **common),
+        "async": lambda: MultiAsyncCollector("Pendulum-v1", policy, num_workers=2, **common),
+        "batched": lambda: AsyncBatchedCollector("Pendulum-v1", policy, num_envs=2, **common),
+    }[kind]()
+    with collector, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _collect(collector, [_step(policy, 0.1)] * 14)  # a learner that never sends its weights
+    stale = [w for w in caught if w.category is StaleWeightsWarning]
+    assert len(stale) == 1, [str(w.message) for w in caught]
+    assert "update_policy_weights_()" in str(stale[0].message)
+    assert stale[0].filename == __file__  # said where your loop asked for the batch
+
+
+def test_no_warning_once_weights_were_sent_or_without_edits() -> None:
+    policy = Constant()
+    every_third = [_step(policy, 0.1), _step(policy, 0.1), lambda: collector.update_policy_weights_()] * 5
+    with MultiSyncCollector("Pendulum-v1", policy, num_workers=2, frames_per_batch=8,
+                            total_frames=8 * 15) as collector, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _collect(collector, every_third)
+        assert collector.stats().policy_version == 5
+    with MultiSyncCollector("Pendulum-v1", Constant(), num_workers=2, frames_per_batch=8,
+                            total_frames=8 * 15) as untouched, warnings.catch_warnings(record=True) as more:
+        warnings.simplefilter("always")
+        _collect(untouched, [None] * 15)
+    assert not [w for w in [*caught, *more] if w.category is StaleWeightsWarning]
