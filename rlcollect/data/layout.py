@@ -120,9 +120,12 @@ def _leaf_field(key: tuple[str, ...], space: spaces.Space[Any]) -> Field:
     if isinstance(space, _LEAF_SPACES):
         assert space.shape is not None
         return Field(key, tuple(space.shape), torch_dtype(space.dtype))
+    hint = (" (a Tuple: name its entries with a gymnasium.ObservationWrapper returning a Dict, or "
+            "flatten it into a Box with gymnasium.wrappers.FlattenObservation)"
+            if isinstance(space, spaces.Tuple) else "")
     raise TypeError(
         f"space {space!r} at key {'.'.join(key) or '<root>'} is not supported: "
-        "use Box, Discrete, MultiDiscrete, MultiBinary, or a Dict of those"
+        f"use Box, Discrete, MultiDiscrete, MultiBinary, or a Dict of those{hint}"
     )
 
 

@@ -127,6 +127,25 @@ def test_unsupported_observation_space_names_the_key() -> None:
         observation_fields(spaces.Text(5))
 
 
+def test_a_tuple_space_error_says_how_to_collect_it() -> None:
+    import gymnasium as gym
+
+    from rlcollect import Collector
+
+    with pytest.raises(TypeError, match="FlattenObservation") as error:
+        Collector("Blackjack-v1", frames_per_batch=8)
+    assert "space Tuple(Discrete(32), Discrete(11), Discrete(2)) at key observation" in str(error.value)
+    with pytest.raises(TypeError) as text_error:
+        observation_fields(spaces.Text(5))
+    assert "FlattenObservation" not in str(text_error.value)  # the hint is for a Tuple only
+    # the way it names works: Blackjack's three discrete entries, one-hot in a Box of 32 + 11 + 2
+    flat = lambda: gym.wrappers.FlattenObservation(gym.make("Blackjack-v1"))  # noqa: E731
+    with Collector(flat, frames_per_batch=8, total_frames=8, seed=0) as collector:
+        batch = collector.next()
+    assert batch["observation"].shape == (1, 8, 45)
+    assert torch.equal(batch["observation"].sum(-1), torch.full((1, 8), 3, dtype=batch["observation"].dtype))
+
+
 def test_dict_or_unsupported_action_space_is_rejected() -> None:
     with pytest.raises(TypeError, match="is a Dict"):
         action_fields(spaces.Dict({"a": spaces.Discrete(2)}))
