@@ -77,12 +77,11 @@ def probe_in_worker(options: CollectorOptions, transport: Transport, *, owner: s
     started = [0]
     try:
         transport.spawn(0, setup, options.start_timeout)
-        if transport.kind == "process":  # their interpreters start while worker 0 builds the probe
-            waiting = dataclasses.replace(setup, spec=b"", init_fn=None, probe=False, deferred=True)
-            for worker in range(1, options.num_workers):
-                started.append(worker)
-                transport.spawn(worker, dataclasses.replace(waiting, worker_idx=worker),
-                                options.start_timeout)
+        # the others' interpreters (processes, Ray actors) start while worker 0 builds the probe
+        waiting = dataclasses.replace(setup, spec=b"", init_fn=None, probe=False, deferred=True)
+        for worker in range(1, options.num_workers):
+            started.append(worker)
+            transport.spawn(worker, dataclasses.replace(waiting, worker_idx=worker), options.start_timeout)
         answers = transport.wait([0], options.start_timeout)
         if not answers:
             raise TimeoutError(f"worker 0 did not build its envs and policy within start_timeout="

@@ -62,7 +62,8 @@ def import_ray() -> Any:
 class RayWorker:
     """The body of one Ray actor: a :class:`Worker`, built by :meth:`start` (or, for a worker
     started with ``probe=True``, by the ``"setup"`` command that follows, around the rollout its
-    probe built)."""
+    probe built; or, for an actor spawned ``deferred``, whose :meth:`start` is not called, by its
+    first command, its ``"setup"``)."""
 
     def __init__(self) -> None:
         self.worker: Worker | None = None
@@ -157,7 +158,8 @@ class RayTransport:
             actor = self._remote.options(**self._placement(worker)).remote()
         self._spawned.add(worker)
         self.actors[worker] = actor
-        self._calls[worker] = deque([actor.start.remote(setup)])
+        # deferred: the actor's process starts (its imports) and its setup comes as a command
+        self._calls[worker] = deque() if setup.deferred else deque([actor.start.remote(setup)])
 
     def _spare(self, worker: int) -> Any:
         """A spare actor for ``worker``'s replacement: up, on a node that did not go silent, and

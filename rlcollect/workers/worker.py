@@ -97,7 +97,8 @@ class WorkerSetup:
             setup (``("setup", WorkerSetup)``) before answering ``ready``: the parent lays out
             the slots from this worker's policy (see :func:`probe_worker`).
         deferred: start the process and wait for the whole setup, building nothing before: its
-            interpreter starts while worker 0 builds the probe (worker processes only).
+            interpreter starts while worker 0 builds the probe (a Ray actor's setup comes as its
+            first command).
     """
 
     worker_idx: int

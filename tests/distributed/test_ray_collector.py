@@ -209,8 +209,9 @@ class PidRecordingFactory:
 
 
 def test_policy_factory_runs_in_the_actors_only(tmp_path: Path) -> None:
-    """Without ``policy``, actor 0 builds the probe at construction: the factory runs once per
-    actor and never in the driver; a collector closed before its first batch ends actor 0."""
+    """Without ``policy``, actor 0 builds the probe at construction while the other actors start:
+    the factory runs once per actor and never in the driver; a collector closed before its first
+    batch ends every actor it started."""
     calls = tmp_path / "calls"
     factory = PidRecordingFactory(calls)
     with RayCollector(functools.partial(CountingEnv, episode_length=5), None, policy_factory=factory,
@@ -226,8 +227,23 @@ def test_policy_factory_runs_in_the_actors_only(tmp_path: Path) -> None:
     collector = RayCollector(make_cartpole, None, policy_factory=factory, num_collectors=2,
                              frames_per_batch=8)
     (probe_pid,) = (int(pid) for pid in calls.read_text().split())
+    # actor 1 started with actor 0 (its imports meanwhile) and waits for its setup: no factory call
+    other_pid = _actor_process(collector.actors[1])
+    assert other_pid not in (0, probe_pid, os.getpid())
     collector.shutdown()
-    assert_all_gone([probe_pid])
+    assert_all_gone([probe_pid, other_pid])
+
+
+def _actor_process(actor: Any, timeout: float = 30.0) -> int:
+    """The pid of ``actor``'s process, from Ray's actor table, once Ray started it."""
+    state = __import__("ray._private.state", fromlist=["actors"])
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pid = int(state.actors(actor_id=actor._actor_id.hex()).get("Pid") or 0)
+        if pid:
+            return pid
+        time.sleep(0.05)
+    raise TimeoutError(f"Ray did not start actor {actor} within {timeout} s")
 
 
 @pytest.mark.timeout(200)
