@@ -58,9 +58,11 @@ def probe_rollout(options: CollectorOptions, *, policy_in_workers: bool, owner: 
 def worker_builds_probe(options: CollectorOptions) -> bool:
     """Whether worker 0 builds the probe (a worker process or Ray actor): the policy comes from
     ``policy_factory`` alone, which then runs in the workers only, as its name promises (not in a
-    collector nested in another's workers, nor where each worker runs processes of its own)."""
+    collector nested in another's workers: that one's process is a worker already). Where each
+    worker runs processes of its own, worker 0's probe is one rollout of its first process's
+    envs, which it closes when its setup comes."""
     return (options.policy is None and options.policy_factory is not None
-            and options.placement == (0, 1, 0) and options.nested_workers == 1)
+            and options.placement == (0, 1, 0))
 
 
 def probe_in_worker(options: CollectorOptions, transport: Transport, *, owner: str

@@ -213,6 +213,9 @@ class Worker:
         spec: RolloutSpec = cloudpickle.loads(setup.spec)
         self.setup = setup = dataclasses.replace(setup, spec=b"")  # the policy's bytes are not kept
         self.post_collect_hook = spec.post_collect_hook
+        if rollout is not None and spec.engine is not None:  # a probe's rollout; the worker's own
+            rollout.close()  # engine (processes of its own) is built now
+            rollout = None
         self.rollout = rollout = build_rollout(spec, setup) if rollout is None else rollout
         self.slots: list[BatchBuffers] = []
         layout = rollout.layout

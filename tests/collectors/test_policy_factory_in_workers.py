@@ -176,3 +176,21 @@ def test_every_worker_starts_from_worker_0s_weights() -> None:
     for key in first:
         torch.testing.assert_close(first[key], second[key])
     assert (batches[0]["policy_version"] == 0).all()
+
+
+def test_workers_that_run_processes_of_their_own_build_the_probe(manager: Any) -> None:
+    """collector_class=MultiSyncCollector: worker 0 builds the probe (its first process's envs),
+    closes it when its setup comes and starts its processes; the factory never runs here, and
+    the frames are those of the same policy given here."""
+    pids = manager.list()
+    nested = {"collector_class": MultiSyncCollector, "collector_kwargs": {"num_workers": 2},
+              "num_workers": 2, "frames_per_batch": 40, "total_frames": 80, "seed": 7}
+    collector = MultiSyncCollector("CartPole-v1", policy_factory=CountingFactory(pids), **nested)
+    assert len(pids) == 1 and os.getpid() not in pids  # worker 0's probe, at construction
+    batches = collect(collector)
+    assert os.getpid() not in pids and len(set(pids)) >= 4  # every inner process built its own
+    reference = collect(MultiSyncCollector("CartPole-v1", TiltPolicy(), **nested))
+    assert [b.batch_size for b in batches] == [b.batch_size for b in reference] == [(4, 10)] * 2
+    for ours, theirs in zip(batches, reference, strict=True):
+        for key in theirs.keys(True, True):
+            torch.testing.assert_close(ours[key], theirs[key], msg=lambda m, key=key: f"{key}: {m}")

@@ -234,6 +234,21 @@ def test_policy_factory_runs_in_the_actors_only(tmp_path: Path) -> None:
     assert_all_gone([probe_pid, other_pid])
 
 
+@pytest.mark.timeout(240)
+def test_policy_factory_of_actors_that_run_worker_processes(tmp_path: Path) -> None:
+    """collector_class=MultiSyncCollector with policy_factory alone: actor 0 builds the probe (its
+    first process's envs, closed when its setup comes); the factory never runs in the driver."""
+    calls = tmp_path / "calls"
+    with RayCollector(make_cartpole, None, policy_factory=PidRecordingFactory(calls), num_collectors=2,
+                      collector_class=MultiSyncCollector, collector_kwargs={"num_workers": 2},
+                      remote_config={"num_cpus": 1}, frames_per_batch=40, seed=7) as collector:
+        assert len(calls.read_text().split()) == 1  # actor 0's probe, at construction
+        batch = collector.next()
+        assert batch is not None and batch.batch_size == (4, 10) and (batch["action"] == 0).all()
+        pids = {int(pid) for pid in calls.read_text().split()}
+        assert os.getpid() not in pids and set(collector.actor_pids) <= pids and len(pids) >= 6
+
+
 def _actor_process(actor: Any, timeout: float = 30.0) -> int:
     """The pid of ``actor``'s process, from Ray's actor table, once Ray started it."""
     state = __import__("ray._private.state", fromlist=["actors"])
