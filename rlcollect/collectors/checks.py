@@ -150,6 +150,22 @@ def check_device(name: str, value: Any) -> torch.device | None:
                          f"({reason})") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"{name}={value!r} but CUDA is not available on this machine")
+    return ordinal_device(device)
+
+
+def ordinal_device(device: torch.device) -> torch.device:
+    """``device`` as the tensors on it name theirs (as TorchRL's collectors normalise it): every
+    CPU index is ``cpu``, and a CUDA device without an index the current one, so that a module
+    already there is recognised and not copied.
+
+    Examples:
+        >>> ordinal_device(torch.device("cpu:0")), torch.zeros(1).device
+        (device(type='cpu'), device(type='cpu'))
+    """
+    if device.type == "cpu":
+        return torch.device("cpu")
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
     return device
 
 

@@ -113,6 +113,17 @@ def test_update_policy_weights_changes_actions_and_stamps_version() -> None:
     assert collector.stats().policy_version == 4
 
 
+@pytest.mark.parametrize("device", ["cpu:0", torch.device("cpu", 0), "cpu"])
+def test_a_cpu_device_by_any_name_runs_the_module_itself(device: Any) -> None:
+    """'cpu:0' names the device every CPU tensor is on: no copy is made (a copy would not follow
+    the training of the module you hold)."""
+    policy = ConstantPolicy(1.0)
+    with Collector("CartPole-v1", policy, frames_per_batch=4, policy_device=device,
+                   device=device) as collector:
+        assert collector.policy is policy
+        assert collector.options.policy_device == torch.device("cpu") == collector.options.storing_device
+
+
 def test_user_module_is_used_in_place_on_its_device() -> None:
     policy = ConstantPolicy(1.0)
     collector = Collector("CartPole-v1", policy, frames_per_batch=4, policy_device="cpu")
