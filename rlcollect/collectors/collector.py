@@ -25,7 +25,7 @@ from rlcollect.rollout.build import make_rollout
 from rlcollect.rollout.profiling import RolloutProfiler
 from rlcollect.weights.forms import UnknownKeyError
 from rlcollect.weights.senders import init_senders
-from rlcollect.weights.watch import ParameterWatch
+from rlcollect.weights.watch import ParameterWatch, UnsentEdits
 
 __all__ = ["Collector"]
 
@@ -111,7 +111,9 @@ class Collector(BaseCollector):
         if layout is not None:  # else the env's own TensorDicts, whole
             self._buffers = BatchBuffers.allocate(layout, self.num_envs, num_steps)
         self._policy_version = 0
-        self._policy_changes = ParameterWatch(self._rollout.models.get("policy"))  # edits in place
+        acting = self._rollout.models.get("policy")
+        self._policy_changes = ParameterWatch(acting)  # edits in place of the module that acts
+        self._unsent = UnsentEdits(_copied_from(self._rollout.user_policy, acting))  # a device copy's source
         self._profiler: RolloutProfiler | None = None
         self._closed = False
         self._rollout.set_seed(options.seed)
@@ -160,6 +162,7 @@ class Collector(BaseCollector):
             self._profiler.before_rollout()
         if self._policy_changes.changed():  # the policy module that acts was edited in place
             self._policy_version += 1
+        self._unsent.requested()
         random = self._in_warmup(self._rollout.frames)
         batch, _ = self._rollout.collect_batch(self._buffers, self._num_steps, random=random,
                                                policy_version=self._policy_version)
@@ -277,6 +280,10 @@ class Collector(BaseCollector):
         self._apply_in_process(forms)
         self._policy_version += 1
         self._policy_changes.changed()  # this version's weights: no second bump for them
+        self._weights_sent()
+
+    def _weights_sent(self) -> None:
+        self._unsent.sent()
 
     def _model_ids(self) -> list[str]:
         return list(self._rollout.models)
@@ -287,3 +294,10 @@ class Collector(BaseCollector):
         except KeyError as error:  # also a ValueError: an unknown model id is a bad argument value
             raise UnknownKeyError(error.args[0] if error.args else model_id) from None
 
+
+def _copied_from(user_policy: Any, acting: torch.nn.Module | None) -> torch.nn.Module | None:
+    """The module you passed where another one, a copy of it on the policy's device, acts."""
+    if not isinstance(user_policy, torch.nn.Module) or acting is None:
+        return None
+    same = {id(p) for p in user_policy.parameters()} == {id(p) for p in acting.parameters()}
+    return None if same else user_policy

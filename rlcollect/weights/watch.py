@@ -119,8 +119,9 @@ class UnsentEdits:
                 self._done = True
                 warnings.warn(
                     f"the policy you passed was changed in place (an optimizer step?) {self._since} batches "
-                    "ago, but the copies that collect (workers, actors, a policy server) were never sent "
-                    "weights: they still act with the weights they started with (policy_version 0). Call "
+                    "ago, but the copies that act (workers, actors, a policy server, a copy on "
+                    "policy_device) were never sent weights: they still act with the weights they "
+                    "started with (policy_version 0). Call "
                     "collector.update_policy_weights_() after your updates (TorchRL's CPU workers shared "
                     "your policy's parameters; rlcollect's are sent them, and stamp each frame with their "
                     "version)", StaleWeightsWarning, stacklevel=_caller_level())

@@ -145,3 +145,29 @@ def test_no_warning_once_weights_were_sent_or_without_edits() -> None:
         warnings.simplefilter("always")
         _collect(untouched, [None] * 15)
     assert not [w for w in [*caught, *more] if w.category is StaleWeightsWarning]
+
+
+def test_a_device_copy_never_sent_an_edit_warns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the Collector acts with a copy of your module (on another policy_device: simulated
+    here by a copy on the CPU), your edits reach it with update_policy_weights_(), as workers'."""
+    import copy
+
+    import rlcollect.policies.module_policy as module_policy
+
+    monkeypatch.setattr(module_policy, "on_device", lambda module, device: copy.deepcopy(module))
+    policy = Constant()
+    with Collector("Pendulum-v1", policy, frames_per_batch=8, total_frames=8 * 12,
+                   num_envs=2) as collector, warnings.catch_warnings(record=True) as caught:
+        assert collector.policy is not policy
+        warnings.simplefilter("always")
+        seen = _batches(collector, [_step(policy, 1.0)] * 12)
+    assert seen[-1] == ([0.0], [0])  # the copy acts with the weights it started with
+    stale = [w for w in caught if w.category is StaleWeightsWarning]
+    assert len(stale) == 1 and "a copy on policy_device" in str(stale[0].message)
+    policy = Constant()
+    with Collector("Pendulum-v1", policy, frames_per_batch=8, total_frames=8 * 12,
+                   num_envs=2) as collector, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        seen = _batches(collector, [_step(policy, 1.0), lambda: collector.update_policy_weights_()] * 6)
+    assert seen[:3] == [([0.0], [0]), ([0.0], [0]), ([1.0], [1])]  # the step acts once it is sent
+    assert not [w for w in caught if w.category is StaleWeightsWarning]
