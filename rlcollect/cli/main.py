@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import re
 import shlex
 import signal
 import sys
@@ -47,7 +48,11 @@ class _Parser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose errors are one line on stderr, exit status 2 (no usage block)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{_PREFIX}{one_line(message)} (see {self.prog} --help)\n")
+        words = message.removeprefix("unrecognized arguments:").split() if message.startswith(
+            "unrecognized arguments:") else []
+        env = next((word for word in words if re.search(r"-v\d+$", word)), None)  # an env id
+        hint = f": an env is given as --env {env}" if env else ""
+        self.exit(2, f"{_PREFIX}{one_line(message)}{hint} (see {self.prog} --help)\n")
 
 
 def _positive_int(text: str) -> int:

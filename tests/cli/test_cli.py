@@ -259,7 +259,8 @@ def assert_one_line_error(capsys: Capsys, *fragments: str) -> None:
         (["--num-envs", "0"], ["argument --num-envs: must be a positive integer, got '0'"]),
         (["--frames-per-batch", "0"], ["argument --frames-per-batch: must be a positive integer"]),
         (["--seed", "-1"], ["argument --seed: must be an integer >= 0, got '-1'"]),
-        (["--bogus"], ["unrecognized arguments: --bogus"]),
+        (["--bogus"], ["unrecognized arguments: --bogus (see rlcollect --help)"]),
+        (["CartPole-v1"], ["unrecognized arguments: CartPole-v1: an env is given as --env CartPole-v1"]),
     ],
 )
 def test_bad_numbers_and_options(
