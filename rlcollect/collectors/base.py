@@ -227,7 +227,7 @@ class BaseCollector(BackgroundCollection, WeightApi, RemoteApi, ProfileApi, Iter
     @property
     def policy_version(self) -> int | None:
         """The version of the weights the next frames are collected with (0 at the start, one more
-        per ``update_policy_weights_``); ``None`` in TorchRL's layout without
+        per update, or ``Collector``'s acting module edited in place); ``None`` in TorchRL's layout without
         ``track_policy_version``, as in TorchRL.
 
         Examples:

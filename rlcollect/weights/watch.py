@@ -121,10 +121,9 @@ class UnsentEdits:
                     f"the policy you passed was changed in place (an optimizer step?) {self._since} batches "
                     "ago, but the copies that act (workers, actors, a policy server, a copy on "
                     "policy_device) were never sent weights: they still act with the weights they "
-                    "started with (policy_version 0). Call "
-                    "collector.update_policy_weights_() after your updates (TorchRL's CPU workers shared "
-                    "your policy's parameters; rlcollect's are sent them, and stamp each frame with their "
-                    "version)", StaleWeightsWarning, stacklevel=_caller_level())
+                    "started with. Call collector.update_policy_weights_() after your updates (TorchRL's "
+                    "CPU workers shared your policy's parameters; rlcollect's are sent them, and stamp "
+                    "each frame with their version)", StaleWeightsWarning, stacklevel=_caller_level())
 
     def sent(self) -> None:
         """Weights were sent: the learner knows how to reach the copies."""
