@@ -29,8 +29,8 @@ class Constant(nn.Module):
 
 
 def _batches(collector, edits):
-    """One batch per edit (applied before it, as a learner between batches), each as the
-    (actions, versions) it holds."""
+    """One batch per entry of ``edits``, each edit applied after its batch (as a learner between
+    batches); each batch as the (actions, versions) it holds."""
     seen = []
     for batch, edit in zip(collector, edits, strict=False):
         seen.append((batch["action"].unique().tolist(), batch["policy_version"].unique().tolist()))
