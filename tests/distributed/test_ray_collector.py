@@ -560,3 +560,23 @@ def test_torchrl_ray_collector_takes_torchrl_arguments() -> None:
         assert torch.equal(batch["action"], TiltPolicy()(batch["observation"]))
         truncated = batch["next", "truncated"].reshape(2, 8)
         assert truncated[:, 3::4].all() and truncated.sum() == 4  # every 4th step ends the episode
+
+
+@pytest.mark.timeout(120)
+def test_a_policy_edited_in_place_and_never_sent_warns_once() -> None:
+    """The actors act with the weights they were sent, as worker processes do; a policy you edit
+    in place and never send is said once (StaleWeightsWarning), and its frames keep version 0."""
+    from rlcollect.weights import StaleWeightsWarning
+
+    policy = TiltPolicy()
+    with RayCollector(make_cartpole, policy, num_collectors=2, frames_per_batch=8, total_frames=8 * 12,
+                      seed=0) as collector, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        versions = set()
+        for batch in collector:
+            versions |= set(batch["policy_version"].unique().tolist())
+            with torch.no_grad():
+                policy.weight.mul_(-1)  # a learner's step, never sent
+    stale = [w for w in caught if w.category is StaleWeightsWarning]
+    assert len(stale) == 1 and stale[0].filename == __file__
+    assert versions == {0}
