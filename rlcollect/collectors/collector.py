@@ -104,7 +104,7 @@ class Collector(BaseCollector):
         self._rollout = make_rollout(options.rollout_spec())
         self._delivery.unbatched = self._rollout.envs.unbatched
         self.num_envs = self._rollout.num_envs
-        self._num_steps = num_steps = options.steps_per_batch(self.num_envs, stacklevel=3)
+        self._num_steps = num_steps = options.steps_per_batch(self.num_envs)
         self.frames_per_batch = num_steps * self.num_envs
         self._buffers: BatchBuffers | None = None
         layout = self._rollout.layout

@@ -49,6 +49,7 @@ from rlcollect.collectors.checks import (
     per_worker,
 )
 from rlcollect.collectors.delivery import Delivery, ReplayWriter, make_delivery
+from rlcollect.common.callers import outside_stacklevel
 from rlcollect.data.checks import CHECK_LEVELS, short_repr
 from rlcollect.data.formats import NativeLayout, TorchRLLayout, layout_of
 from rlcollect.policies.adapter import interaction_type
@@ -319,15 +320,15 @@ class CollectorOptions:
         return dataclasses.replace(self, **changes)
 
     # -- what is derived from the options -----------------------------------------------------
-    def steps_per_batch(self, envs_per_batch: int, *, warn: bool = True, stacklevel: int = 4) -> int:
+    def steps_per_batch(self, envs_per_batch: int, *, warn: bool = True) -> int:
         """``T``: ``frames_per_batch`` over ``envs_per_batch`` envs, rounded up (with a warning
-        pointing ``stacklevel`` frames up: the user's call of the collector)."""
+        pointing at your call of the collector)."""
         steps = math.ceil(self.frames_per_batch / envs_per_batch)
         if warn and steps * envs_per_batch != self.frames_per_batch:
             warnings.warn(
                 f"frames_per_batch={self.frames_per_batch} is not a multiple of the {envs_per_batch} "
                 f"envs; collecting {steps * envs_per_batch} frames per batch",
-                stacklevel=stacklevel,
+                stacklevel=outside_stacklevel(),
             )
         return steps
 

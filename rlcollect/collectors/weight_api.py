@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlcollect.common.callers import outside_stacklevel
 from rlcollect.weights.forms import (
     apply_weights,
     as_weights,
@@ -96,7 +97,8 @@ class WeightApi:
         """
         if policy_weights is not None:
             warnings.warn("update_policy_weights_(policy_weights=...) is deprecated: pass the weights "
-                          "positionally or as policy_or_weights=", DeprecationWarning, stacklevel=2)
+                          "positionally or as policy_or_weights=", DeprecationWarning,
+                          stacklevel=outside_stacklevel())
             if policy_or_weights is not None:
                 raise ValueError("give the weights once: got policy_or_weights and policy_weights together")
             policy_or_weights = policy_weights

@@ -11,6 +11,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from rlcollect.common.callers import outside_stacklevel
 from rlcollect.data.buffers import BatchBuffers
 
 __all__ = ["EnvBatch", "source_env"]
@@ -107,7 +108,7 @@ class EnvBatch(abc.ABC):
                 f"the envs could not be pickled ({error!r}): this state_dict holds counters and "
                 "weights but not the envs' state; a collector loading it goes on with its own envs' "
                 "episodes (new trajectory ids), never an observation of these",
-                stacklevel=2,
+                stacklevel=outside_stacklevel(),
             )
             envs = None
         return {"steps": np.array(self._steps, dtype=np.int64), "envs": envs}

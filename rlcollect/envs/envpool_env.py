@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from rlcollect.common.callers import outside_stacklevel
 from rlcollect.data.checks import check_vector_step
 from rlcollect.envs.base import EnvBatch
 from rlcollect.envs.vector import GymVectorEnv
@@ -144,7 +145,7 @@ class EnvPoolEnv(GymVectorEnv):
                 warnings.warn(f"this EnvPool pool was seeded with seed={self._seed} when it was built, and "
                               f"EnvPool cannot reseed it: seed={seed} is not applied (build the pool with "
                               "it, or pass 'envpool:<task id>' for the collector to build it)",
-                              RuntimeWarning, stacklevel=4)
+                              RuntimeWarning, stacklevel=outside_stacklevel())
                 self._warned = True
             return
         self.env.close()

@@ -24,6 +24,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from rlcollect.common.callers import outside_stacklevel
 from rlcollect.envs.base import EnvBatch
 from rlcollect.envs.torchrl_gym import TorchRLGymEnvs, TorchRLGymVector, gym_envs_inside, plain_in_processes
 from rlcollect.envs.torchrl_spaces import key_tuple
@@ -87,7 +88,7 @@ def with_policy_transforms(env: Any, policy: Any, *, append: bool) -> Any:
         names = ", ".join(type(transform).__name__ for transform in missing)
         warnings.warn(f"the env lacks transforms the policy needs ({names}); TorchRL's collectors append "
                       "them from v0.15: pass auto_register_policy_transforms=True to append them now "
-                      "(or False to silence this warning)", FutureWarning, stacklevel=2)
+                      "(or False to silence this warning)", FutureWarning, stacklevel=outside_stacklevel())
         return env
     for transform in missing:
         env = env.append_transform(transform)

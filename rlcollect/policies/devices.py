@@ -20,6 +20,8 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from rlcollect.common.callers import outside_stacklevel
+
 __all__ = ["policy_on_device", "warn_unmovable"]
 
 
@@ -41,7 +43,7 @@ def policy_on_device(
     weights = TensorDict.from_module(policy, as_module=True) if isinstance(policy, torch.nn.Module) \
         else TensorDict()
     tensors = list(weights.values(True, True))
-    warn_unmovable(policy, device, trust_policy=trust_policy, stacklevel=4)
+    warn_unmovable(policy, device, trust_policy=trust_policy)
     if all(tensor.device == device for tensor in tensors):
         return policy, None
 
@@ -56,7 +58,7 @@ def policy_on_device(
     return moved, original
 
 
-def warn_unmovable(policy: Any, device: Any, *, trust_policy: bool, stacklevel: int = 2) -> None:
+def warn_unmovable(policy: Any, device: Any, *, trust_policy: bool) -> None:
     """Warn that ``policy`` cannot be moved to ``device`` (it has no parameter or buffer), unless
     no device is asked for or ``trust_policy`` vouches for it (as the reference's collectors)."""
     if not device or trust_policy:
@@ -66,4 +68,4 @@ def warn_unmovable(policy: Any, device: Any, *, trust_policy: bool, stacklevel: 
         return
     warnings.warn(f"policy_device={device} was given but the policy has no parameter or buffer to move "
                   "there: the collector trusts that it runs on that device (pass trust_policy=True to "
-                  "say so and silence this warning)", UserWarning, stacklevel=stacklevel + 1)
+                  "say so and silence this warning)", UserWarning, stacklevel=outside_stacklevel())

@@ -27,6 +27,7 @@ from tensordict import TensorDictBase
 from rlcollect import collectors
 from rlcollect.collectors import BaseCollector
 from rlcollect.collectors.checks import check_flag, check_int
+from rlcollect.common.callers import outside_stacklevel
 from rlcollect.data.attributes import call_path, resolve_path
 from rlcollect.data.formats import TorchRLLayout
 from rlcollect.envs.torchrl_env import dump_env_transform
@@ -66,12 +67,12 @@ def _torchrl_init(collector: Any, cls: Any, args: tuple[Any, ...], kwargs: dict[
     policy = args[1] if len(args) > 1 else kwargs.get("policy")
     if policy is not None:  # TorchRL warns when a policy device cannot be checked against the policy
         device = kwargs.get("policy_device", kwargs.get("device"))
-        warn_unmovable(policy, device, trust_policy=translation.trust_policy, stacklevel=4)
+        warn_unmovable(policy, device, trust_policy=translation.trust_policy)
     if kwargs.get("trajs_per_batch") is not None and kwargs.get("traj_format") is None \
             and kwargs.get("replay_buffer") is None:
         warnings.warn("trajs_per_batch without traj_format yields 'padded' batches ([n, max_len] with a "
                       "mask); as in TorchRL, the default will change to 'cat' in torchrl v0.16: pass "
-                      "traj_format='padded' or 'cat'", FutureWarning, stacklevel=4)
+                      "traj_format='padded' or 'cat'", FutureWarning, stacklevel=outside_stacklevel())
     layout = kwargs.setdefault("layout", "torchrl")
     collector._torchrl_layout = None
     if layout == "torchrl":  # an object of this collector's own: _exclude_private_keys switches it
@@ -123,7 +124,8 @@ class _Deprecated(type(BaseCollector)):  # type: ignore[misc]  # BaseCollector's
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         warnings.warn(f"{cls.__name__} has been deprecated and will be removed in v0.13. Please use "
-                      f"{cls.__bases__[0].__name__} instead.", DeprecationWarning, stacklevel=2)
+                      f"{cls.__bases__[0].__name__} instead.", DeprecationWarning,
+                      stacklevel=outside_stacklevel())
         return super().__call__(*args, **kwargs)
 
     def __instancecheck__(cls, instance: Any) -> bool:

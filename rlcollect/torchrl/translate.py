@@ -25,6 +25,7 @@ from tensordict import LazyStackedTensorDict, TensorDictBase
 
 from rlcollect.collectors.checks import check_callable, check_flag, check_int
 from rlcollect.collectors.delivery import ReplayWriter
+from rlcollect.common.callers import outside_stacklevel
 from rlcollect.data.checks import short_repr
 from rlcollect.data.formats import BatchShape, BatchStep
 
@@ -224,7 +225,8 @@ def _cudagraph_policy(value: Any) -> bool:
         raise ValueError(f"cudagraph_policy={short_repr(value)} is not supported with CUDA: rlcollect does "
                          "not capture the policy in CUDA graphs (compile_policy=True compiles it)")
     warnings.warn("cudagraph_policy: this machine has no CUDA device, so the policy runs as it is (as "
-                  "TorchRL's CudaGraphModule does on such a machine)", UserWarning, stacklevel=5)
+                  "TorchRL's CudaGraphModule does on such a machine)", UserWarning,
+                  stacklevel=outside_stacklevel())
     return True
 
 

@@ -23,13 +23,12 @@ Examples:
 
 from __future__ import annotations
 
-import os
-import sys
 import warnings
-from types import FrameType
 from typing import Any
 
 import torch
+
+from rlcollect.common.callers import outside_stacklevel
 
 __all__ = ["ParameterWatch", "StaleWeightsWarning", "UnsentEdits"]
 
@@ -66,16 +65,6 @@ class ParameterWatch:
         now = _fingerprint(self._module)
         changed, self._seen = now != self._seen, now
         return changed
-
-
-def _caller_level() -> int:
-    """The ``stacklevel`` of the first frame outside this package (your loop asking for a batch)."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    frame: FrameType | None = sys._getframe(1)
-    level = 1
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
-        frame, level = frame.f_back, level + 1
-    return level
 
 
 class UnsentEdits:
@@ -123,7 +112,7 @@ class UnsentEdits:
                     "policy_device) were never sent weights: they still act with the weights they "
                     "started with. Call collector.update_policy_weights_() after your updates (TorchRL's "
                     "CPU workers shared your policy's parameters; rlcollect's are sent them, and stamp "
-                    "each frame with their version)", StaleWeightsWarning, stacklevel=_caller_level())
+                    "each frame with their version)", StaleWeightsWarning, stacklevel=outside_stacklevel())
 
     def sent(self) -> None:
         """Weights were sent: the learner knows how to reach the copies."""

@@ -29,6 +29,7 @@ import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from rlcollect.common.callers import outside_stacklevel
 from rlcollect.rollout.profiling import ProfileConfig
 from rlcollect.workers.failures import FailureLog, where
 from rlcollect.workers.pool_shutdown import PoolShutdown
@@ -286,7 +287,7 @@ class WorkerPool(PoolShutdown):
                 warnings.warn(f"rlcollect {self._noun} {worker}'s replacement has not started after "
                               f"{now - began:.1f} s{why}; the other {self._noun}s go on meanwhile, and it "
                               f"may wait up to start_timeout={self.start_timeout} s",
-                              RuntimeWarning, stacklevel=4)
+                              RuntimeWarning, stacklevel=outside_stacklevel())
 
     def _started(self, worker: int, kind: str, payload: Any) -> None:
         """The replacement of ``worker`` answered its start: it collects the lost batch again, or
@@ -320,7 +321,7 @@ class WorkerPool(PoolShutdown):
                 f"rlcollect {self._noun} {worker} failed ({what}); restarting it with fresh envs "
                 f"(restart {self.restarts[worker]} of {self.max_restarts})",
                 RuntimeWarning,
-                stacklevel=4,
+                stacklevel=outside_stacklevel(),
             )
             setup = self._setup(worker)  # built now: the current weights
             seed = None if setup.seed is None else setup.seed + self._seed_stride * self.restarts[worker]

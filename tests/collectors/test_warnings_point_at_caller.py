@@ -1,0 +1,109 @@
+"""A warning about what you passed or did names your line (``warning.filename`` is the file that
+called rlcollect), not the line deep in the package where the check runs."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import pytest
+import torch
+from torch import nn
+
+import rlcollect.torchrl as rl_torchrl
+from rlcollect import Collector, MultiSyncCollector
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _cartpole() -> gym.Env:
+    return gym.make("CartPole-v1")
+
+
+class _Unpicklable(gym.Wrapper):
+    """CartPole holding something that does not pickle (a simulator handle, a socket)."""
+
+    def __getstate__(self) -> Any:
+        raise TypeError("holds a handle")
+
+
+class _NoParameters(nn.Module):
+    """Always pushes left; nothing to move to a device."""
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(observation.shape[0], dtype=torch.long)
+
+
+def _rounded(kind: type) -> Any:
+    if kind is Collector:
+        return Collector("CartPole-v1", None, frames_per_batch=10, total_frames=30, num_envs=3)
+    return kind([_cartpole, _cartpole], None, frames_per_batch=10, total_frames=30, num_envs_per_worker=3)
+
+
+def _old_weights_keyword() -> Any:
+    collector = Collector("Pendulum-v1", nn.Linear(3, 1), frames_per_batch=4, total_frames=8)
+    collector.update_policy_weights_(policy_weights=dict(nn.Linear(3, 1).state_dict()))
+    return collector
+
+
+def _unpicklable_envs() -> Any:
+    collector = Collector(lambda: _Unpicklable(_cartpole()), None, frames_per_batch=4, total_frames=8)
+    collector.state_dict()
+    return collector
+
+
+CASES: dict[str, tuple[Callable[[], Any], str]] = {
+    "frames_per_batch rounded, Collector": (lambda: _rounded(Collector), "not a multiple"),
+    "frames_per_batch rounded, MultiSync": (lambda: _rounded(MultiSyncCollector), "not a multiple"),
+    "policy_weights= keyword": (_old_weights_keyword, "deprecated"),
+    "envs that do not pickle": (_unpicklable_envs, "could not be pickled"),
+    "policy_device, no parameters": (
+        lambda: rl_torchrl.Collector(_cartpole, _NoParameters(), frames_per_batch=4, total_frames=8,
+                                     policy_device="cpu"), "no parameter or buffer"),
+    "trajs_per_batch without traj_format": (
+        lambda: rl_torchrl.Collector(_cartpole, None, frames_per_batch=4, total_frames=8, trajs_per_batch=2),
+        "traj_format"),
+    "DataCollectorBase": (lambda: _subclass_of_old_base()(), "deprecated"),
+}
+
+
+def _subclass_of_old_base() -> type:
+    class Mine(rl_torchrl.DataCollectorBase):
+        def __init__(self) -> None:
+            pass
+
+        def iterator(self) -> Any:
+            yield from ()
+
+        def set_seed(self, seed: int, static_seed: bool = False) -> int:
+            return seed
+
+        def state_dict(self) -> dict[str, Any]:
+            return {}
+
+        def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+            pass
+
+        def shutdown(self, timeout: float | None = None, close_env: bool = True,
+                     raise_on_error: bool = True) -> None:
+            pass
+
+    return Mine
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_warning_names_the_callers_line(case: str) -> None:
+    build, words = CASES[case]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        collector = build()
+    try:
+        ours = [w for w in caught if words in str(w.message)]
+        assert ours, f"no warning saying {words!r}: {[str(w.message) for w in caught]}"
+        assert [w.filename for w in ours] == [__file__] * len(ours), [(w.filename, w.lineno) for w in ours]
+    finally:
+        shutdown = getattr(collector, "shutdown", None)
+        if shutdown is not None:
+            shutdown()
