@@ -88,13 +88,16 @@ class BadDataError(ValueError):
 
 
 def short_repr(value: Any, limit: int = 120) -> str:
-    """``repr(value)`` cut to ``limit`` characters, for error messages.
+    """``repr(value)`` on one line (runs of whitespace as one space: a numpy array's rows), cut to
+    ``limit`` characters, for error messages.
 
     Examples:
         >>> short_repr("x" * 200, limit=10)
         "'xxxxxx..."
+        >>> short_repr(np.zeros((2, 2)))
+        'array([[0., 0.], [0., 0.]])'
     """
-    text = repr(value)
+    text = " ".join(repr(value).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -109,6 +112,8 @@ def checked_array(
     :class:`BadDataError` (never a broadcast, never a float truncated to an integer)."""
     if (value.__class__ is np.ndarray and value.shape == shape and value.dtype.kind == dtype.kind
             and (dtype.kind not in "iu" or value.dtype.itemsize <= dtype.itemsize)):
+        if dtype.kind == "f" and value.dtype.itemsize > dtype.itemsize:
+            _check_narrowed(value, dtype, what, env, step)
         return value
     if value is None or isinstance(value, (str, bytes)):
         raise BadDataError(
@@ -131,7 +136,22 @@ def checked_array(
         info = np.iinfo(dtype)
         if array.min() < info.min or array.max() > info.max:
             raise BadDataError(what, env, step, f"holds values {_describe(value)} that {dtype} cannot hold")
+    if dtype.kind == "f" and array.dtype.itemsize > dtype.itemsize:
+        _check_narrowed(array, dtype, what, env, step)
     return array
+
+
+def _check_narrowed(array: np.ndarray, dtype: np.dtype[Any], what: str, env: int | None, step: int) -> None:
+    """Raise where a finite value of ``array`` (float64) would be stored as inf in ``dtype``
+    (float32 holds magnitudes up to about 3.4e38): an inf the env never returned. The sum of
+    squares is within the limit for nearly every array (under a microsecond); the exact test
+    decides otherwise (an inf or NaN the env did return is the batch check's business)."""
+    limit = float(np.finfo(dtype).max)
+    if float(np.vdot(array, array)) <= limit:
+        return
+    if (np.isfinite(array) & (np.abs(array) > limit)).any():
+        raise BadDataError(what, env, step, f"holds values {_describe(array)} that {dtype} cannot hold "
+                                            "(they would be stored as inf)")
 
 
 def check_observation(

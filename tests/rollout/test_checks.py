@@ -82,6 +82,11 @@ ENV_CASES = {
         np.full(4, 11.0, np.float32),
         r"observation of env 1 at step 4 .*11\.0.*outside",
     ),
+    "obs float64 beyond float32": (
+        "obs",
+        np.array([1e300, 0.0, 0.0, 0.0]),
+        r"observation of env 1 at step 4 .*that float32 cannot hold \(they would be stored as inf\)",
+    ),
     "obs list of 3": ("obs", [1.0, 2.0, 3.0], r"observation of env 1 at step 4 .*has shape \(3,\)"),
     "reward str": ("reward", "1.0", r"reward of env 1 at step 4 .*is str '1.0'"),
     "reward None": ("reward", None, r"reward of env 1 at step 4 .*NoneType"),
@@ -307,6 +312,39 @@ def test_checked_array_refuses_what_a_cast_would_hide() -> None:
         checked_array(np.array([1.7, 2.0]), (2,), uint8, "x", env=0, step=0)
     with pytest.raises(BadDataError, match="cannot hold"):
         checked_array(np.array([300, 2]), (2,), uint8, "x", env=0, step=0)
+    float32 = np.dtype(np.float32)
+    for fits in ([1e20, -1e20], [np.inf, 1.0], [np.nan, 1.0], [3e38, 0.0]):  # an inf or NaN the env
+        checked_array(np.array(fits), (2,), float32, "x", env=0, step=0)  # returned: the batch check's
+    for beyond in ([1e39, 0.0], [0.0, -1e300]):
+        with pytest.raises(BadDataError, match="float32 cannot hold"):
+            checked_array(np.array(beyond), (2,), float32, "x", env=0, step=0)
+        with pytest.raises(BadDataError, match="float32 cannot hold"):
+            checked_array(beyond, (2,), float32, "x", env=0, step=0)  # a list, as an env may return
+
+
+def test_float64_values_beyond_float32_are_an_error_where_obs_dtype_narrows_them() -> None:
+    """An unbounded float64 Box collected with ``obs_dtype="float32"``: 1e300 would be stored as inf,
+    which the space allows; the write refuses it (single envs and a vector env alike)."""
+
+    class Huge(gym.Env[np.ndarray, int]):
+        observation_space = spaces.Box(-np.inf, np.inf, (2,), np.float64)
+        action_space = spaces.Discrete(2)
+
+        def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+            self.t = 0
+            return np.zeros(2), {}
+
+        def step(self, action: int) -> Any:
+            self.t += 1
+            return np.array([1e300 if self.t == 3 else 1.0, 0.0]), 0.0, False, False, {}
+
+    with pytest.raises(BadDataError, match=r"env 0 at step 2 .*float32 cannot hold"):
+        list(Collector(Huge, frames_per_batch=8, total_frames=8, obs_dtype="float32"))
+    vector = gym.vector.SyncVectorEnv([Huge, Huge])
+    with pytest.raises(BadDataError, match=r"vector env's observation at step 2 .*float32 cannot hold"):
+        list(Collector(vector, frames_per_batch=8, total_frames=8, obs_dtype="float32"))
+    batch = Collector(Huge, frames_per_batch=8, total_frames=8).next()  # float64 kept: stored as is
+    assert batch["next", "observation"][0, 2, 0].item() == 1e300
 
 
 def test_batch_value_check_finds_the_first_bad_frame() -> None:
