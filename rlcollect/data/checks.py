@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import torch
 from gymnasium import spaces
 
 from rlcollect.data.layout import Field, get_nested
@@ -181,10 +182,11 @@ def checked_reward(value: Any, *, env: int, step: int) -> float:
 
 
 def checked_flag(value: Any, what: str, *, env: int, step: int) -> bool:
-    """``terminated`` / ``truncated`` as a bool: a bool, numpy bool, or the integers 0 and 1."""
+    """``terminated`` / ``truncated`` as a bool: a bool, numpy bool, a one-value bool array or
+    tensor (an env written in torch), or the integers 0 and 1."""
     if isinstance(value, (bool, np.bool_)) or (
         isinstance(value, np.ndarray) and value.shape == () and value.dtype == np.bool_
-    ):
+    ) or (isinstance(value, torch.Tensor) and value.numel() == 1 and value.dtype == torch.bool):
         return bool(value)
     if isinstance(value, numbers.Integral) and int(value) in (0, 1):
         return bool(value)

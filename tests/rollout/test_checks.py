@@ -377,3 +377,43 @@ def test_gym_vector_env_probe_is_undone_by_the_first_reset() -> None:
     probed = first(gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync"))
     reference = first("CartPole-v1", num_envs=2)
     assert torch.equal(probed["observation"], reference["observation"])
+
+
+def test_an_env_written_in_torch_gives_the_batch_of_its_numpy_twin() -> None:
+    """Tensors for the observation, the reward and one-value bool tensors for the flags (an env
+    written in torch) are read as their numpy values; a two-value flag is still an error."""
+
+    class Steps(gym.Env[np.ndarray, int]):
+        observation_space = spaces.Box(-10, 10, (3,), np.float32)
+        action_space = spaces.Discrete(2)
+
+        def __init__(self, as_tensors: bool, flag_size: int = 1) -> None:
+            self.as_tensors, self.flag_size = as_tensors, flag_size
+
+        def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+            self.t = 0
+            return self._out(np.zeros(3, np.float32)), {}
+
+        def step(self, action: int) -> Any:
+            self.t += 1
+            obs, reward = np.full(3, self.t % 5, np.float32), float(action) + 0.5
+            terminated = self.t % 7 == 0
+            if not self.as_tensors:
+                return obs, reward, terminated, False, {}
+            flag = torch.full((self.flag_size,), terminated)
+            return self._out(obs), torch.tensor(reward), flag, torch.tensor(False), {}
+
+        def _out(self, obs: np.ndarray) -> Any:
+            return torch.as_tensor(obs) if self.as_tensors else obs
+
+    def batch(as_tensors: bool) -> Any:
+        collector = Collector(lambda: Steps(as_tensors), lambda obs: (obs[:, 0] > 1).long(),
+                              num_envs=2, frames_per_batch=32, total_frames=32)
+        return collector.next()
+
+    torch_batch, numpy_batch = batch(True), batch(False)
+    assert numpy_batch["next", "terminated"].sum() == 4  # steps 7 and 14 of both envs
+    for key in numpy_batch.keys(True, True):
+        assert torch.equal(torch_batch[key], numpy_batch[key]), key
+    with pytest.raises(BadDataError, match=r"terminated flag of env 0 at step 0 .*Tensor"):
+        list(Collector(lambda: Steps(True, flag_size=2), frames_per_batch=8, total_frames=8))
