@@ -260,22 +260,20 @@ class BatchValueCheck:
         # a Box action stored as floats (a float Box, or a one-hot as scores) need only be finite
         self._finite_actions = isinstance(action_space, spaces.Box) and (
             action_space.dtype.kind == "f" or action.dtype.is_floating_point)
-        bounds = (np.full(action.shape, -np.inf), np.full(action.shape, np.inf)) if self._finite_actions \
-            else _bounds(action_space, action.shape, True)
+        bounds = None if self._finite_actions else _bounds(action_space, action.shape, True)
         self._action = None if bounds is None else _Range(*bounds)
-        self._action_outside = "not finite" if self._finite_actions else f"outside {action_space}"
+        self._action_outside = f"outside {action_space}"
 
     def __call__(self, buffers: Any, steps: int) -> None:
         """Raise :class:`BadDataError` for the first value of the batch outside its space."""
         if not steps:
             return
-        if self._action is not None:
-            actions = buffers.action_np[:, :steps]
-            if self._finite_actions:  # the sum of finite values in float64 is finite, or the
-                if not math.isfinite(actions.sum(dtype=np.float64)):  # exact test decides
-                    _within(actions, self._action, "action", self._action_outside)
-            else:
-                _within(actions, self._action, "action", self._action_outside)
+        actions = buffers.action_np[:, :steps]
+        if self._finite_actions:  # the sum of finite values in float64 is finite, or the
+            if not math.isfinite(actions.sum(dtype=np.float64)):  # exact test decides
+                _all_finite(actions, "action")
+        elif self._action is not None:
+            _within(actions, self._action, "action", self._action_outside)
         reward = buffers.reward_np[:, :steps, 0]
         if not math.isfinite(reward.sum(dtype=np.float64)):
             env, step = np.argwhere(~np.isfinite(reward))[0].tolist()
@@ -317,6 +315,15 @@ def _raise_outside(value: np.ndarray, what: str, env: int, step: int, outside: s
     raise BadDataError(
         what, env, step, f"is {_describe(value.tolist() if value.ndim else value.item())}, {outside}"
     )
+
+
+def _all_finite(values: np.ndarray, what: str) -> None:
+    """Raise at the first ``[env, step, ...]`` value that is NaN or infinite (infinite bounds
+    would let an inf through :func:`_within`)."""
+    frame = ~np.isfinite(values).reshape(*values.shape[:2], -1).all(-1)
+    if frame.any():
+        env, step = np.argwhere(frame)[0].tolist()
+        _raise_outside(values[env, step], what, env, step, "not finite")
 
 
 def _within(values: np.ndarray, bounds: _Range, what: str, outside: str) -> None:

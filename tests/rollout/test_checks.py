@@ -142,8 +142,9 @@ def test_bad_policy_output_later_in_the_run_is_an_error(case: str) -> None:
         list(single(BadEnv, LaterPolicy(bad)))
 
 
-def test_box_actions_may_leave_the_bounds_but_not_be_nan() -> None:
-    """Unclipped Gaussian actions are stored as chosen (the env clips them); NaN is refused."""
+def test_box_actions_may_leave_the_bounds_but_not_be_nan_or_infinite() -> None:
+    """Unclipped Gaussian actions are stored as chosen (the env clips them); NaN, an infinite
+    action and a float64 one that float32 would store as inf are refused."""
 
     def pendulum_policy(value: float) -> Any:
         calls = []
@@ -160,6 +161,15 @@ def test_box_actions_may_leave_the_bounds_but_not_be_nan() -> None:
     )  # 1st call: dry step
     with pytest.raises(BadDataError, match=r"action of env 0 at step 3 .*\[nan\], not finite"):
         list(Collector("Pendulum-v1", pendulum_policy(float("nan")), frames_per_batch=8, total_frames=8))
+    for infinite in (float("inf"), -float("inf")):
+        with pytest.raises(BadDataError, match=r"action of env 0 at step 3 .*\[-?inf\], not finite"):
+            list(Collector("Pendulum-v1", pendulum_policy(infinite), frames_per_batch=8, total_frames=8))
+
+    def float64_policy(obs: torch.Tensor) -> torch.Tensor:
+        return torch.full((obs.shape[0], 1), 1e300, dtype=torch.float64)
+
+    with pytest.raises(BadDataError, match=r"action of env 0 at step 0 .*\[inf\], not finite"):
+        list(Collector("Pendulum-v1", float64_policy, frames_per_batch=8, total_frames=8))
 
 
 def test_check_levels() -> None:
