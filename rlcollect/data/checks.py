@@ -234,10 +234,11 @@ class _Range:
 class BatchValueCheck:
     """Checks a finished batch's values against the spaces, vectorised (one pass per field).
 
-    Actions within discrete ranges and Box actions finite (first: a bad action is the likelier
-    cause of what follows), rewards finite, observations (each once: every observation slot, which
-    holds the first, each step's next one and the reset ones, and the true finals) within their
-    space's bounds; NaN never passes. A batch that passes costs two reductions per field.
+    Actions within discrete ranges and Box actions finite, rewards finite, observations (each
+    once: every observation slot, which holds the first, each step's next one and the reset ones,
+    and the true finals) within their space's bounds; NaN never passes. A batch that passes costs
+    two reductions per field; one that fails names its earliest bad value (an action before what
+    its step returned).
 
     Args:
         observation_space, action_space: the single env's spaces.
@@ -265,33 +266,52 @@ class BatchValueCheck:
         self._action_outside = f"outside {action_space}"
 
     def __call__(self, buffers: Any, steps: int) -> None:
-        """Raise :class:`BadDataError` for the first value of the batch outside its space."""
-        if not steps:
-            return
-        actions = buffers.action_np[:, :steps]
+        """Raise :class:`BadDataError` for the earliest value of the batch outside its space: the
+        cause, where a NaN observation at one step makes NaN rewards at later ones."""
+        if steps:
+            found = [*self._bad_actions(buffers, steps), *self._bad_observations(buffers, steps)]
+            reward = buffers.reward_np[:, :steps, 0]
+            if not math.isfinite(reward.sum(dtype=np.float64)):
+                env, step = _earliest(~np.isfinite(reward))
+                found.append(((2 * step + 1, env, 2), BadDataError(
+                    "reward", env, step, f"is {reward[env, step]}; a reward is a finite number")))
+            if found:
+                raise min(found, key=lambda bad: bad[0])[1]
+
+    # each field's earliest bad value, keyed (when, env, field): the action of step t at 2t, what
+    # step t returned (its observation, its reward) at 2t + 1, the batch's first observation at -1
+    def _bad_actions(self, buffers: Any, steps: int) -> list[tuple[tuple[int, int, int], BadDataError]]:
+        actions, bad = buffers.action_np[:, :steps], None
         if self._finite_actions:  # the sum of finite values in float64 is finite, or the
             if not math.isfinite(actions.sum(dtype=np.float64)):  # exact test decides
-                _all_finite(actions, "action")
-        elif self._action is not None:
-            _within(actions, self._action, "action", self._action_outside)
-        reward = buffers.reward_np[:, :steps, 0]
-        if not math.isfinite(reward.sum(dtype=np.float64)):
-            env, step = np.argwhere(~np.isfinite(reward))[0].tolist()
-            raise BadDataError("reward", env, step, f"is {reward[env, step]}; a reward is a finite number")
-        done = buffers.done_np[:, :steps, 0]
+                bad, outside = ~np.isfinite(actions), "not finite"
+        elif self._action is not None and not _inside(actions, self._action):
+            bad, outside = _outside(actions, self._action), self._action_outside
+        if bad is None:
+            return []
+        env, step = _earliest(bad)
+        return [((2 * step, env, 0), _value_error(actions[env, step], "action", env, step, outside))]
+
+    def _bad_observations(self, buffers: Any, steps: int) -> list[tuple[tuple[int, int, int], BadDataError]]:
+        found, done = [], buffers.done_np[:, :steps, 0]
         for key, bounds, outside, name in self._obs:
             # every observation slot: the first, each step's next one, or the reset one after a done
             slots = buffers.obs_ext_np[key][:, : steps + 1]
             if not _inside(slots, bounds):
-                env, slot = _first_outside(slots, bounds)
+                env, slot = _earliest(_outside(slots, bounds))
                 what = name if slot == 0 or not done[env, slot - 1] else f"reset {name}"
-                _raise_outside(slots[env, slot], what, env, max(slot - 1, 0), outside)
+                error = _value_error(slots[env, slot], what, env, max(slot - 1, 0), outside)
+                found.append(((2 * slot - 1, env, 1), error))
             if done.any():  # and the true final observations of the episodes that ended
                 envs, times = np.nonzero(done)
                 finals = buffers.next_obs_np[key][envs, times]
                 if not _inside(finals, bounds):
-                    row = _first_outside(finals[:, None], bounds)[0]
-                    _raise_outside(finals[row], name, int(envs[row]), int(times[row]), outside)
+                    rows = np.nonzero(_outside(finals, bounds).reshape(len(finals), -1).any(-1))[0]
+                    row = rows[np.lexsort((envs[rows], times[rows]))[0]]
+                    env, step = int(envs[row]), int(times[row])
+                    error = _value_error(finals[row], name, env, step, outside)
+                    found.append(((2 * step + 1, env, 1), error))
+        return found
 
 
 def _inside(values: np.ndarray, bounds: _Range) -> bool:
@@ -303,34 +323,23 @@ def _inside(values: np.ndarray, bounds: _Range) -> bool:
     return bool(((values >= bounds.low) & (values <= bounds.high)).all())
 
 
-def _first_outside(values: np.ndarray, bounds: _Range) -> tuple[int, int]:
-    """``(env, step)`` of the first ``[env, step, ...]`` value outside ``bounds``."""
-    inside = (values >= bounds.low) & (values <= bounds.high)
-    frame = inside.reshape(*inside.shape[:2], -1).all(-1)
-    env, step = np.argwhere(~frame)[0].tolist()
-    return env, step
+def _outside(values: np.ndarray, bounds: _Range) -> np.ndarray:
+    """Where ``values`` lie outside ``[low, high]`` (NaN does)."""
+    return ~((values >= bounds.low) & (values <= bounds.high))  # type: ignore[no-any-return]
 
 
-def _raise_outside(value: np.ndarray, what: str, env: int, step: int, outside: str) -> None:
-    raise BadDataError(
+def _earliest(bad: np.ndarray) -> tuple[int, int]:
+    """``(env, index)`` of the earliest ``[env, index, ...]`` frame holding a ``bad`` value (the
+    lowest index, then the lowest env); ``bad`` holds one."""
+    frame = bad.reshape(*bad.shape[:2], -1).any(-1)
+    index, env = np.argwhere(frame.T)[0].tolist()
+    return env, index
+
+
+def _value_error(value: np.ndarray, what: str, env: int, step: int, outside: str) -> BadDataError:
+    return BadDataError(
         what, env, step, f"is {_describe(value.tolist() if value.ndim else value.item())}, {outside}"
     )
-
-
-def _all_finite(values: np.ndarray, what: str) -> None:
-    """Raise at the first ``[env, step, ...]`` value that is NaN or infinite (infinite bounds
-    would let an inf through :func:`_within`)."""
-    frame = ~np.isfinite(values).reshape(*values.shape[:2], -1).all(-1)
-    if frame.any():
-        env, step = np.argwhere(frame)[0].tolist()
-        _raise_outside(values[env, step], what, env, step, "not finite")
-
-
-def _within(values: np.ndarray, bounds: _Range, what: str, outside: str) -> None:
-    """Raise unless every ``[env, step, ...]`` value lies in ``bounds``."""
-    if not _inside(values, bounds):
-        env, step = _first_outside(values, bounds)
-        _raise_outside(values[env, step], what, env, step, outside)
 
 
 _FLAG_DTYPE, _REWARD_DTYPE = np.dtype(np.bool_), np.dtype(np.float32)
