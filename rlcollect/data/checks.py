@@ -236,13 +236,14 @@ class BatchValueCheck:
 
     Actions within discrete ranges and Box actions finite, rewards finite, observations (each
     once: every observation slot, which holds the first, each step's next one and the reset ones,
-    and the true finals) within their space's bounds; NaN never passes. A batch that passes costs
+    and the true finals) within their space's bounds, and what a TensorDict policy writes beside
+    the action (``extras``) free of NaN; NaN never passes. A batch that passes costs
     two reductions per field; one that fails names its earliest bad value (an action before what
     its step returned).
 
     Args:
         observation_space, action_space: the single env's spaces.
-        observations, action: the batch layout's fields for them.
+        observations, action, extras: the batch layout's fields for them.
     """
 
     def __init__(
@@ -251,6 +252,7 @@ class BatchValueCheck:
         action_space: spaces.Space[Any],
         observations: Sequence[Field],
         action: Field,
+        extras: Sequence[Field] = (),
     ) -> None:
         self._obs = [
             (f.key, _Range(*b), f"outside {_subspace(observation_space, f.key)}",
@@ -264,12 +266,14 @@ class BatchValueCheck:
         bounds = None if self._finite_actions else _bounds(action_space, action.shape, True)
         self._action = None if bounds is None else _Range(*bounds)
         self._action_outside = f"outside {action_space}"
+        self._extras = [f.key for f in extras if f.dtype.is_floating_point]
 
     def __call__(self, buffers: Any, steps: int) -> None:
         """Raise :class:`BadDataError` for the earliest value of the batch outside its space: the
         cause, where a NaN observation at one step makes NaN rewards at later ones."""
         if steps:
-            found = [*self._bad_actions(buffers, steps), *self._bad_observations(buffers, steps)]
+            found = [*self._bad_actions(buffers, steps), *self._bad_observations(buffers, steps),
+                     *self._bad_extras(buffers, steps)]
             reward = buffers.reward_np[:, :steps, 0]
             if not math.isfinite(reward.sum(dtype=np.float64)):
                 env, step = _earliest(~np.isfinite(reward))
@@ -291,6 +295,22 @@ class BatchValueCheck:
             return []
         env, step = _earliest(bad)
         return [((2 * step, env, 0), _value_error(actions[env, step], "action", env, step, outside))]
+
+    def _bad_extras(self, buffers: Any, steps: int) -> list[tuple[tuple[int, int, int], BadDataError]]:
+        """NaN in what the policy wrote beside the action (``action_log_prob``, a value, a state);
+        an inf may be meant (logits of masked actions), a NaN never is."""
+        found = []
+        for key in self._extras:
+            values = buffers.extras[key][:, :steps]
+            if math.isnan(values.sum(dtype=torch.float64).item()):  # inf - inf too: exact test
+                nan = torch.isnan(values).numpy(force=True)
+                if nan.any():
+                    env, step = _earliest(nan)
+                    value = values[env, step].numpy(force=True)
+                    error = BadDataError(f"policy output {'.'.join(key)}", env, step, f"holds NaN: "
+                                         f"{_describe(value.tolist() if value.ndim else value.item())}")
+                    found.append(((2 * step, env, 0), error))
+        return found
 
     def _bad_observations(self, buffers: Any, steps: int) -> list[tuple[tuple[int, int, int], BadDataError]]:
         found, done = [], buffers.done_np[:, :steps, 0]

@@ -112,7 +112,7 @@ class Rollout(ModelLookup):
         self.layout = self._layout(obs_space, action_space)
         self.policy.action_field = self.layout.action
         self._value_check = BatchValueCheck(obs_space, action_space, self.layout.observations,
-                                            self.layout.action)
+                                            self.layout.action, self.layout.extras)
         self.set_check(spec.check)
         self.config = RolloutConfig(
             truncate_last=spec.truncates_last,

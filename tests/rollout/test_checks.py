@@ -441,3 +441,46 @@ def test_an_env_written_in_torch_gives_the_batch_of_its_numpy_twin() -> None:
         assert torch.equal(torch_batch[key], numpy_batch[key]), key
     with pytest.raises(BadDataError, match=r"terminated flag of env 0 at step 0 .*Tensor"):
         list(Collector(lambda: Steps(True, flag_size=2), frames_per_batch=8, total_frames=8))
+
+
+class _LogProbLater(torch.nn.Module):
+    """A Discrete action, masked logits (-inf: meant) and a log-probability that turns NaN from
+    call ``AT`` on (the dry step at construction is call 1), for every env but the first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, observation: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        self.calls += 1
+        n = observation.shape[0]
+        log_prob = torch.zeros(n)
+        if self.calls >= AT:
+            log_prob[1:] = float("nan")
+        logits = torch.tensor([0.0, -float("inf")]).expand(n, 2)
+        return torch.zeros(n, dtype=torch.int64), logits, log_prob
+
+
+@pytest.mark.parametrize("kind", [Collector, MultiSyncCollector, AsyncBatchedCollector])
+def test_nan_in_what_a_tensordict_policy_writes_beside_the_action_is_an_error(kind: type) -> None:
+    policy = TensorDictModule(_LogProbLater(), in_keys=["observation"],
+                              out_keys=["action", "logits", "action_log_prob"])
+    fine = TensorDictModule(lambda obs: (torch.zeros(obs.shape[0], dtype=torch.int64),
+                                         torch.tensor([0.0, -float("inf")]).expand(obs.shape[0], 2)),
+                            in_keys=["observation"], out_keys=["action", "logits"])
+
+    def build(policy: Any) -> Any:
+        if kind is Collector:
+            return single(BadEnv, policy)
+        # two workers of two envs (one server over all four); a failure is not retried
+        common = {"frames_per_batch": 4 * 8, "total_frames": 4 * 16, "seed": 0, "max_worker_restarts": 0}
+        if kind is AsyncBatchedCollector:
+            return kind(BadEnv, policy, num_envs=4, envs_per_worker=2, **common)
+        return kind([BadEnv, BadEnv], policy, num_envs_per_worker=2, **common)
+
+    with build(fine) as collector:
+        batch = collector.next()
+    assert torch.isinf(batch["logits"][..., 1]).all()  # masked logits are stored as written
+    message = r"policy output action_log_prob of env [1-3] at step \d .*holds NaN: float nan"
+    with build(policy) as collector, pytest.raises(BadDataError, match=message):
+        list(collector)
