@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from rlcollect.data.layout import Field, get_nested
+from rlcollect.data.layout import Field, OneHotSpace, get_nested
 
 __all__ = [
     "CHECK_LEVELS",
@@ -224,11 +224,25 @@ def _subspace(space: spaces.Space[Any], key: tuple[str, ...]) -> spaces.Space[An
 
 class _Range:
     """The bounds of one field: exact ``low``/``high`` arrays and the scalars ``lo``/``hi`` that
-    every value lies within when the field is inside (a one-pass test for most batches)."""
+    every value lies within when the field is inside (a one-pass test for most batches);
+    ``one_hot``: its 0s and 1s hold exactly one 1 along the last axis as well."""
 
-    def __init__(self, low: Any, high: Any) -> None:
-        self.low, self.high = low, high
+    def __init__(self, low: Any, high: Any, one_hot: bool = False) -> None:
+        self.low, self.high, self.one_hot = low, high, one_hot
         self.lo, self.hi = np.max(low).item(), np.min(high).item()
+
+
+def _range(space: spaces.Space[Any], shape: tuple[int, ...], finite_only: bool) -> _Range | None:
+    """The :class:`_Range` of a field of ``space``; ``None`` when nothing can fail."""
+    bounds = _bounds(space, shape, finite_only)
+    one_hot = isinstance(space, OneHotSpace) and space.dtype.kind != "f"
+    if one_hot and bounds is None:  # bools: every value is 0 or 1, the count of 1s still matters
+        bounds = np.zeros(shape, space.dtype), np.ones(shape, space.dtype)
+    return None if bounds is None else _Range(*bounds, one_hot=one_hot)
+
+
+def _outside_text(space: spaces.Space[Any]) -> str:
+    return f"outside {space}" + (" (exactly one 1 per vector)" if isinstance(space, OneHotSpace) else "")
 
 
 class BatchValueCheck:
@@ -255,17 +269,16 @@ class BatchValueCheck:
         extras: Sequence[Field] = (),
     ) -> None:
         self._obs = [
-            (f.key, _Range(*b), f"outside {_subspace(observation_space, f.key)}",
+            (f.key, r, _outside_text(_subspace(observation_space, f.key)),
              "observation" if f.key == ("observation",) else f"observation {'.'.join(f.key)}")
             for f in observations
-            if (b := _bounds(_subspace(observation_space, f.key), f.shape, False)) is not None
+            if (r := _range(_subspace(observation_space, f.key), f.shape, False)) is not None
         ]
         # a Box action stored as floats (a float Box, or a one-hot as scores) need only be finite
         self._finite_actions = isinstance(action_space, spaces.Box) and (
             action_space.dtype.kind == "f" or action.dtype.is_floating_point)
-        bounds = None if self._finite_actions else _bounds(action_space, action.shape, True)
-        self._action = None if bounds is None else _Range(*bounds)
-        self._action_outside = f"outside {action_space}"
+        self._action = None if self._finite_actions else _range(action_space, action.shape, True)
+        self._action_outside = _outside_text(action_space)
         self._extras = [f.key for f in extras if f.dtype.is_floating_point]
 
     def __call__(self, buffers: Any, steps: int) -> None:
@@ -338,14 +351,20 @@ def _inside(values: np.ndarray, bounds: _Range) -> bool:
     """Whether every value lies in ``[low, high]`` (NaN never does)."""
     if not values.size:
         return True
+    if bounds.one_hot and not (values.sum(-1) == 1).all():
+        return False
     if values.min() >= bounds.lo and values.max() <= bounds.hi:  # the min is NaN if any value is
         return True  # one pass over the values, no temporaries, for most spaces and batches
     return bool(((values >= bounds.low) & (values <= bounds.high)).all())
 
 
 def _outside(values: np.ndarray, bounds: _Range) -> np.ndarray:
-    """Where ``values`` lie outside ``[low, high]`` (NaN does)."""
-    return ~((values >= bounds.low) & (values <= bounds.high))  # type: ignore[no-any-return]
+    """Where ``values`` lie outside ``[low, high]`` (NaN does), or, for a one-hot field, in a
+    vector without exactly one 1."""
+    outside = ~((values >= bounds.low) & (values <= bounds.high))
+    if bounds.one_hot:
+        outside |= (values.sum(-1) != 1)[..., None]
+    return outside  # type: ignore[no-any-return]
 
 
 def _earliest(bad: np.ndarray) -> tuple[int, int]:

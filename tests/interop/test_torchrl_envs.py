@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
@@ -21,6 +22,7 @@ from torchrl.envs import EnvBase, GymEnv, ParallelEnv, SerialEnv, StepCounter, T
 from torchrl.modules import RandomPolicy  # noqa: E402
 
 from rlcollect import AsyncBatchedCollector, Collector, MultiAsyncCollector, MultiSyncCollector  # noqa: E402
+from rlcollect.data.checks import BadDataError  # noqa: E402
 from rlcollect.envs.factory import make_env_batch  # noqa: E402
 from rlcollect.envs.torchrl_gym import TorchRLGymEnvs, TorchRLGymVector  # noqa: E402
 from rlcollect.envs.torchrl_stepped import TorchRLEnv  # noqa: E402
@@ -167,6 +169,27 @@ def test_one_hot_random_actions_are_one_hot() -> None:
     assert batch["action"].shape == (1, 50, 2) and batch["action"].dtype == torch.int64
     assert torch.equal(batch["action"].sum(-1), torch.ones(1, 50, dtype=torch.int64))
     assert 0 < batch["action"][..., 1].sum() < 50
+
+
+@pytest.mark.parametrize("vector", [[1, 1], [0, 0]])
+@pytest.mark.parametrize("kind", [Collector, MultiSyncCollector])
+def test_a_one_hot_action_without_exactly_one_1_is_an_error(kind: type, vector: list[int]) -> None:
+    """GymEnv's one-hot spec: TorchRL steps ``argmax`` of any vector (action 0 for both of these),
+    so the batch would not say which action the env took; the batch check refuses them."""
+    module = TensorDictModule(lambda obs: torch.tensor(vector).expand(*obs.shape[:-1], 2),
+                              in_keys=["observation"], out_keys=["action"])
+    good = TensorDictModule(lambda obs: torch.tensor([0, 1]).expand(*obs.shape[:-1], 2),
+                            in_keys=["observation"], out_keys=["action"])
+    make = partial(GymEnv, "CartPole-v1")
+    common = {"frames_per_batch": 8, "total_frames": 8}
+    with (Collector(make, good, **common) if kind is Collector else kind([make] * 2, good, **common)) as fine:
+        assert fine.next()["action"][..., 1].all()
+    collector = Collector(make, module, **common) if kind is Collector else kind(
+        [make] * 2, module, max_worker_restarts=0, **common)
+    message = (rf"action of env 0 at step 0 .*{re.escape(str(vector))}, outside "
+               r"OneHotSpace\(\(2,\), int64\) \(exactly one 1")
+    with collector, pytest.raises(BadDataError, match=message):
+        list(collector)
 
 
 def test_policy_taking_observation_entries_by_name() -> None:
