@@ -32,6 +32,7 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.nn import InteractionType, TensorDictModule, TensorDictModuleBase, set_interaction_type
 
+from rlcollect.common.callers import raised_outside
 from rlcollect.policies.adapter import (
     PolicyAdapter,
     sample_observations,
@@ -135,10 +136,11 @@ def make_policy(
         TypeError: ``policy`` is not callable, or takes tensors but observations are a Dict.
         ValueError: the policy's output does not fit the action space (shapes and dtypes named).
     """
-    if not callable(policy):
+    if not callable(policy) or isinstance(policy, type):
+        instance = f": pass an instance, {policy.__name__}(...)" if isinstance(policy, type) else ""
         raise TypeError(
             f"policy must be None, an nn.Module, a TensorDictModule or a callable; "
-            f"got {type(policy).__name__}"
+            f"got {_what(policy)}{instance}"
         )
     try:
         with set_interaction_type(exploration_type):
@@ -159,11 +161,39 @@ def make_policy(
                 adapter.module = policy if isinstance(policy, torch.nn.Module) else None
                 return adapter
     except Exception as error:
-        if _has_float64(observation_space):  # the usual cause: a float32 network, float64 observations
-            error.add_note(f"The policy was called on float64 observations ({observation_space}); "
-                           "obs_dtype='float32' (--obs-dtype float32 on the command line) stores them, and "
-                           "passes them to the policy, as float32.")
+        _explain(error, observation_space, num_envs)
         raise
+
+
+def _what(policy: Any) -> str:
+    return f"the class {policy.__name__}" if isinstance(policy, type) else type(policy).__name__
+
+
+def _explain(error: Exception, observation_space: gym.Space[Any], num_envs: int) -> None:
+    """Notes on an error of the policy's first call: what it was called on, where its own code
+    raised, and the usual cause when the observations are float64 (Python 3.11's notes)."""
+    if not hasattr(error, "add_note"):
+        return
+    if raised_outside(error):
+        error.add_note(f"Raised by the policy's first call, which the collector makes when it is built "
+                       f"to check the actions: on {_observations(observation_space, num_envs)}.")
+    if _has_float64(observation_space):  # the usual cause: a float32 network, float64 observations
+        error.add_note(f"The policy was called on float64 observations ({observation_space}); "
+                       "obs_dtype='float32' (--obs-dtype float32 on the command line) stores them, and "
+                       "passes them to the policy, as float32.")
+
+
+def _observations(space: gym.Space[Any], num_envs: int) -> str:
+    """What a policy is called on, e.g. ``observations of shape (8, 4) float32``."""
+    if isinstance(space, gym.spaces.Dict):
+        return "the observation entries " + ", ".join(
+            f"{key} {_observations(sub, num_envs).removeprefix('observations of shape ')}"
+            for key, sub in space.spaces.items())
+    shape = getattr(space, "shape", None)
+    dtype = getattr(space, "dtype", None)
+    if shape is None or dtype is None:
+        return f"the observations of {num_envs} env(s) of {space}"
+    return f"observations of shape {(num_envs, *shape)} {np.dtype(dtype).name}"
 
 
 def _has_float64(space: gym.Space[Any]) -> bool:

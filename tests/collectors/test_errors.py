@@ -111,6 +111,32 @@ def test_policy_not_callable() -> None:
         Collector("CartPole-v1", 5, frames_per_batch=10)
 
 
+def test_policy_class_instead_of_an_instance() -> None:
+    with pytest.raises(TypeError, match=r"got the class TiltPolicy: pass an instance, TiltPolicy\(...\)"):
+        Collector("CartPole-v1", TiltPolicy, frames_per_batch=10)
+
+
+def test_an_error_of_the_policys_first_call_says_what_it_was_called_on() -> None:
+    """The policy's own error, unchanged, with a note: the call the collector made and on what; an
+    error of rlcollect's own checks (a misfit action) needs none."""
+    with pytest.raises(RuntimeError, match="cannot be multiplied") as raised:
+        Collector("CartPole-v1", torch.nn.Linear(3, 2), frames_per_batch=10, num_envs=2)
+    assert raised.value.__notes__ == [
+        "Raised by the policy's first call, which the collector makes when it is built to check the "
+        "actions: on observations of shape (2, 4) float32."]
+
+    def by_entries(pos: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+        raise KeyError("mine")
+
+    with pytest.raises(KeyError, match="mine") as raised:
+        Collector(make_dict_env, by_entries, frames_per_batch=10, num_envs=3)
+    assert raised.value.__notes__[0].endswith(
+        "on the observation entries count (3,) int64, pos (3, 2) float32.")
+    with pytest.raises(ValueError, match="does not fit") as misfit:
+        Collector("CartPole-v1", lambda obs: torch.zeros(obs.shape[0], 2), frames_per_batch=10)
+    assert not getattr(misfit.value, "__notes__", [])
+
+
 @pytest.mark.parametrize("observation_space,action_space,message", [
     (spaces.Tuple([spaces.Discrete(2)]), spaces.Discrete(2), "space Tuple.* is not supported"),
     (spaces.Box(-1, 1, (2,)), spaces.Dict({"a": spaces.Discrete(2)}), "action space Dict.* is a Dict"),
