@@ -19,6 +19,7 @@ real numbers is one numpy conversion; anything else is converted one value at a 
 Box actions are checked to be finite, not to lie within the bounds: a Gaussian policy's unclipped
 action is what its log-probability refers to, and clipping it is the env's job (as in SB3 and
 TorchRL). Every error is a :class:`BadDataError` naming the env, the step, and expected vs actual.
+The per-batch value check is :class:`rlcollect.data.batch_checks.BatchValueCheck`.
 
 Examples:
     >>> import numpy as np
@@ -30,27 +31,24 @@ Examples:
 
 from __future__ import annotations
 
-import math
 import numbers
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
-from gymnasium import spaces
 
-from rlcollect.data.layout import Field, OneHotSpace, get_nested
+from rlcollect.data.layout import get_nested
 
 __all__ = [
     "CHECK_LEVELS",
     "BadDataError",
-    "BatchValueCheck",
     "FLAG_TYPES",
     "check_observation",
     "check_vector_step",
     "checked_array",
     "checked_flag",
     "checked_reward",
+    "describe",
     "short_repr",
 ]
 
@@ -102,7 +100,8 @@ def short_repr(value: Any, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _describe(value: Any) -> str:
+def describe(value: Any) -> str:
+    """A value for an error message: its type and a short repr, e.g. ``float nan``."""
     return f"{type(value).__name__} {short_repr(value, 60)}"
 
 
@@ -118,12 +117,12 @@ def checked_array(
         return value
     if value is None or isinstance(value, (str, bytes)):
         raise BadDataError(
-            what, env, step, f"is {_describe(value)}; the space says an array of shape {shape} {dtype}"
+            what, env, step, f"is {describe(value)}; the space says an array of shape {shape} {dtype}"
         )
     array = np.asarray(value)
     if array.dtype.kind not in "biuf":
         raise BadDataError(
-            what, env, step, f"is {_describe(value)} (dtype {array.dtype}); the space says {dtype}"
+            what, env, step, f"is {describe(value)} (dtype {array.dtype}); the space says {dtype}"
         )
     if array.shape != shape:
         raise BadDataError(what, env, step, f"has shape {array.shape}; the space says {shape}")
@@ -131,12 +130,12 @@ def checked_array(
         raise BadDataError(what, env, step, f"has dtype {array.dtype}; flags are bools")
     if dtype.kind in "iu" and array.dtype.kind == "f" and not np.array_equal(array, np.trunc(array)):
         raise BadDataError(
-            what, env, step, f"holds non-integer values {_describe(value)}; the space's dtype is {dtype}"
+            what, env, step, f"holds non-integer values {describe(value)}; the space's dtype is {dtype}"
         )
     if dtype.kind in "iu" and array.size:
         info = np.iinfo(dtype)
         if array.min() < info.min or array.max() > info.max:
-            raise BadDataError(what, env, step, f"holds values {_describe(value)} that {dtype} cannot hold")
+            raise BadDataError(what, env, step, f"holds values {describe(value)} that {dtype} cannot hold")
     if dtype.kind == "f" and array.dtype.itemsize > dtype.itemsize:
         _check_narrowed(array, dtype, what, env, step)
     return array
@@ -151,7 +150,7 @@ def _check_narrowed(array: np.ndarray, dtype: np.dtype[Any], what: str, env: int
     if float(np.vdot(array, array)) <= limit:
         return
     if (np.isfinite(array) & (np.abs(array) > limit)).any():
-        raise BadDataError(what, env, step, f"holds values {_describe(array)} that {dtype} cannot hold "
+        raise BadDataError(what, env, step, f"holds values {describe(array)} that {dtype} cannot hold "
                                             "(they would be stored as inf)")
 
 
@@ -166,7 +165,7 @@ def check_observation(
             value = get_nested(obs, key) if dict_obs else obs
         except (KeyError, TypeError, AttributeError, IndexError):
             raise BadDataError(
-                "observation", env, step, f"has no entry {'.'.join(key)}: {_describe(obs)}"
+                "observation", env, step, f"has no entry {'.'.join(key)}: {describe(obs)}"
             ) from None
         checked_array(value, array.shape[2:], array.dtype, name, env=env, step=step)
 
@@ -178,7 +177,7 @@ def checked_reward(value: Any, *, env: int, step: int) -> float:
     array = np.asarray(value) if isinstance(value, np.ndarray) else None
     if array is not None and array.size == 1 and array.dtype.kind in "biuf":
         return float(array.reshape(()))
-    raise BadDataError("reward", env, step, f"is {_describe(value)}; a reward is a real number")
+    raise BadDataError("reward", env, step, f"is {describe(value)}; a reward is a real number")
 
 
 def checked_flag(value: Any, what: str, *, env: int, step: int) -> bool:
@@ -190,195 +189,7 @@ def checked_flag(value: Any, what: str, *, env: int, step: int) -> bool:
         return bool(value)
     if isinstance(value, numbers.Integral) and int(value) in (0, 1):
         return bool(value)
-    raise BadDataError(f"{what} flag", env, step, f"is {_describe(value)}; {what} is a bool")
-
-
-def _bounds(space: spaces.Space[Any], shape: tuple[int, ...], finite_only: bool) -> tuple[Any, Any] | None:
-    """``(low, high)`` arrays to check a field of ``space`` against; ``None`` when nothing can fail."""
-    if isinstance(space, spaces.Discrete):
-        return np.int64(space.start), np.int64(space.start + space.n - 1)
-    if isinstance(space, spaces.MultiDiscrete):
-        return space.start, space.start + space.nvec - 1
-    if isinstance(space, spaces.MultiBinary):
-        return np.zeros(shape, space.dtype), np.ones(shape, space.dtype)
-    if isinstance(space, spaces.Box):
-        if space.dtype.kind == "f" and finite_only:
-            return np.full(shape, -np.inf), np.full(shape, np.inf)
-        low, high = np.broadcast_to(space.low, shape), np.broadcast_to(space.high, shape)
-        if space.dtype.kind in "iub":
-            info = np.iinfo(space.dtype) if space.dtype.kind != "b" else None
-            if info is None or (np.all(low <= info.min) and np.all(high >= info.max)):
-                return None  # every value of the dtype is in the space
-        return low, high
-    return None
-
-
-def _subspace(space: spaces.Space[Any], key: tuple[str, ...]) -> spaces.Space[Any]:
-    if not isinstance(space, spaces.Dict):
-        return space
-    for part in key:
-        assert isinstance(space, spaces.Dict)
-        space = space.spaces[part]
-    return space
-
-
-class _Range:
-    """The bounds of one field: exact ``low``/``high`` arrays and the scalars ``lo``/``hi`` that
-    every value lies within when the field is inside (a one-pass test for most batches);
-    ``one_hot``: its 0s and 1s hold exactly one 1 along the last axis as well."""
-
-    def __init__(self, low: Any, high: Any, one_hot: bool = False) -> None:
-        self.low, self.high, self.one_hot = low, high, one_hot
-        self.lo, self.hi = np.max(low).item(), np.min(high).item()
-
-
-def _range(space: spaces.Space[Any], shape: tuple[int, ...], finite_only: bool) -> _Range | None:
-    """The :class:`_Range` of a field of ``space``; ``None`` when nothing can fail."""
-    bounds = _bounds(space, shape, finite_only)
-    one_hot = isinstance(space, OneHotSpace) and space.dtype.kind != "f"
-    if one_hot and bounds is None:  # bools: every value is 0 or 1, the count of 1s still matters
-        bounds = np.zeros(shape, space.dtype), np.ones(shape, space.dtype)
-    return None if bounds is None else _Range(*bounds, one_hot=one_hot)
-
-
-def _outside_text(space: spaces.Space[Any]) -> str:
-    return f"outside {space}" + (" (exactly one 1 per vector)" if isinstance(space, OneHotSpace) else "")
-
-
-class BatchValueCheck:
-    """Checks a finished batch's values against the spaces, vectorised (one pass per field).
-
-    Actions within discrete ranges and Box actions finite, rewards finite, observations (each
-    once: every observation slot, which holds the first, each step's next one and the reset ones,
-    and the true finals) within their space's bounds, and what a TensorDict policy writes beside
-    the action (``extras``) free of NaN; NaN never passes. A batch that passes costs
-    two reductions per field; one that fails names its earliest bad value (an action before what
-    its step returned).
-
-    Args:
-        observation_space, action_space: the single env's spaces.
-        observations, action, extras: the batch layout's fields for them.
-    """
-
-    def __init__(
-        self,
-        observation_space: spaces.Space[Any],
-        action_space: spaces.Space[Any],
-        observations: Sequence[Field],
-        action: Field,
-        extras: Sequence[Field] = (),
-    ) -> None:
-        self._obs = [
-            (f.key, r, _outside_text(_subspace(observation_space, f.key)),
-             "observation" if f.key == ("observation",) else f"observation {'.'.join(f.key)}")
-            for f in observations
-            if (r := _range(_subspace(observation_space, f.key), f.shape, False)) is not None
-        ]
-        # a Box action stored as floats (a float Box, or a one-hot as scores) need only be finite
-        self._finite_actions = isinstance(action_space, spaces.Box) and (
-            action_space.dtype.kind == "f" or action.dtype.is_floating_point)
-        self._action = None if self._finite_actions else _range(action_space, action.shape, True)
-        self._action_outside = _outside_text(action_space)
-        self._extras = [f.key for f in extras if f.dtype.is_floating_point]
-
-    def __call__(self, buffers: Any, steps: int) -> None:
-        """Raise :class:`BadDataError` for the earliest value of the batch outside its space: the
-        cause, where a NaN observation at one step makes NaN rewards at later ones."""
-        if steps:
-            found = [*self._bad_actions(buffers, steps), *self._bad_observations(buffers, steps),
-                     *self._bad_extras(buffers, steps)]
-            reward = buffers.reward_np[:, :steps, 0]
-            if not math.isfinite(reward.sum(dtype=np.float64)):
-                env, step = _earliest(~np.isfinite(reward))
-                found.append(((2 * step + 1, env, 2), BadDataError(
-                    "reward", env, step, f"is {reward[env, step]}; a reward is a finite number")))
-            if found:
-                raise min(found, key=lambda bad: bad[0])[1]
-
-    # each field's earliest bad value, keyed (when, env, field): the action of step t at 2t, what
-    # step t returned (its observation, its reward) at 2t + 1, the batch's first observation at -1
-    def _bad_actions(self, buffers: Any, steps: int) -> list[tuple[tuple[int, int, int], BadDataError]]:
-        actions, bad = buffers.action_np[:, :steps], None
-        if self._finite_actions:  # the sum of finite values in float64 is finite, or the
-            if not math.isfinite(actions.sum(dtype=np.float64)):  # exact test decides
-                bad, outside = ~np.isfinite(actions), "not finite"
-        elif self._action is not None and not _inside(actions, self._action):
-            bad, outside = _outside(actions, self._action), self._action_outside
-        if bad is None:
-            return []
-        env, step = _earliest(bad)
-        return [((2 * step, env, 0), _value_error(actions[env, step], "action", env, step, outside))]
-
-    def _bad_extras(self, buffers: Any, steps: int) -> list[tuple[tuple[int, int, int], BadDataError]]:
-        """NaN in what the policy wrote beside the action (``action_log_prob``, a value, a state);
-        an inf may be meant (logits of masked actions), a NaN never is."""
-        found = []
-        for key in self._extras:
-            values = buffers.extras[key][:, :steps]
-            if math.isnan(values.sum(dtype=torch.float64).item()):  # inf - inf too: exact test
-                nan = torch.isnan(values).numpy(force=True)
-                if nan.any():
-                    env, step = _earliest(nan)
-                    value = values[env, step].numpy(force=True)
-                    error = BadDataError(f"policy output {'.'.join(key)}", env, step, f"holds NaN: "
-                                         f"{_describe(value.tolist() if value.ndim else value.item())}")
-                    found.append(((2 * step, env, 0), error))
-        return found
-
-    def _bad_observations(self, buffers: Any, steps: int) -> list[tuple[tuple[int, int, int], BadDataError]]:
-        found, done = [], buffers.done_np[:, :steps, 0]
-        for key, bounds, outside, name in self._obs:
-            # every observation slot: the first, each step's next one, or the reset one after a done
-            slots = buffers.obs_ext_np[key][:, : steps + 1]
-            if not _inside(slots, bounds):
-                env, slot = _earliest(_outside(slots, bounds))
-                what = name if slot == 0 or not done[env, slot - 1] else f"reset {name}"
-                error = _value_error(slots[env, slot], what, env, max(slot - 1, 0), outside)
-                found.append(((2 * slot - 1, env, 1), error))
-            if done.any():  # and the true final observations of the episodes that ended
-                envs, times = np.nonzero(done)
-                finals = buffers.next_obs_np[key][envs, times]
-                if not _inside(finals, bounds):
-                    rows = np.nonzero(_outside(finals, bounds).reshape(len(finals), -1).any(-1))[0]
-                    row = rows[np.lexsort((envs[rows], times[rows]))[0]]
-                    env, step = int(envs[row]), int(times[row])
-                    error = _value_error(finals[row], name, env, step, outside)
-                    found.append(((2 * step + 1, env, 1), error))
-        return found
-
-
-def _inside(values: np.ndarray, bounds: _Range) -> bool:
-    """Whether every value lies in ``[low, high]`` (NaN never does)."""
-    if not values.size:
-        return True
-    if bounds.one_hot and not (values.sum(-1) == 1).all():
-        return False
-    if values.min() >= bounds.lo and values.max() <= bounds.hi:  # the min is NaN if any value is
-        return True  # one pass over the values, no temporaries, for most spaces and batches
-    return bool(((values >= bounds.low) & (values <= bounds.high)).all())
-
-
-def _outside(values: np.ndarray, bounds: _Range) -> np.ndarray:
-    """Where ``values`` lie outside ``[low, high]`` (NaN does), or, for a one-hot field, in a
-    vector without exactly one 1."""
-    outside = ~((values >= bounds.low) & (values <= bounds.high))
-    if bounds.one_hot:
-        outside |= (values.sum(-1) != 1)[..., None]
-    return outside  # type: ignore[no-any-return]
-
-
-def _earliest(bad: np.ndarray) -> tuple[int, int]:
-    """``(env, index)`` of the earliest ``[env, index, ...]`` frame holding a ``bad`` value (the
-    lowest index, then the lowest env); ``bad`` holds one."""
-    frame = bad.reshape(*bad.shape[:2], -1).any(-1)
-    index, env = np.argwhere(frame.T)[0].tolist()
-    return env, index
-
-
-def _value_error(value: np.ndarray, what: str, env: int, step: int, outside: str) -> BadDataError:
-    return BadDataError(
-        what, env, step, f"is {_describe(value.tolist() if value.ndim else value.item())}, {outside}"
-    )
+    raise BadDataError(f"{what} flag", env, step, f"is {describe(value)}; {what} is a bool")
 
 
 _FLAG_DTYPE, _REWARD_DTYPE = np.dtype(np.bool_), np.dtype(np.float32)

@@ -29,8 +29,9 @@ import torch
 from tensordict import TensorDictBase
 
 from rlcollect.common.state import check_tensor, checked_state, stamped
+from rlcollect.data.batch_checks import BatchValueCheck
 from rlcollect.data.buffers import BatchBuffers
-from rlcollect.data.checks import BadDataError, BatchValueCheck
+from rlcollect.data.checks import BadDataError
 from rlcollect.data.layout import (
     BatchLayout,
     Field,

@@ -17,7 +17,8 @@ from gymnasium import spaces
 from tensordict.nn import TensorDictModule
 
 from rlcollect import AsyncBatchedCollector, Collector, MultiAsyncCollector, MultiSyncCollector
-from rlcollect.data.checks import BadDataError, BatchValueCheck, checked_array
+from rlcollect.data.batch_checks import BatchValueCheck
+from rlcollect.data.checks import BadDataError, checked_array
 
 pytestmark = pytest.mark.timeout(120)
 
