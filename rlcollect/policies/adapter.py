@@ -30,7 +30,6 @@ __all__ = [
     "NestedKey",
     "PolicyAdapter",
     "PrivateInput",
-    "RandomPolicy",
     "check_action",
     "checked_output",
     "interaction_type",
@@ -205,45 +204,6 @@ class PolicyAdapter(abc.ABC):
         """The action, then each of :attr:`extras`, for observations of any number of envs
         (a policy server's gathered batch); the rollout loop uses :meth:`act` instead."""
         raise NotImplementedError(f"{type(self).__name__} does not serve gathered observations")
-
-
-class RandomPolicy(PolicyAdapter):
-    """Uniform random actions for ``num_envs`` envs from ``action_space``, seeded by :meth:`seed`.
-
-    Examples:
-        >>> import gymnasium as gym
-        >>> policy = RandomPolicy(gym.spaces.Discrete(3), num_envs=2, seed=0)
-        >>> policy.sample().shape
-        (2,)
-    """
-
-    _action_np: np.ndarray  # [N, T, *act], set by bind()
-
-    def __init__(self, action_space: gym.Space[Any], num_envs: int, seed: int | None = None) -> None:
-        self.space = batch_space(action_space, num_envs)
-        self.space.seed(seed)
-
-    def seed(self, seed: int | None) -> None:
-        """Reseed the generator the actions come from."""
-        self.space.seed(seed)
-
-    def sample(self) -> Any:
-        """Actions for all envs, ``[N, *act]``."""
-        return self.space.sample()
-
-    def _views(self, buffers: BatchBuffers) -> dict[str, Any]:
-        return {"_action_np": buffers.action_np}
-
-    def act(self, t: int) -> None:
-        self._action_np[:, t] = self.space.sample()
-
-    def state_dict(self) -> dict[str, Any]:
-        """The generator's state."""
-        return dict(copy.deepcopy(self.space.np_random.bit_generator.state))
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore the generator's state."""
-        self.space.np_random.bit_generator.state = copy.deepcopy(dict(state))
 
 
 def sample_observations(space: gym.Space[Any], num_envs: int) -> dict[tuple[str, ...], torch.Tensor]:

@@ -44,8 +44,9 @@ from rlcollect.data.trajectories import TrajectoryIds
 from rlcollect.envs.base import EnvBatch
 from rlcollect.envs.factory import make_env_batch
 from rlcollect.envs.infos import info_fields
-from rlcollect.policies.adapter import PolicyAdapter, RandomPolicy
+from rlcollect.policies.adapter import PolicyAdapter
 from rlcollect.policies.adapters import make_policy
+from rlcollect.policies.random_policy import RandomPolicy
 from rlcollect.rollout.config import RolloutConfig
 from rlcollect.rollout.episodes import EpisodeTracker
 from rlcollect.rollout.loop import collect_batch
@@ -263,7 +264,7 @@ class Rollout(ModelLookup):
             seeds = [seed + self.first_env + i for i in range(self.envs.pool_size)]
             self._reset(seeds)
             self.envs.seed_action_spaces(seeds)
-            self.random_policy.seed(seed + self.env_offset)
+            self.random_policy.seed(seed, self.env_offset)
             torch.manual_seed(seed + self.env_offset)
         if new_trajectories:
             self.traj_ids.restart()

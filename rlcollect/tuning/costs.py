@@ -24,8 +24,9 @@ import torch
 from tensordict.nn import set_interaction_type
 
 from rlcollect.data.buffers import BatchBuffers
-from rlcollect.policies.adapter import PolicyAdapter, RandomPolicy
+from rlcollect.policies.adapter import PolicyAdapter
 from rlcollect.policies.adapters import make_policy
+from rlcollect.policies.random_policy import RandomPolicy
 from rlcollect.rollout.engine import Rollout, RolloutSpec
 
 __all__ = ["Costs", "machine_cores", "measure_costs"]
