@@ -1,5 +1,5 @@
 """The per-batch check of a batch's values against the spaces, vectorised: NaN anywhere,
-observations outside their bounds, discrete and one-hot actions out of range, non-finite rewards
+observations infinite or outside their bounds, discrete and one-hot actions out of range, non-finite rewards
 and Box actions (see :mod:`rlcollect.data.checks` for the checks of each write).
 
 Examples:
@@ -45,6 +45,9 @@ def _bounds(space: spaces.Space[Any], shape: tuple[int, ...], finite_only: bool)
         if space.dtype.kind == "f" and finite_only:
             return np.full(shape, -np.inf), np.full(shape, np.inf)
         low, high = np.broadcast_to(space.low, shape), np.broadcast_to(space.high, shape)
+        if space.dtype.kind == "f":  # an observation is finite, where the Box is unbounded too
+            biggest = np.finfo(space.dtype).max
+            return np.maximum(low, -biggest), np.minimum(high, biggest)
         if space.dtype.kind in "iub":
             info = np.iinfo(space.dtype) if space.dtype.kind != "b" else None
             if info is None or (np.all(low <= info.min) and np.all(high >= info.max)):
@@ -82,7 +85,9 @@ def _range(space: spaces.Space[Any], shape: tuple[int, ...], finite_only: bool) 
 
 
 def _outside_text(space: spaces.Space[Any]) -> str:
-    return f"outside {space}" + (" (exactly one 1 per vector)" if isinstance(space, OneHotSpace) else "")
+    if isinstance(space, OneHotSpace):
+        return f"outside {space} (exactly one 1 per vector)"
+    return f"outside {space}"
 
 
 class BatchValueCheck:
@@ -216,6 +221,11 @@ def _earliest(bad: np.ndarray) -> tuple[int, int]:
 
 
 def _value_error(value: np.ndarray, what: str, env: int, step: int, outside: str) -> BadDataError:
+    if value.dtype.kind == "f" and not np.isfinite(value).all():  # NaN or inf: whatever the bounds
+        outside = "not finite"
+        if np.isinf(value).any() and value.dtype.itemsize < 8:
+            outside += (f" ({value.dtype} holds magnitudes up to {np.finfo(value.dtype).max:.1e}: a "
+                        "float64 beyond that is stored as inf)")
     return BadDataError(
         what, env, step, f"is {describe(value.tolist() if value.ndim else value.item())}, {outside}"
     )

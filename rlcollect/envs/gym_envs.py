@@ -87,13 +87,9 @@ class GymEnvs(EnvBatch):
         array = next(iter(buffers.obs_ext_np.values()))  # the leaf observation's shape and dtype
         self._obs_shape, self._obs_dtype, self._obs_size = array.shape[2:], array.dtype, array[0, 0].size
         # what the env returns passes the identity test; the buffer may store it in another dtype
-        # (obs_dtype): numpy casts it in the write, checked_array says which values may be cast.
-        # A float64 space stored as float32 is checked at every write (about a microsecond): a
-        # value beyond float32's range would be stored as an inf the env never returned
+        # (obs_dtype): numpy casts it in the write, checked_array says which values may be cast
         space_dtype = getattr(self.observation_space, "dtype", None)
-        env_dtype = np.dtype(space_dtype) if space_dtype is not None else array.dtype
-        narrowed = env_dtype.kind == "f" and env_dtype.itemsize > array.dtype.itemsize
-        self._env_obs_dtype = np.dtype(object) if narrowed else env_dtype  # object: no obs passes
+        self._env_obs_dtype = np.dtype(space_dtype) if space_dtype is not None else array.dtype
         if len(self._reward_rows) != buffers.num_steps:
             # rewards go to a list per step, then into the buffer once per batch (finish): a list
             # store costs a quarter of a numpy item write, and numpy's conversion checks the types

@@ -77,7 +77,7 @@ ENV_CASES = {
     "obs scalar": ("obs", np.float32(1.0), r"observation of env 1 at step 4 .*has shape \(\)"),
     "obs None": ("obs", None, r"observation of env 1 at step 4 .*is NoneType None"),
     "obs str": ("obs", "1 2 3 4", r"observation of env 1 at step 4 .*is str"),
-    "obs NaN": ("obs", np.full(4, np.nan, np.float32), r"observation of env 1 at step 4 .*nan.*outside Box"),
+    "obs NaN": ("obs", np.full(4, np.nan, np.float32), r"observation of env 1 at step 4 .*nan.*not finite"),
     "obs out of bounds": (
         "obs",
         np.full(4, 11.0, np.float32),
@@ -86,7 +86,8 @@ ENV_CASES = {
     "obs float64 beyond float32": (
         "obs",
         np.array([1e300, 0.0, 0.0, 0.0]),
-        r"observation of env 1 at step 4 .*that float32 cannot hold \(they would be stored as inf\)",
+        r"observation of env 1 at step 4 .*\[inf, 0.0, 0.0, 0.0\], not finite \(float32 holds magnitudes up "
+        r"to 3.4e\+38: a float64 beyond that is stored as inf\)",
     ),
     "obs list of 3": ("obs", [1.0, 2.0, 3.0], r"observation of env 1 at step 4 .*has shape \(3,\)"),
     "reward str": ("reward", "1.0", r"reward of env 1 at step 4 .*is str '1.0'"),
@@ -323,19 +324,13 @@ def test_checked_array_refuses_what_a_cast_would_hide() -> None:
         checked_array(np.array([1.7, 2.0]), (2,), uint8, "x", env=0, step=0)
     with pytest.raises(BadDataError, match="cannot hold"):
         checked_array(np.array([300, 2]), (2,), uint8, "x", env=0, step=0)
-    float32 = np.dtype(np.float32)
-    for fits in ([1e20, -1e20], [np.inf, 1.0], [np.nan, 1.0], [3e38, 0.0]):  # an inf or NaN the env
-        checked_array(np.array(fits), (2,), float32, "x", env=0, step=0)  # returned: the batch check's
-    for beyond in ([1e39, 0.0], [0.0, -1e300]):
-        with pytest.raises(BadDataError, match="float32 cannot hold"):
-            checked_array(np.array(beyond), (2,), float32, "x", env=0, step=0)
-        with pytest.raises(BadDataError, match="float32 cannot hold"):
-            checked_array(beyond, (2,), float32, "x", env=0, step=0)  # a list, as an env may return
 
 
-def test_float64_values_beyond_float32_are_an_error_where_obs_dtype_narrows_them() -> None:
-    """An unbounded float64 Box collected with ``obs_dtype="float32"``: 1e300 would be stored as inf,
-    which the space allows; the write refuses it (single envs and a vector env alike)."""
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")  # numpy's, on 1e300
+def test_infinite_observations_are_an_error_even_in_an_unbounded_box() -> None:
+    """An unbounded float64 Box collected with ``obs_dtype="float32"``: 1e300 is stored as inf,
+    which the space allows; the batch check refuses it, as any infinite observation (single envs
+    and a vector env alike); kept as float64, 1e300 is stored as it is."""
 
     class Huge(gym.Env[np.ndarray, int]):
         observation_space = spaces.Box(-np.inf, np.inf, (2,), np.float64)
@@ -349,11 +344,16 @@ def test_float64_values_beyond_float32_are_an_error_where_obs_dtype_narrows_them
             self.t += 1
             return np.array([1e300 if self.t == 3 else 1.0, 0.0]), 0.0, False, False, {}
 
-    with pytest.raises(BadDataError, match=r"env 0 at step 2 .*float32 cannot hold"):
+    message = r"observation of env 0 at step 2 .*\[inf, 0.0\], not finite \(float32 holds"
+    with pytest.raises(BadDataError, match=message):
         list(Collector(Huge, frames_per_batch=8, total_frames=8, obs_dtype="float32"))
     vector = gym.vector.SyncVectorEnv([Huge, Huge])
-    with pytest.raises(BadDataError, match=r"vector env's observation at step 2 .*float32 cannot hold"):
+    with pytest.raises(BadDataError, match=message):
         list(Collector(vector, frames_per_batch=8, total_frames=8, obs_dtype="float32"))
+    with pytest.raises(BadDataError, match=r"observation of env 0 at step 2 .*\[inf, 0.0\], not finite$"):
+        list(Collector(lambda: gym.wrappers.TransformObservation(  # an inf the env returns itself
+            Huge(), lambda obs: np.where(obs > 1.0, np.inf, obs), Huge.observation_space),
+            frames_per_batch=8, total_frames=8))
     batch = Collector(Huge, frames_per_batch=8, total_frames=8).next()  # float64 kept: stored as is
     assert batch["next", "observation"][0, 2, 0].item() == 1e300
 
