@@ -186,8 +186,11 @@ def action_fields(space: spaces.Space[Any]) -> list[Field]:
     """
     if isinstance(space, spaces.Dict):
         raise TypeError(
-            f"action space {space!r} is a Dict: action spaces must be Box, Discrete, "
-            "MultiDiscrete or MultiBinary (flatten the Dict with gymnasium.wrappers.FlattenAction)"
+            f"action space {space!r} is a Dict: a Gymnasium env's action space must be Box, "
+            "Discrete, MultiDiscrete or MultiBinary. Collect it as a TorchRL env, "
+            "create_env_fn=lambda: torchrl.envs.GymWrapper(make_env()) (the torchrl extra): the "
+            "policy then writes each entry as a key of the batch, as in TorchRL; or wrap the env "
+            "(gymnasium.wrappers.TransformAction) so that its action is one such space"
         )
     return [_leaf_field(("action",), space)]
 

@@ -139,7 +139,8 @@ def test_an_error_of_the_policys_first_call_says_what_it_was_called_on() -> None
 
 @pytest.mark.parametrize("observation_space,action_space,message", [
     (spaces.Tuple([spaces.Discrete(2)]), spaces.Discrete(2), "space Tuple.* is not supported"),
-    (spaces.Box(-1, 1, (2,)), spaces.Dict({"a": spaces.Discrete(2)}), "action space Dict.* is a Dict"),
+    (spaces.Box(-1, 1, (2,)), spaces.Dict({"a": spaces.Discrete(2)}),
+     r"action space Dict.* is a Dict: .* Collect it as a TorchRL env, .*GymWrapper\(make_env\(\)\)"),
     (spaces.Dict({"action": spaces.Discrete(2)}), spaces.Discrete(2), "Dict key 'action' clashes"),
 ])
 def test_unsupported_spaces(observation_space: Any, action_space: Any, message: str) -> None:

@@ -7,6 +7,8 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
+import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 
@@ -161,6 +163,41 @@ def test_max_frames_per_traj_counts_steps_as_torchrl(batched: bool) -> None:
     with pytest.raises(ValueError, match=r"max_frames_per_traj=7 with a TorchRL env that already counts "
                                          r"steps \(its 'step_count' entry"):
         Collector(make_env(), policy(), frames_per_batch=8, max_frames_per_traj=7)
+
+
+class _HybridActions(gym.Env):
+    """A Dict action (a discrete kind and a continuous force), as the native collectors refuse it;
+    its reward is the kind plus the force's sum, so the batch shows what the env was sent."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.Dict(kind=gym.spaces.Discrete(3),
+                                   force=gym.spaces.Box(-1.0, 1.0, (2,), np.float32))
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action: Any) -> Any:
+        assert isinstance(action, dict) and set(action) == {"kind", "force"}, action
+        self.t += 1
+        reward = float(np.argmax(action["kind"]) if np.ndim(action["kind"]) else action["kind"])
+        reward += float(np.sum(action["force"]))
+        return np.full(3, 0.1, np.float32), reward, self.t % 5 == 0, False, {}
+
+
+def test_a_dict_action_space_is_collected_as_the_torchrl_env_the_error_suggests() -> None:
+    from torchrl.envs import GymWrapper
+
+    with pytest.raises(TypeError, match="Collect it as a TorchRL env"):
+        Collector(_HybridActions, frames_per_batch=8)
+    with Collector(lambda: GymWrapper(_HybridActions()), frames_per_batch=20, total_frames=20,
+                   seed=0) as collector:
+        batch = collector.next()
+    kind, force = batch["kind"], batch["force"]  # each entry a key of the batch, as TorchRL writes it
+    assert kind.shape[-1] == 3 and force.shape[-1] == 2 and (kind.sum(-1) == 1).all()
+    reward = batch["next", "reward"][..., 0]
+    assert torch.allclose(reward, kind.argmax(-1).float() + force.sum(-1))
 
 
 def test_one_hot_random_actions_are_one_hot() -> None:
