@@ -208,16 +208,21 @@ class TensorDictRollout(ModelLookup):
                 nxt.get(key).select(time_dim, -1).fill_(True)
 
     def _check(self, batch: TensorDictBase) -> None:
-        """Every floating-point entry is finite (bad data is an error, never handed out)."""
+        """Every floating-point entry the env writes is finite, and what the policy writes beside
+        its action free of NaN (an inf may be meant: the logits of masked actions), as the
+        native engine checks (bad data is an error, never handed out)."""
         frame_dims = batch.batch_size[: len(self.envs.batch_size) + 1]
         for key, value in _leaves(batch, floating=True):
-            if value.isfinite().all():
+            finite = key in self.envs.env_keys
+            bad = ~value.isfinite() if finite else value.isnan()
+            if not bad.any():
                 continue
             env = step = None
             if value.shape[: len(frame_dims)] == frame_dims:  # locate the first bad frame
-                bad = value.reshape(self.num_envs, frame_dims[-1], -1)
-                env, step = (int(i) for i in (~bad.isfinite()).any(-1).nonzero()[0])
-            raise BadDataError(".".join(key), env, step, "is not finite (NaN or infinite)", self.batches)
+                frames = bad.reshape(self.num_envs, frame_dims[-1], -1).any(-1)
+                env, step = (int(i) for i in frames.nonzero()[0])
+            detail = "is not finite (NaN or infinite)" if finite else "holds NaN"
+            raise BadDataError(".".join(key), env, step, detail, self.batches)
 
     # -- resets and seeds ------------------------------------------------------------------
     def _reset(self, seed: int | None) -> None:

@@ -162,21 +162,31 @@ def test_a_collector_cut_and_a_step_limit() -> None:
 
 
 def test_a_nan_is_an_error_naming_its_key_env_and_step() -> None:
+    """A NaN the policy writes is an error; an inf it writes beside its action is kept (the logits
+    of masked actions), as in the native engine; every float entry the env writes must be finite."""
     env, policy = nested_env()
     calls = []
 
-    def noisy(root: TensorDictBase) -> TensorDictBase:
+    def noisy(root: TensorDictBase, bad: float = torch.nan) -> TensorDictBase:
         calls.append(1)
         root = policy(root)
         noise = torch.zeros(2, 1)
         if len(calls) == 3:
-            noise[1] = torch.nan
+            noise[1] = bad
         return root.set("noise", noise)
 
     collector = Collector(env, noisy, frames_per_batch=8)
-    with pytest.raises(BadDataError, match=r"the noise of env 1 at step 2 of batch 0 is not finite"):
+    with pytest.raises(BadDataError, match=r"the noise of env 1 at step 2 of batch 0 holds NaN"):
         collector.next()
     collector.shutdown()
+    calls.clear()
+    with Collector(nested_env()[0], lambda root: noisy(root, -torch.inf), frames_per_batch=8) as kept:
+        assert torch.isinf(kept.next()["noise"]).sum() == 1
+    keys = TensorDictEnv(nested_env()[0], "nested").env_keys
+    env_writes = {("data", "states"), ("data", "action"), ("next", "data", "reward"),
+                  ("next", "data", "done")}
+    assert env_writes <= keys
+    assert ("noise",) not in keys
 
 
 def make_nested_env() -> Any:
