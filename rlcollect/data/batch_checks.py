@@ -1,6 +1,7 @@
 """The per-batch check of a batch's values against the spaces, vectorised: NaN anywhere,
-observations infinite or outside their bounds, discrete and one-hot actions out of range, non-finite rewards
-and Box actions (see :mod:`rlcollect.data.checks` for the checks of each write).
+observations infinite or outside their bounds, discrete and one-hot actions out of range,
+non-finite rewards and Box actions (see :mod:`rlcollect.data.checks` for the checks of each
+write).
 
 Examples:
     >>> from gymnasium import spaces
@@ -33,8 +34,9 @@ from rlcollect.data.layout import Field, OneHotSpace
 __all__ = ["BatchValueCheck"]
 
 
-def _bounds(space: spaces.Space[Any], shape: tuple[int, ...], finite_only: bool) -> tuple[Any, Any] | None:
-    """``(low, high)`` arrays to check a field of ``space`` against; ``None`` when nothing can fail."""
+def _bounds(space: spaces.Space[Any], shape: tuple[int, ...]) -> tuple[Any, Any] | None:
+    """``(low, high)`` arrays to check a field of ``space`` against (a float Box's clipped to
+    finite values); ``None`` when nothing can fail."""
     if isinstance(space, spaces.Discrete):
         return np.int64(space.start), np.int64(space.start + space.n - 1)
     if isinstance(space, spaces.MultiDiscrete):
@@ -42,8 +44,6 @@ def _bounds(space: spaces.Space[Any], shape: tuple[int, ...], finite_only: bool)
     if isinstance(space, spaces.MultiBinary):
         return np.zeros(shape, space.dtype), np.ones(shape, space.dtype)
     if isinstance(space, spaces.Box):
-        if space.dtype.kind == "f" and finite_only:
-            return np.full(shape, -np.inf), np.full(shape, np.inf)
         low, high = np.broadcast_to(space.low, shape), np.broadcast_to(space.high, shape)
         if space.dtype.kind == "f":  # an observation is finite, where the Box is unbounded too
             biggest = np.finfo(space.dtype).max
@@ -75,9 +75,9 @@ class _Range:
         self.lo, self.hi = np.max(low).item(), np.min(high).item()
 
 
-def _range(space: spaces.Space[Any], shape: tuple[int, ...], finite_only: bool) -> _Range | None:
+def _range(space: spaces.Space[Any], shape: tuple[int, ...]) -> _Range | None:
     """The :class:`_Range` of a field of ``space``; ``None`` when nothing can fail."""
-    bounds = _bounds(space, shape, finite_only)
+    bounds = _bounds(space, shape)
     one_hot = isinstance(space, OneHotSpace) and space.dtype.kind != "f"
     if one_hot and bounds is None:  # bools: every value is 0 or 1, the count of 1s still matters
         bounds = np.zeros(shape, space.dtype), np.ones(shape, space.dtype)
@@ -95,10 +95,10 @@ class BatchValueCheck:
 
     Actions within discrete ranges and Box actions finite, rewards finite, observations (each
     once: every observation slot, which holds the first, each step's next one and the reset ones,
-    and the true finals) within their space's bounds, and what a TensorDict policy writes beside
-    the action (``extras``) free of NaN; NaN never passes. A batch that passes costs
-    two reductions per field; one that fails names its earliest bad value (an action before what
-    its step returned).
+    and the true finals) finite and within their space's bounds, and what a TensorDict policy
+    writes beside the action (``extras``) free of NaN; NaN never passes. A batch that passes
+    costs two reductions per field; one that fails names its earliest bad value (an action
+    before what its step returned).
 
     Args:
         observation_space, action_space: the single env's spaces.
@@ -117,12 +117,12 @@ class BatchValueCheck:
             (f.key, r, _outside_text(_subspace(observation_space, f.key)),
              "observation" if f.key == ("observation",) else f"observation {'.'.join(f.key)}")
             for f in observations
-            if (r := _range(_subspace(observation_space, f.key), f.shape, False)) is not None
+            if (r := _range(_subspace(observation_space, f.key), f.shape)) is not None
         ]
         # a Box action stored as floats (a float Box, or a one-hot as scores) need only be finite
         self._finite_actions = isinstance(action_space, spaces.Box) and (
             action_space.dtype.kind == "f" or action.dtype.is_floating_point)
-        self._action = None if self._finite_actions else _range(action_space, action.shape, True)
+        self._action = None if self._finite_actions else _range(action_space, action.shape)
         self._action_outside = _outside_text(action_space)
         self._extras = [f.key for f in extras if f.dtype.is_floating_point]
 

@@ -12,8 +12,8 @@ Examples:
     >>> import gymnasium as gym
     >>> four = RandomPolicy(gym.spaces.Discrete(3), num_envs=4, seed=0)
     >>> two = RandomPolicy(gym.spaces.Discrete(3), num_envs=2, seed=0, first_env=2)  # a second worker
-    >>> (four.draw(5)[2:] == two.draw(5)).all()
-    np.True_
+    >>> bool((four.draw(5)[2:] == two.draw(5)).all())
+    True
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ class RandomPolicy(PolicyAdapter):
     def __init__(self, action_space: gym.Space[Any], num_envs: int, seed: int | None = None,
                  first_env: int = 0) -> None:
         self.single, self.num_envs = action_space, num_envs
-        self.space = batch_space(action_space, num_envs)  # what one step's actions are
         self._streams: list[gym.Space[Any]] = []  # per env: the single space batched over T steps
         self._steps = 0  # the T they are batched over
         self._states: list[Any] = []  # per env: its generator's state, until it draws
