@@ -518,12 +518,14 @@ def test_bad_data_mid_run_is_one_line_and_keeps_the_batches_before_it(tmp_path: 
 
 
 @pytest.mark.timeout(120)
-def test_workers_store_what_one_process_stores(tmp_path: Path, capsys: Capsys) -> None:
+@pytest.mark.parametrize("policy", [["--policy", f"{POLICIES}:tilt"], []], ids=["tilt", "random"])
+def test_workers_store_what_one_process_stores(tmp_path: Path, capsys: Capsys, policy: list[str]) -> None:
     """``--workers 2 --envs-per-worker 2`` (a MultiSyncCollector) writes the same run as ``--num-envs
-    4`` in one process, trajectory ids aside (each collector numbers them in its own space)."""
-    assert collect(tmp_path / "one", "--policy", f"{POLICIES}:tilt", frames=512, num_envs=4) == 0
+    4`` in one process, trajectory ids aside (each collector numbers them in its own space), with a
+    policy and with the default random actions (each env draws them from a stream of its own)."""
+    assert collect(tmp_path / "one", *policy, frames=512, num_envs=4) == 0
     argv = ["collect", "--env", "CartPole-v1", "--frames", "512", "--workers", "2", "--envs-per-worker", "2",
-            "--out", str(tmp_path / "two"), "--seed", "0", "--no-progress", "--policy", f"{POLICIES}:tilt"]
+            "--out", str(tmp_path / "two"), "--seed", "0", "--no-progress", *policy]
     assert main(argv) == 0
     assert "(4 envs in 2 workers, policy:" in capsys.readouterr().out
     one, two = (TensorDict.load_memmap(tmp_path / name) for name in ("one", "two"))
