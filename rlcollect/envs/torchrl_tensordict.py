@@ -107,12 +107,12 @@ class TensorDictEnv:
         self.streams = self.follows_num_envs = False  # (as an EnvBatch says: rows are envs, built by the env)
         self.done_keys = [key_tuple(key) for key in env.done_keys]
         self.reward_keys = [key_tuple(key) for key in env.reward_keys]
-        root = [*env.full_observation_spec.keys(True, True), *env.full_action_spec.keys(True, True),
-                *env.full_state_spec.keys(True, True)]
+        observed = [key_tuple(key) for key in env.full_observation_spec.keys(True, True)]
+        acted = [key_tuple(key) for spec in (env.full_action_spec, env.full_state_spec)
+                 for key in spec.keys(True, True)]
         #: the keys of a frame that the env writes (the others are the policy's or the collector's)
-        self.env_keys = {key_tuple(key) for key in root} | {
-            ("next", *key_tuple(key)) for key in [*env.full_observation_spec.keys(True, True),
-                                                  *self.reward_keys, *self.done_keys]}
+        self.env_keys = {*observed, *acted} | {
+            ("next", *key) for key in [*observed, *self.reward_keys, *self.done_keys]}
 
     def reset(self, seed: int | None = None) -> Any:
         """Reset every env (env ``i`` seeded ``seed + i`` by TorchRL); return the first root."""

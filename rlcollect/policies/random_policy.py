@@ -57,7 +57,7 @@ class RandomPolicy(PolicyAdapter):
     def draw(self, steps: int) -> np.ndarray:
         """Each env's next ``steps`` actions, ``[N, steps, *act]``."""
         if not self._streams or self._steps != steps:
-            states = self._states or [s.np_random.bit_generator.state for s in self._streams]
+            states = self._stream_states()
             self._streams = [batch_space(self.single, steps) for _ in range(self.num_envs)]
             for stream, state in zip(self._streams, states, strict=True):
                 stream.np_random.bit_generator.state = state
@@ -79,10 +79,13 @@ class RandomPolicy(PolicyAdapter):
     def act(self, t: int) -> None:
         self._action_np[:, t] = self._draws[:, t]
 
+    def _stream_states(self) -> list[Any]:
+        """Each env's generator state: held until the streams are built, then theirs."""
+        return self._states or [s.np_random.bit_generator.state for s in self._streams]
+
     def state_dict(self) -> dict[str, Any]:
         """Each env's generator state."""
-        states = self._states or [s.np_random.bit_generator.state for s in self._streams]
-        return {"streams": copy.deepcopy(states)}
+        return {"streams": copy.deepcopy(self._stream_states())}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore each env's generator state (from a state_dict of rlcollect before per-env
