@@ -251,8 +251,8 @@ class BaseCollector(BackgroundCollection, WeightApi, RemoteApi, ProfileApi, Iter
         return self.policy_version
 
     def episodes(self) -> TensorDict:
-        """Every episode that ended since the last call (since the start, the first time), one row
-        each, in the order the collector learnt of them: a TensorDict ``[episodes]`` of
+        """Every episode the env ended since the last call (the first time: since the start; one a
+        reset abandoned is none), a row each, in the order learnt of: a TensorDict ``[episodes]`` of
 
         - ``"return"`` (float64) and ``"length"`` (int64, steps),
         - ``"env"``: the env's index in the collector (the row of its frames in a batch of every

@@ -250,6 +250,7 @@ class Rollout(ModelLookup):
             self.pending_obs[key].copy_(obs[:, 0])
         if self.pending_init is not None:
             self.pending_init.fill_(True)
+        self.episodes.abandon()
 
     def reset(self) -> None:
         """Reset every env now (unseeded); the next batch starts new trajectories."""

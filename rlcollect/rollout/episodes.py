@@ -120,6 +120,12 @@ class EpisodeTracker:
         self._return = np.where(ended, 0.0, self._return) + cumulative[:, -1] - before
         self._length = np.where(ended, 0, self._length) + num_steps - 1 - last_t
 
+    def abandon(self) -> None:
+        """Forget the episodes in progress: their envs were reset before they ended (a reset
+        between batches, a new seed), so none of their steps counts in a later episode."""
+        self._return[:] = 0.0
+        self._length[:] = 0
+
     def label(self, traj_ids: np.ndarray, versions: np.ndarray,
               infos: dict[str, np.ndarray] | None = None) -> None:
         """Record the episodes the last :meth:`update` saw end, with the trajectory id, policy

@@ -227,6 +227,7 @@ class TensorDictRollout(ModelLookup):
     # -- resets and seeds ------------------------------------------------------------------
     def _reset(self, seed: int | None) -> None:
         self._root = self.envs.reset(seed)
+        self.episodes.abandon()
 
     def reset(self) -> None:
         """Reset every env now (unseeded); the next batch starts new trajectories."""

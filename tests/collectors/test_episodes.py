@@ -45,8 +45,9 @@ def build(kind: str, env: Any = make_cartpole, **options: Any) -> Any:
                         collector_kwargs={"num_envs": 2}, **frames)
 
 
-def reference(batches: list[TensorDictBase], kind: str) -> dict[int, dict[str, Any]]:
-    """``{traj_id: record}`` of the episodes that ended in ``batches``, one frame at a time."""
+def reference(batches: list[TensorDictBase], kind: str, end: str = "done") -> dict[int, dict[str, Any]]:
+    """``{traj_id: record}`` of the episodes that ended in ``batches`` (a frame whose
+    ``("next", end)`` is set ends one), one frame at a time."""
     sums: dict[int, dict[str, Any]] = {}
     ended: dict[int, dict[str, Any]] = {}
     for batch in batches:
@@ -60,7 +61,7 @@ def reference(batches: list[TensorDictBase], kind: str) -> dict[int, dict[str, A
                 record["return"] += float(batch["next", "reward"][row, t])
                 record["length"] += 1
                 assert record["env"] == env
-                if batch["next", "done"][row, t]:
+                if batch["next", end][row, t]:
                     record["policy_version"] = int(batch["policy_version"][row, t])
                     if ("next", "info") in batch.keys(True):  # info_keys: the values of the last step
                         record["info"] = {key: value[row, t] for key, value in batch["next", "info"].items()}
@@ -95,6 +96,42 @@ def test_every_collector_records_the_episodes_of_its_batches(kind: str) -> None:
     table = torch.cat(tables)
     assert_records_match(table, reference(batches, kind))
     assert table.batch_size[0] == collector.stats().episodes
+
+
+@pytest.mark.parametrize("kind", ["single", "sync", "async", "batched"])
+def test_an_episode_cut_by_a_reset_between_batches_counts_in_no_later_one(kind: str) -> None:
+    """``reset_at_each_iter``: the episodes in progress at a batch's end are abandoned (their last
+    frames marked truncated by the collector, not ended by the env); an episode recorded later
+    holds only its own frames. With 39 steps a batch, no episode reaches the env's 40-step limit
+    on a batch's last frame: a done there is the collector's cut, anywhere else the env's end."""
+    rows = 4 if kind in ("single", "sync") else 2
+    frames = {"frames_per_batch": rows * 39, "total_frames": 4 * 39 * 6}
+    with build(kind, reset_at_each_iter=True, **frames) as collector:
+        batches = [batch.clone() for batch in collector]
+        table = collector.episodes()
+    for batch in batches:
+        ended = batch["next", "done"].clone()
+        ended[:, -1] = batch["next", "terminated"][:, -1]
+        batch["next", "ended"] = ended
+        assert (batch["next", "done"][:, -1]).all()  # every row is cut
+    expected = reference(batches, kind, end="ended")
+    assert len(expected) >= 4  # some episodes ended within a batch
+    assert_records_match(table, expected)
+
+
+@pytest.mark.parametrize("kind", ["single", "sync"])
+@pytest.mark.parametrize("how", ["set_seed", "reset"])
+def test_an_episode_abandoned_by_set_seed_or_reset_counts_in_no_later_one(kind: str, how: str) -> None:
+    with build(kind) as collector:
+        batches = []
+        for batch in collector:
+            batches.append(batch.clone())
+            if len(batches) == 2:
+                collector.set_seed(11) if how == "set_seed" else collector.reset()
+        table = collector.episodes()
+    for batch in batches:
+        assert not batch["next", "done"][:, -1].all()  # the collector did not cut the rows
+    assert_records_match(table, reference(batches, kind))
 
 
 @pytest.mark.parametrize("kind", ["single", "sync", "async", "batched"])

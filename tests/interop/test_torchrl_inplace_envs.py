@@ -118,3 +118,13 @@ def test_not_watched_without_checks() -> None:
     """check="off": no check at all, this one included (the frames are then the env's last state)."""
     with Collector(InPlaceAgents, None, frames_per_batch=8, total_frames=8, check="off") as c:
         assert next(iter(c)).batch_size == (8,)
+
+
+def test_an_episode_cut_by_reset_at_each_iter_counts_in_no_later_one() -> None:
+    """8 steps a batch, each batch from a reset: one 5-step episode ends in each, and the 3 steps
+    after it are abandoned at the next reset, not added to the next batch's episode."""
+    with Collector(copying, None, frames_per_batch=8, total_frames=24, reset_at_each_iter=True) as c:
+        batches = [batch.clone() for batch in c]
+        table = c.episodes()
+    assert all(bool(batch["next", "done"][-1]) for batch in batches)  # each batch ends cut
+    assert table["length"].tolist() == [LENGTH] * 3
