@@ -262,6 +262,10 @@ def _misfit_hint(output: torch.Tensor, space: gym.Space[Any], expected: tuple[in
         return (f": {int(space.n)} floats per env look like logits or probabilities over the actions; "
                 "return the chosen ones, e.g. logits.argmax(-1) or "
                 "torch.distributions.Categorical(logits=logits).sample()")
+    if isinstance(space, OneHotSpace) and got == expected[:-1] and not output.is_floating_point():
+        return (": one action index per env for a one-hot action; return "
+                f"torch.nn.functional.one_hot(action, {expected[-1]}), or build a TorchRL GymEnv with "
+                "categorical_action_encoding=True to step it with indices")
     if got == (*expected, 1):
         return ": drop the trailing dimension of size 1 (.squeeze(-1))"
     if got == expected[1:] and expected[:1] != (1,):

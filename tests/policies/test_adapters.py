@@ -14,7 +14,7 @@ from tensordict.nn import InteractionType, TensorDictModule
 from tensordict.nn.probabilistic import interaction_type as current_interaction_type
 
 from rlcollect.data.buffers import BatchBuffers
-from rlcollect.data.layout import BatchLayout, Field, action_fields, observation_fields
+from rlcollect.data.layout import BatchLayout, Field, OneHotSpace, action_fields, observation_fields
 from rlcollect.policies import (
     ModulePolicy,
     PolicyAdapter,
@@ -274,6 +274,8 @@ def test_dry_step_error_names_both_shapes_and_dtypes(
          "drop the trailing dimension of size 1"),
         (lambda obs: torch.zeros((), dtype=torch.int64), spaces.Discrete(2),
          "one action for 3 envs; the policy gets the observations of every env at once ([3, *obs])"),
+        (lambda obs: torch.zeros(obs.shape[0], dtype=torch.int64), OneHotSpace((2,), np.int64),
+         "one action index per env for a one-hot action; return torch.nn.functional.one_hot(action, 2)"),
     ],
 )
 def test_dry_step_error_says_what_the_usual_mistake_looks_like(
