@@ -31,6 +31,7 @@ test: venv
 lint: venv
 	$(BIN)/ruff check rlcollect tests bench
 	$(BIN)/mypy rlcollect
+	$(BIN)/mypy --python-version 3.10 rlcollect  # the oldest Python pyproject.toml allows
 
 # the documentation site (guide pages from the README's sections, API from the docstrings) into site/;
 # warnings are errors, as in CI

@@ -15,9 +15,10 @@ import math
 import time
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Unpack
+from typing import Any, ClassVar
 
 import numpy as np
+from typing_extensions import Unpack  # typing has it from Python 3.11
 
 from rlcollect.collectors.arguments import (
     EnvArguments,

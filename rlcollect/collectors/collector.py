@@ -6,11 +6,12 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, ClassVar, Self, Unpack
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from tensordict import TensorDictBase
+from typing_extensions import Self, Unpack  # typing has them from Python 3.11
 
 from rlcollect.collectors.arguments import CollectorArguments, argument_names, check_accepted, named_as
 from rlcollect.collectors.base import BaseCollector

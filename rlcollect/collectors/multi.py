@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Self, Unpack, cast
+from typing import Any, ClassVar, cast
+
+from typing_extensions import Self, Unpack  # typing has them from Python 3.11
 
 from rlcollect.collectors.arguments import (
     CollectorArguments,

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, Unpack
+from typing import Any, ClassVar
+
+from typing_extensions import Unpack  # typing has it from Python 3.11
 
 from rlcollect.collectors.arguments import SharedArguments, argument_names, check_accepted, named_as
 from rlcollect.collectors.checks import check_int, check_seconds

@@ -64,7 +64,8 @@ class RunReader:
                 self._find_leaves(folder / name, (*prefix, name))
             elif "dtype" in entry:
                 dtype = getattr(torch, entry["dtype"].removeprefix("torch."))
-                self._leaves[(*prefix, name)] = (folder / f"{name}.memmap", dtype, tuple(entry["shape"][3:]))
+                key = (*prefix, name)  # (mypy reads d[(*a, b)] as Python 3.11's d[*a, b])
+                self._leaves[key] = (folder / f"{name}.memmap", dtype, tuple(entry["shape"][3:]))
 
     def leaves(self) -> set[Key]:
         """Every leaf's key."""

@@ -48,11 +48,13 @@ class SumTree:
         return float(self._min[1])
 
     def __getitem__(self, leaves: IntArray) -> FloatArray:
-        return self._sum[self._size + leaves]
+        values: FloatArray = self._sum[self._size + leaves]  # numpy's hints: Any on Python 3.10
+        return values
 
     def values(self) -> FloatArray:
         """A copy of all ``capacity`` leaves (0 where unset)."""
-        return self._sum[self._size : self._size + self.capacity].copy()
+        values: FloatArray = self._sum[self._size : self._size + self.capacity].copy()
+        return values
 
     def set(self, leaves: IntArray, values: FloatArray) -> None:
         """Set ``leaves`` to ``values`` (with repeated leaves, which value wins is unspecified)."""

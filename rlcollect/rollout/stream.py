@@ -175,7 +175,7 @@ class StreamLoop:
 def _flat(array: np.ndarray, dims: int = 0) -> np.ndarray:
     """``array``'s first ``dims`` dimensions (all: 0) as one, a view (writes go through; an error
     where it cannot be one)."""
-    flat = array.view()
+    flat: np.ndarray = array.view()
     flat.shape = (-1,) if dims == 0 else (-1, *array.shape[dims:])
     return flat
 
