@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
@@ -505,6 +506,23 @@ def test_auto_register_policy_transforms_gives_a_recurrent_policy_its_env_transf
                                 total_frames=20, auto_register_policy_transforms=True) as workers:
         batch = next(iter(workers))  # each worker appended the transforms to its own env
     assert batch.shape == (2, 10) and bool(batch["is_init"][:, 0].all())
+
+
+@pytest.mark.timeout(120)
+def test_the_missing_transforms_warning_is_for_policies_that_read_is_init() -> None:
+    """TorchRL's detection names an InitTracker for any module; the warning that the env lacks
+    it comes only for a policy that reads ``is_init`` (a plain module, which TorchRL also warns
+    about, needs none)."""
+    env = partial(GymEnv, "CartPole-v1", categorical_action_encoding=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        for cls in (Collector, TorchRLLayoutCollector):
+            cls(env(), TiltPolicy(), frames_per_batch=10, total_frames=10).shutdown()
+    tilt = TiltPolicy()
+    reads = TensorDictModule(lambda obs, is_init: tilt(obs), in_keys=["observation", "is_init"],
+                             out_keys=["action"])
+    with pytest.warns(FutureWarning, match=r"lacks transforms the policy needs \(InitTracker\)"):
+        Collector(env(), reads, frames_per_batch=10, total_frames=10).shutdown()
 
 
 @pytest.mark.timeout(120)
