@@ -109,6 +109,23 @@ def source_modules(source: Any) -> list[str]:
     return [module] if isinstance(module, str) and module != "__main__" else []
 
 
+def copies_one_env(source: Any) -> bool:
+    """Whether each process given ``source`` steps a copy of one env: an env built already (a
+    Gymnasium, vector or TorchRL env, pickled for each worker, its generators with it), or an
+    EnvPool task (the collector builds every pool with one seed). Unseeded copies step the same
+    episodes; an id or a function builds fresh envs, seeded as the function says.
+
+    Examples:
+        >>> copies_one_env(gym.make("CartPole-v1")), copies_one_env("envpool:Pong-v5")
+        (True, True)
+        >>> copies_one_env("CartPole-v1"), copies_one_env(lambda: gym.make("CartPole-v1"))
+        (False, False)
+    """
+    if isinstance(source, str):
+        return source.startswith(ENVPOOL_PREFIX)
+    return isinstance(source, (gym.Env, VectorEnv)) or is_torchrl_env(source)
+
+
 def make_env_batch(
     source: EnvSource,
     num_envs: int = 1,

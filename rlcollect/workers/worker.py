@@ -58,6 +58,7 @@ from rlcollect.data.attributes import call_path, resolve_path
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.envs import envpool_env
 from rlcollect.envs.base import source_env
+from rlcollect.envs.factory import copies_one_env
 from rlcollect.envs.torchrl_env import dump_env_transform
 from rlcollect.replay import flatten_batch
 from rlcollect.rollout.build import Engine, make_rollout
@@ -232,10 +233,13 @@ class Worker:
             self.returns_data = setup.slots is None
         flags = setup.stop_flags
         self.stop_flags: np.ndarray | None = flags.numpy() if flags is not None else None
-        if setup.seed is None:  # a forked worker starts with its parent's generators: draw its own
+        seed = setup.seed
+        if seed is None:  # a forked worker starts with its parent's generators: draw its own
             torch.seed()
             np.random.seed()
-        rollout.set_seed(setup.seed)
+            if copies_one_env(spec.create_env_fn):  # or it steps every other worker's episodes
+                seed = own_seed()
+        rollout.set_seed(seed)
         self.profiler = None
         if setup.profile is not None and setup.profile.should_profile_worker(setup.worker_idx):
             self.profiler = RolloutProfiler(setup.profile, setup.worker_idx)
@@ -331,6 +335,11 @@ def build_rollout(spec: RolloutSpec, setup: WorkerSetup) -> Engine:
     return make_rollout(spec, env_offset=setup.env_offset, traj_stride=setup.num_workers,
                         traj_offset=setup.worker_idx, traj_start=setup.traj_start,
                         served_policy=setup.served_policy)
+
+
+def own_seed() -> int:
+    """A seed from fresh entropy, 30 bits (EnvPool takes a C ``int``, plus the envs' offsets)."""
+    return int(np.random.SeedSequence().generate_state(1)[0] >> 2)
 
 
 def start_worker(setup: WorkerSetup, rollout: Engine | None = None) -> tuple[Worker | None, tuple[str, Any]]:

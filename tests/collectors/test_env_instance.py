@@ -8,7 +8,7 @@ import gymnasium as gym
 import pytest
 import torch
 
-from rlcollect import Collector, MultiSyncCollector
+from rlcollect import AsyncBatchedCollector, Collector, MultiAsyncCollector, MultiSyncCollector
 from tests.envs_for_tests import TiltPolicy
 
 pytestmark = pytest.mark.timeout(120)
@@ -37,6 +37,62 @@ def test_workers_step_copies() -> None:
     for a, b in zip(got, expected, strict=True):
         assert a.batch_size == (2, 20) and (a == b).all()
     assert not torch.equal(got[0]["observation"][0], got[0]["observation"][1])  # seeded s and s + 1
+
+
+def reset_cartpole() -> gym.Env:
+    """An env the user has already reset (as a check or a first look does): its generator is set,
+    and every copy of it holds the same one."""
+    env = gym.make("CartPole-v1")
+    env.reset(seed=7)
+    return env
+
+
+def reset_vector_env() -> gym.vector.VectorEnv:
+    env = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync")
+    env.reset(seed=7)
+    return env
+
+
+def reset_torchrl_env() -> object:
+    from torchrl.envs import GymEnv
+
+    env = GymEnv("CartPole-v1", categorical_action_encoding=True)
+    env.set_seed(7)
+    env.reset()
+    return env
+
+
+@pytest.mark.parametrize(("cls", "source"), [
+    *[(cls, source) for cls in (MultiSyncCollector, MultiAsyncCollector)
+      for source in ("instance", "vector", "torchrl", "envpool")],
+    (AsyncBatchedCollector, "instance"), (AsyncBatchedCollector, "envpool"),  # its workers step these
+])
+def test_unseeded_workers_never_step_the_same_episodes(cls: type, source: str) -> None:
+    """Without a seed, each worker draws its own: copies of one env (an instance the user reset, a
+    vector env, a TorchRL env, EnvPool pools, which the collector builds with one seed) started the
+    same episodes in every worker, and a deterministic policy then collected them twice."""
+    if source == "torchrl":
+        pytest.importorskip("torchrl")
+    if source == "envpool":
+        pytest.importorskip("envpool")
+    env = {"instance": reset_cartpole, "vector": reset_vector_env, "torchrl": reset_torchrl_env,
+           "envpool": lambda: "envpool:CartPole-v1"}[source]()
+    per_worker = 2 if source in ("vector", "envpool") else 1
+    workers = ({"num_envs": 2 * per_worker, "envs_per_worker": per_worker}
+               if cls is AsyncBatchedCollector else {"num_workers": 2, "num_envs_per_worker": per_worker})
+    if source == "vector":
+        workers["num_envs_per_worker"] = 1  # the vector env brings its 2
+    first: dict[int, torch.Tensor] = {}  # worker (ids are local * 2 + worker): its rows' first obs
+    with cls(env, TiltPolicy(), frames_per_batch=40 * per_worker, total_frames=-1, **workers) as collector:
+        for batch, _ in zip(collector, range(10), strict=False):
+            for row in range(batch.shape[0]):
+                worker = int(batch["collector", "traj_ids"][row, 0]) % 2
+                seen = first.get(worker, torch.zeros(0, 4))
+                if len(seen) < per_worker:
+                    first[worker] = torch.cat([seen, batch["observation"][row, :1]])
+            if len(first) == 2 and all(len(obs) == per_worker for obs in first.values()):
+                break
+    assert not torch.equal(first[0], first[1])  # the workers' first observations differ
 
 
 def test_one_instance_is_one_env() -> None:
