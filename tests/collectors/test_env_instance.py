@@ -8,7 +8,7 @@ import gymnasium as gym
 import pytest
 import torch
 
-from rlcollect import AsyncBatchedCollector, Collector, MultiAsyncCollector, MultiSyncCollector
+from rlcollect import AsyncBatchedCollector, Collector, MultiAsyncCollector, MultiSyncCollector, RayCollector
 from tests.envs_for_tests import TiltPolicy
 
 pytestmark = pytest.mark.timeout(120)
@@ -93,6 +93,15 @@ def test_unseeded_workers_never_step_the_same_episodes(cls: type, source: str) -
             if len(first) == 2 and all(len(obs) == per_worker for obs in first.values()):
                 break
     assert not torch.equal(first[0], first[1])  # the workers' first observations differ
+
+
+def test_unseeded_ray_actors_never_step_the_same_episodes(ray_session: None) -> None:
+    """The same for Ray actors, each with a ``Collector`` of its copy of the env."""
+    with RayCollector(reset_cartpole(), TiltPolicy(), num_collectors=2, sync=True,
+                      collector_kwargs={"num_envs": 1}, frames_per_batch=40, total_frames=-1) as collector:
+        batch = next(iter(collector))
+    assert batch.shape == (2, 20)
+    assert not torch.equal(batch["observation"][0, 0], batch["observation"][1, 0])
 
 
 def test_one_instance_is_one_env() -> None:
