@@ -14,7 +14,7 @@ import numpy as np
 from rlcollect.common.callers import outside_stacklevel
 from rlcollect.data.buffers import BatchBuffers
 
-__all__ = ["EnvBatch", "source_env"]
+__all__ = ["EnvBatch", "own_copy", "source_env"]
 
 
 class EnvBatch(abc.ABC):
@@ -122,6 +122,22 @@ class EnvBatch(abc.ABC):
         self.close()
         self._restore_picklable_state(pickle.loads(state["envs"]))
         return True
+
+
+def own_copy(obs: Any) -> Any:
+    """A copy of one env's (possibly Dict) observation, kept past the env's next call: an env may
+    return an array it then rewrites in place (its state, which its reset zeroes).
+
+    Examples:
+        >>> state = np.zeros(2)
+        >>> kept = own_copy({"x": state})
+        >>> state[:] = 1
+        >>> kept["x"].tolist()
+        [0.0, 0.0]
+    """
+    if isinstance(obs, dict):
+        return {key: own_copy(value) for key, value in obs.items()}
+    return np.array(obs)
 
 
 def source_env(envs: Any) -> Any:

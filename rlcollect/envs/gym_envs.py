@@ -16,7 +16,7 @@ from rlcollect.data.checks import (
     checked_flag,
     checked_reward,
 )
-from rlcollect.envs.base import EnvBatch
+from rlcollect.envs.base import EnvBatch, own_copy
 from rlcollect.envs.infos import write_info
 
 __all__ = ["GymEnvs"]
@@ -143,7 +143,7 @@ class GymEnvs(EnvBatch):
                     if checking and (obs.__class__ is not array_type or obs.dtype is not dtype
                                      or obs.size != size):
                         check_observation(obs, buffers.next_obs_np, buffers.dict_obs, env=i, step=t)
-                    buffers.finals.append((i, t, obs))
+                    buffers.finals.append((i, t, own_copy(obs)))  # the reset may rewrite obs
                     obs, _ = env.reset()
                     count = 0
             steps[i] = count

@@ -15,7 +15,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.data.checks import check_observation, check_vector_step
-from rlcollect.envs.base import EnvBatch
+from rlcollect.envs.base import EnvBatch, own_copy
 from rlcollect.envs.infos import vector_info_row, write_vector_infos
 
 __all__ = ["GymVectorEnv"]
@@ -134,7 +134,7 @@ class GymVectorEnv(EnvBatch):
         if ended:
             for i in np.flatnonzero(done).tolist():
                 reset_itself = self_reset is not None and self_reset[i]
-                final = info["final_obs"][i] if reset_itself else _env_slice(obs, i)
+                final = own_copy(info["final_obs"][i]) if reset_itself else _env_slice(obs, i)
                 if self.check_writes:
                     check_observation(final, buffers.next_obs_np, buffers.dict_obs, env=i, step=t)
                 buffers.finals.append((i, t, final))
