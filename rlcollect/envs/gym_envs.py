@@ -6,6 +6,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import torch
 from numpy import ndarray
 
 from rlcollect.data.buffers import BatchBuffers
@@ -20,6 +21,13 @@ from rlcollect.envs.base import EnvBatch, own_copy
 from rlcollect.envs.infos import write_info
 
 __all__ = ["GymEnvs"]
+
+#: Reward types an env may return and rewrite later (its own buffer): copied when returned.
+REWRITABLE: tuple[type, ...] = (ndarray, torch.Tensor)
+
+
+def _snapshot(value: Any) -> Any:
+    return value.copy() if isinstance(value, ndarray) else value.clone()
 
 
 def old_api_error(env: Any, call: str, expected: str, result: Any) -> ValueError:
@@ -119,7 +127,7 @@ class GymEnvs(EnvBatch):
         # the checks (rlcollect.data.checks) cost two identity tests per env-step: flags are
         # looked at only when they are not exactly False, rewards when the batch is finished
         checking, size, dtype = self.check_writes, self._obs_size, self._env_obs_dtype
-        flag_types, array_type, infos = FLAG_TYPES, ndarray, self._info_arrays
+        flag_types, array_type, rewritable, infos = FLAG_TYPES, ndarray, REWRITABLE, self._info_arrays
         slot = t + 1
         for i, env in enumerate(self.envs):
             result = env.step(actions[i])
@@ -128,6 +136,8 @@ class GymEnvs(EnvBatch):
             except (TypeError, ValueError):
                 raise old_api_error(env, "step()", "(obs, reward, terminated, truncated, info)",
                                     result) from None
+            if r.__class__ in rewritable:  # read at the batch's end: a copy, the env may rewrite it
+                r = _snapshot(r)
             rewards[i] = r
             if infos:  # info_keys: the step's values, before any reset
                 write_info(infos, i, t, info, checking=checking)

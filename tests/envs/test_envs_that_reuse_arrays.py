@@ -87,3 +87,30 @@ def test_the_true_final_observation_of_an_env_that_rewrites_its_array(kind: str)
     with collector:
         batch = next(iter(collector))
     check_steps(batch, "state" if kind == "dict" else "observation")
+
+
+class InPlaceReward(gym.Env[Any, int]):
+    """Reward ``t`` at step ``t``, returned as the same 0-d array (or tensor), rewritten each step."""
+
+    observation_space = spaces.Box(-100, 100, (1,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, as_tensor: bool = False) -> None:
+        self.reward: Any = torch.zeros(()) if as_tensor else np.zeros(())
+        self.t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action: int) -> tuple[Any, Any, bool, bool, dict]:
+        self.t += 1
+        self.reward.fill(self.t) if isinstance(self.reward, np.ndarray) else self.reward.fill_(self.t)
+        return np.full(1, self.t, np.float32), self.reward, False, False, {}
+
+
+@pytest.mark.parametrize("as_tensor", [False, True])
+def test_each_step_keeps_its_reward_when_the_env_rewrites_it(as_tensor: bool) -> None:
+    with Collector(lambda: InPlaceReward(as_tensor), Zero(), frames_per_batch=6, total_frames=6) as collector:
+        batch = next(iter(collector))
+    assert batch["next", "reward"][0, :, 0].tolist() == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
