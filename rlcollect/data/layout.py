@@ -192,6 +192,12 @@ def action_fields(space: spaces.Space[Any]) -> list[Field]:
             "policy then writes each entry as a key of the batch, as in TorchRL; or wrap the env "
             "(gymnasium.wrappers.TransformAction) so that its action is one such space"
         )
+    if isinstance(space, spaces.Tuple):
+        raise TypeError(
+            f"action space {space!r} is a Tuple: a Gymnasium env's action space must be Box, Discrete, "
+            "MultiDiscrete or MultiBinary. Wrap the env (gymnasium.wrappers.TransformAction) so that its "
+            "action is one such space: a MultiDiscrete for a Tuple of Discretes, a Box for a Tuple of Boxes"
+        )
     return [_leaf_field(("action",), space)]
 
 

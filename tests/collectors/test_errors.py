@@ -142,6 +142,8 @@ def test_an_error_of_the_policys_first_call_says_what_it_was_called_on() -> None
     (spaces.Box(-1, 1, (2,)), spaces.Dict({"a": spaces.Discrete(2)}),
      r"action space Dict.* is a Dict: .* Collect it as a TorchRL env, .*GymWrapper\(make_env\(\)\)"),
     (spaces.Dict({"action": spaces.Discrete(2)}), spaces.Discrete(2), "Dict key 'action' clashes"),
+    (spaces.Box(-1, 1, (2,)), spaces.Tuple([spaces.Discrete(2), spaces.Discrete(3)]),
+     r"action space Tuple.* is a Tuple: .*TransformAction.*a MultiDiscrete for a Tuple of Discretes"),
 ])
 def test_unsupported_spaces(observation_space: Any, action_space: Any, message: str) -> None:
     with pytest.raises((TypeError, ValueError), match=message):

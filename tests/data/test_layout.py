@@ -149,8 +149,10 @@ def test_a_tuple_space_error_says_how_to_collect_it() -> None:
 def test_dict_or_unsupported_action_space_is_rejected() -> None:
     with pytest.raises(TypeError, match="is a Dict"):
         action_fields(spaces.Dict({"a": spaces.Discrete(2)}))
-    with pytest.raises(TypeError, match="at key action is not supported"):
+    with pytest.raises(TypeError, match="is a Tuple: .*TransformAction"):
         action_fields(spaces.Tuple((spaces.Discrete(2),)))
+    with pytest.raises(TypeError, match="at key action is not supported"):
+        action_fields(spaces.Text(5))
 
 
 @pytest.mark.parametrize(
