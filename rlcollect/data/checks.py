@@ -164,10 +164,10 @@ def checked_reward(value: Any, *, env: int, step: int) -> float:
 
 
 def checked_flag(value: Any, what: str, *, env: int, step: int) -> bool:
-    """``terminated`` / ``truncated`` as a bool: a bool, numpy bool, a one-value bool array or
-    tensor (an env written in torch), or the integers 0 and 1."""
+    """``terminated`` / ``truncated`` as a bool: a bool, numpy bool, a one-value bool array (of any
+    shape, as rewards may be) or tensor (an env written in torch), or the integers 0 and 1."""
     if isinstance(value, (bool, np.bool_)) or (
-        isinstance(value, np.ndarray) and value.shape == () and value.dtype == np.bool_
+        isinstance(value, np.ndarray) and value.size == 1 and value.dtype == np.bool_
     ) or (isinstance(value, torch.Tensor) and value.numel() == 1 and value.dtype == torch.bool):
         return bool(value)
     if isinstance(value, numbers.Integral) and int(value) in (0, 1):

@@ -412,8 +412,8 @@ def test_an_env_written_in_torch_gives_the_batch_of_its_numpy_twin() -> None:
         observation_space = spaces.Box(-10, 10, (3,), np.float32)
         action_space = spaces.Discrete(2)
 
-        def __init__(self, as_tensors: bool, flag_size: int = 1) -> None:
-            self.as_tensors, self.flag_size = as_tensors, flag_size
+        def __init__(self, as_tensors: bool, flag_size: int = 1, as_arrays: bool = False) -> None:
+            self.as_tensors, self.flag_size, self.as_arrays = as_tensors, flag_size, as_arrays
 
         def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
             self.t = 0
@@ -423,6 +423,9 @@ def test_an_env_written_in_torch_gives_the_batch_of_its_numpy_twin() -> None:
             self.t += 1
             obs, reward = np.full(3, self.t % 5, np.float32), float(action) + 0.5
             terminated = self.t % 7 == 0
+            if self.as_arrays:  # numpy one-value arrays: shape (1,), as some numpy envs compute them
+                flags = np.full((self.flag_size,), terminated), np.zeros(1, bool)
+                return obs, np.full(1, reward), *flags, {}
             if not self.as_tensors:
                 return obs, reward, terminated, False, {}
             flag = torch.full((self.flag_size,), terminated)
@@ -431,17 +434,21 @@ def test_an_env_written_in_torch_gives_the_batch_of_its_numpy_twin() -> None:
         def _out(self, obs: np.ndarray) -> Any:
             return torch.as_tensor(obs) if self.as_tensors else obs
 
-    def batch(as_tensors: bool) -> Any:
-        collector = Collector(lambda: Steps(as_tensors), lambda obs: (obs[:, 0] > 1).long(),
-                              num_envs=2, frames_per_batch=32, total_frames=32)
+    def batch(as_tensors: bool, as_arrays: bool = False) -> Any:
+        collector = Collector(lambda: Steps(as_tensors, as_arrays=as_arrays),
+                              lambda obs: (obs[:, 0] > 1).long(), num_envs=2, frames_per_batch=32,
+                              total_frames=32)
         return collector.next()
 
-    torch_batch, numpy_batch = batch(True), batch(False)
+    torch_batch, numpy_batch, arrays_batch = batch(True), batch(False), batch(False, as_arrays=True)
     assert numpy_batch["next", "terminated"].sum() == 4  # steps 7 and 14 of both envs
     for key in numpy_batch.keys(True, True):
         assert torch.equal(torch_batch[key], numpy_batch[key]), key
+        assert torch.equal(arrays_batch[key], numpy_batch[key]), key
     with pytest.raises(BadDataError, match=r"terminated flag of env 0 at step 0 .*Tensor"):
         list(Collector(lambda: Steps(True, flag_size=2), frames_per_batch=8, total_frames=8))
+    with pytest.raises(BadDataError, match=r"terminated flag of env 0 at step 0 .*ndarray"):
+        list(Collector(lambda: Steps(False, flag_size=2, as_arrays=True), frames_per_batch=8, total_frames=8))
 
 
 class _LogProbLater(torch.nn.Module):
