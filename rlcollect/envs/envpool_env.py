@@ -140,6 +140,9 @@ class EnvPoolEnv(GymVectorEnv):
         return obs
 
     def _reseed(self, seed: int) -> None:
+        if not 0 <= seed < 2**31:
+            raise ValueError(f"seed {seed} (the collector's seed plus the pool's first env) is beyond the "
+                             "seeds EnvPool takes (a C int): pass a seed below 2**31 less the number of envs")
         if self._rebuild is None:
             if not self._warned:
                 warnings.warn(f"this EnvPool pool was seeded with seed={self._seed} when it was built, and "

@@ -135,6 +135,8 @@ def test_envpool_errors_name_what_is_wrong() -> None:
         Collector("envpool:NoSuchTask-v0", None, frames_per_batch=8)
     with pytest.raises(ValueError, match="'num_envs' is set by the collector"):
         Collector("envpool:CartPole-v1", None, frames_per_batch=8, create_env_kwargs={"num_envs": 3})
+    with pytest.raises(ValueError, match=r"seed 1099511627776 .* beyond the seeds EnvPool takes"):
+        Collector("envpool:CartPole-v1", None, frames_per_batch=8, seed=2**40)  # EnvPool: an assert
     pool = envpool.make("CartPole-v1", env_type="dm", num_envs=2)
     with pytest.raises(ValueError, match="EnvPool pools with Gymnasium's API"):
         Collector(pool, None, frames_per_batch=8)
