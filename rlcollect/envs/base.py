@@ -124,20 +124,21 @@ class EnvBatch(abc.ABC):
         return True
 
 
-def own_copy(obs: Any) -> Any:
-    """A copy of one env's (possibly Dict) observation, kept past the env's next call: an env may
-    return an array it then rewrites in place (its state, which its reset zeroes).
+def own_copy(obs: Any, row: int | None = None) -> Any:
+    """A copy of one env's (possibly Dict) observation, or of row ``row`` of a batched one, kept
+    past the env's next call: an env may return an array it then rewrites in place (its state,
+    which its reset zeroes), and a vector env may reuse its arrays.
 
     Examples:
         >>> state = np.zeros(2)
         >>> kept = own_copy({"x": state})
         >>> state[:] = 1
-        >>> kept["x"].tolist()
-        [0.0, 0.0]
+        >>> kept["x"].tolist(), own_copy(np.eye(2), row=1).tolist()
+        ([0.0, 0.0], [0.0, 1.0])
     """
     if isinstance(obs, dict):
-        return {key: own_copy(value) for key, value in obs.items()}
-    return np.array(obs)
+        return {key: own_copy(value, row) for key, value in obs.items()}
+    return np.array(obs if row is None else obs[row])
 
 
 def source_env(envs: Any) -> Any:

@@ -26,10 +26,6 @@ __all__ = ["GymEnvs"]
 REWRITABLE: tuple[type, ...] = (ndarray, torch.Tensor)
 
 
-def _snapshot(value: Any) -> Any:
-    return value.copy() if isinstance(value, ndarray) else value.clone()
-
-
 def old_api_error(env: Any, call: str, expected: str, result: Any) -> ValueError:
     """The error for an env whose ``reset()`` or ``step()`` does not return what Gymnasium's do."""
     got = f"a tuple of {len(result)} values" if isinstance(result, tuple) else type(result).__name__
@@ -137,7 +133,7 @@ class GymEnvs(EnvBatch):
                 raise old_api_error(env, "step()", "(obs, reward, terminated, truncated, info)",
                                     result) from None
             if r.__class__ in rewritable:  # read at the batch's end: a copy, the env may rewrite it
-                r = _snapshot(r)
+                r = own_copy(r)
             rewards[i] = r
             if infos:  # info_keys: the step's values, before any reset
                 write_info(infos, i, t, info, checking=checking)

@@ -79,11 +79,13 @@ def with_policy_transforms(env: Any, policy: Any, *, append: bool) -> Any:
         >>> sorted(k for k in env.observation_spec.keys() if k in ("is_init", "state"))
         ['is_init', 'state']
     """
+    from torchrl.envs.transforms import InitTracker
     from torchrl.modules.utils.utils import _compute_missing_env_transforms
 
     missing = _compute_missing_env_transforms(env, policy)
     if not append:  # TorchRL's detection names an InitTracker for any module: warn where one is read
-        missing = [t for t in missing if type(t).__name__ != "InitTracker" or _reads_is_init(policy)]
+        reads = {key_tuple(key) for key in getattr(policy, "in_keys", None) or ()}
+        missing = [t for t in missing if not isinstance(t, InitTracker) or ("is_init",) in reads]
     if not missing:
         return env
     if not append:
@@ -95,16 +97,6 @@ def with_policy_transforms(env: Any, policy: Any, *, append: bool) -> Any:
     for transform in missing:
         env = env.append_transform(transform)
     return env
-
-
-def _reads_is_init(policy: Any) -> bool:
-    """Whether ``policy`` (or a module inside it) names ``is_init`` among its ``in_keys``."""
-    modules = policy.modules() if hasattr(policy, "modules") else [policy]
-    for module in modules:
-        for key in getattr(module, "in_keys", None) or ():
-            if key == "is_init" or (isinstance(key, tuple) and key[-1:] == ("is_init",)):
-                return True
-    return False
 
 
 def with_step_counter(env: Any, max_steps: int) -> Any:

@@ -21,13 +21,6 @@ from rlcollect.envs.infos import vector_info_row, write_vector_infos
 __all__ = ["GymVectorEnv"]
 
 
-def _env_slice(obs: Any, i: int) -> Any:
-    """Env ``i``'s observation out of a batched (possibly Dict) observation."""
-    if isinstance(obs, dict):
-        return {key: _env_slice(value, i) for key, value in obs.items()}
-    return np.array(obs[i])  # a copy: the vector env may reuse its arrays
-
-
 def _same_obs(first: Any, second: Any, i: int) -> bool:
     if isinstance(first, dict):
         return all(_same_obs(first[key], second[key], i) for key in first)
@@ -134,7 +127,7 @@ class GymVectorEnv(EnvBatch):
         if ended:
             for i in np.flatnonzero(done).tolist():
                 reset_itself = self_reset is not None and self_reset[i]
-                final = own_copy(info["final_obs"][i]) if reset_itself else _env_slice(obs, i)
+                final = own_copy(info["final_obs"][i]) if reset_itself else own_copy(obs, row=i)
                 if self.check_writes:
                     check_observation(final, buffers.next_obs_np, buffers.dict_obs, env=i, step=t)
                 buffers.finals.append((i, t, final))
