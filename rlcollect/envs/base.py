@@ -138,7 +138,8 @@ def own_copy(obs: Any, row: int | None = None) -> Any:
     """
     if isinstance(obs, dict):
         return {key: own_copy(value, row) for key, value in obs.items()}
-    return np.array(obs if row is None else obs[row])
+    # asarray, then copy: np.array on a torch tensor warns (its __array__ takes no ``copy``)
+    return np.asarray(obs if row is None else obs[row]).copy()
 
 
 def source_env(envs: Any) -> Any:

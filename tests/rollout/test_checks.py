@@ -404,6 +404,7 @@ def test_gym_vector_env_probe_is_undone_by_the_first_reset() -> None:
     assert torch.equal(probed["observation"], reference["observation"])
 
 
+@pytest.mark.filterwarnings("error::DeprecationWarning")  # numpy 2's for np.array(tensor) at an episode end
 def test_an_env_written_in_torch_gives_the_batch_of_its_numpy_twin() -> None:
     """Tensors for the observation, the reward and one-value bool tensors for the flags (an env
     written in torch) are read as their numpy values; a two-value flag is still an error."""
