@@ -25,6 +25,7 @@ from rlcollect.common.state import checked_state, stamped
 from rlcollect.data.layout import BatchLayout
 from rlcollect.weights.forms import check_model_ids
 from rlcollect.weights.schemes import NoWeightSyncScheme
+from rlcollect.workers.saved_reports import report_from_state, report_state
 from rlcollect.workers.wire import pack
 
 __all__ = ["WorkerRequests"]
@@ -115,7 +116,7 @@ class WorkerRequests(PooledState):
         for worker, report in self._pool.pending():
             if report.data is None and report.batch is None and not self._delivery.written_elsewhere:
                 report = dataclasses.replace(report, data=pack(self._rows(report.slot, worker).clone()))
-            pending.append((worker, report))
+            pending.append((worker, report_state(report)))
         return stamped(self._state_kind, {
             "frames": self._frames,
             "batches": self._batches,
@@ -144,7 +145,8 @@ class WorkerRequests(PooledState):
         self._pool.next_traj_id = list(state_dict["next_traj_id"])
         for worker, state in enumerate(workers):
             self._pool.request(worker, "load_state_dict", state)
-        self._pool.restore_pending(state_dict["pending"])
+        self._pool.restore_pending([(worker, report_from_state(report))
+                                    for worker, report in state_dict["pending"]])
 
     def stats(self) -> CollectorStats:
         workers = []

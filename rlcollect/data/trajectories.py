@@ -123,8 +123,8 @@ class TrajectoryIds:
         """Counter, current ids and pending starts: enough to continue the same sequence."""
         return {
             "next": self._next,
-            "current": self._current.copy(),
-            "starting": self._starting.copy(),
+            "current": torch.from_numpy(self._current.copy()),  # tensors: torch.load(weights_only=True)
+            "starting": torch.from_numpy(self._starting.copy()),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import torch
 
 from rlcollect.common.callers import outside_stacklevel
 from rlcollect.data.buffers import BatchBuffers
@@ -111,7 +112,7 @@ class EnvBatch(abc.ABC):
                 stacklevel=outside_stacklevel(),
             )
             envs = None
-        return {"steps": np.array(self._steps, dtype=np.int64), "envs": envs}
+        return {"steps": torch.tensor(self._steps, dtype=torch.int64), "envs": envs}
 
     def load_state_dict(self, state: dict[str, Any]) -> bool:
         """Restore what :meth:`state_dict` returned; ``False`` where it holds no envs (they did

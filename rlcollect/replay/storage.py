@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -307,8 +307,9 @@ class Storage:
                 "write_count": int(self._count[COMMITTED]),
                 "reserved_count": int(self._count[NEXT]),
                 "stamps": stamps,
+                # nested dicts of tensors, not a TensorDict: loads with torch.load(weights_only=True)
                 "data": None if self._data is None else assemble(self.keys, [t.clone() for t in self._leaves],
-                                                                 self.capacity),
+                                                                 self.capacity).to_dict(),
             }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -321,10 +322,16 @@ class Storage:
             )
         check_tensor("the storage state's 'stamps'", state["stamps"], self._stamp if self.initialized else
                      torch.empty(self.capacity, dtype=torch.int64))
-        data: TensorDictBase | None = state["data"]
+        data = state["data"]
+        if isinstance(data, Mapping) and not isinstance(data, TensorDictBase):  # as state_dict saves it
+            try:
+                data = TensorDict(dict(data), batch_size=[self.capacity])
+            except (RuntimeError, TypeError, ValueError) as error:
+                raise ValueError(f"Storage.load_state_dict: state['data'] must hold capacity={self.capacity} "
+                                 f"rows of tensors: {error}") from None
         if data is not None and not isinstance(data, TensorDictBase):
-            raise TypeError(f"Storage.load_state_dict: state['data'] must be a TensorDict or None, "
-                            f"got {type(data).__name__}")
+            raise TypeError(f"Storage.load_state_dict: state['data'] must be a TensorDict, a dict of "
+                            f"tensors or None, got {type(data).__name__}")
         if data is None:
             self.clear()
             return

@@ -194,10 +194,10 @@ class EpisodeTracker:
     def state_dict(self) -> dict[str, Any]:
         """Running sums and the window."""
         return {
-            "return": self._return.copy(),
-            "length": self._length.copy(),
-            "returns": list(self.returns),
-            "lengths": list(self.lengths),
+            "return": torch.from_numpy(self._return.copy()),  # tensors: torch.load(weights_only=True)
+            "length": torch.from_numpy(self._length.copy()),
+            "returns": [float(value) for value in self.returns],
+            "lengths": [int(value) for value in self.lengths],
             "count": self.count,
         }
 

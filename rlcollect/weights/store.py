@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 
 from rlcollect.common.state import check_tensor, checked_state
 from rlcollect.weights.forms import apply_weights, as_weights, check_update
@@ -226,7 +226,8 @@ class WeightStore:
             counters = self._counters
             return {"kind": "WeightStore", "versions": self.versions.clone(),
                     "pointers": counters["pointers"].clone(), "written_at": counters["written_at"].clone(),
-                    "copies": {m: [td.clone() for td in tds] for m, tds in self._copies.items()}}
+                    # nested dicts of tensors: the state loads with torch.load(weights_only=True)
+                    "copies": {m: [td.clone().to_dict() for td in tds] for m, tds in self._copies.items()}}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict` (between batches: no worker runs); new copies reach the
@@ -240,7 +241,9 @@ class WeightStore:
         if unknown:
             raise ValueError(f"WeightStore.load_state_dict: the state has weights of model ids "
                              f"{sorted(unknown)}; this collector's are {sorted(self._copies)}")
-        for model_id, saved in state["copies"].items():
+        saved_copies = {model_id: [td if isinstance(td, TensorDictBase) else TensorDict(td, batch_size=[])
+                                   for td in saved] for model_id, saved in state["copies"].items()}
+        for model_id, saved in saved_copies.items():
             for td in saved:
                 for key, value in td.items(include_nested=True, leaves_only=True):
                     check_tensor(f"the weight state's {model_id!r} entry {key!r}", value,
@@ -248,7 +251,7 @@ class WeightStore:
         with self._lock:
             counters["sequence"] += 1
             try:
-                for model_id, saved in state["copies"].items():
+                for model_id, saved in saved_copies.items():
                     copies = self._copies[model_id]
                     for index, td in enumerate(saved):
                         if index < len(copies):

@@ -13,6 +13,7 @@ that loads one is built fresh for each case and never starts a worker (the check
 
 from __future__ import annotations
 
+import copy
 import functools
 import re
 from collections.abc import Callable
@@ -111,7 +112,7 @@ def weights_edited(change: Callable[[dict[str, Any]], None]) -> Callable[[], Any
     def state() -> dict[str, Any]:
         full = dict(state_of("sync"))
         weights = dict(full["weights"])
-        weights["copies"] = {m: [td.clone() for td in tds] for m, tds in weights["copies"].items()}
+        weights["copies"] = copy.deepcopy(weights["copies"])
         change(weights)
         return {**full, "weights": weights}
 
@@ -303,6 +304,12 @@ CASES += [
         V,
         names("'policy' entry 'weight'", "shape \\[5\\]", "\\[4\\]"),
     ),
+    case(  # as a state saves it: a dict of tensors
+        "weights: a weight of another shape, in a dict",
+        load("sync", weights_edited(lambda w: w["copies"].update(policy=[{"weight": torch.zeros(5)}]))),
+        V,
+        names("'policy' entry 'weight'", "shape \\[5\\]", "\\[4\\]"),
+    ),
     case(
         "weights: a weight of another dtype",
         load(
@@ -455,10 +462,16 @@ CASES += [
         names("'stamps'", "float32", "int64"),
     ),
     case(
-        "buffer: data a dict",
-        buffer_load(lambda: uniform(16), storage_edited(data={"x": torch.zeros(16)})),
+        "buffer: data a list",
+        buffer_load(lambda: uniform(16), storage_edited(data=[torch.zeros(16)])),
         T,
-        names("state\\['data'\\]", "TensorDict or None", "dict"),
+        names("state\\['data'\\]", "a dict of tensors or None", "list"),
+    ),
+    case(  # a dict of tensors is how a state holds its data: one with other rows
+        "buffer: data a dict of 5 rows",
+        buffer_load(lambda: uniform(16), storage_edited(data={"x": torch.zeros(5)})),
+        V,
+        names("state\\['data'\\]", "capacity=16 rows"),
     ),
     case(
         "buffer: the sampler state a list",

@@ -58,7 +58,7 @@ def test_state_dict_survives_torch_save(tmp_path: Path) -> None:
     rb = filled("prioritized", {})
     torch.save(rb.state_dict(), tmp_path / "rb.pt")
     copy = ReplayBuffer(16, sampler="prioritized", batch_size=4)
-    copy.load_state_dict(torch.load(tmp_path / "rb.pt", weights_only=False))
+    copy.load_state_dict(torch.load(tmp_path / "rb.pt"))
     assert_same(rb, copy)
 
 
