@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
+from rlcollect.common.generators import generator_states, restore_generators, seed_generators
 from rlcollect.common.state import check_tensor, checked_state, stamped
 from rlcollect.data.batch_checks import BatchValueCheck
 from rlcollect.data.buffers import BatchBuffers
@@ -266,7 +267,7 @@ class Rollout(ModelLookup):
             self._reset(seeds)
             self.envs.seed_action_spaces(seeds)
             self.random_policy.seed(seed, self.env_offset)
-            torch.manual_seed(seed + self.env_offset)
+            seed_generators(seed + self.env_offset)
         if new_trajectories:
             self.traj_ids.restart()
 
@@ -281,7 +282,7 @@ class Rollout(ModelLookup):
             "envs": self.envs.state_dict(),
             "pending_obs": {k: v.clone() for k, v in self.pending_obs.items()},
             "models": copy_weights(self.models),
-            "rng": {"torch": torch.get_rng_state(), "random_policy": self.random_policy.state_dict()},
+            "rng": {**generator_states(), "random_policy": self.random_policy.state_dict()},
             "policy_state": {  # what a policy carrying state continues from
                 "pending_init": None if self.pending_init is None else self.pending_init.clone(),
                 "carry": {key: value.clone() for key, value in self.policy.carry.items()},
@@ -317,7 +318,7 @@ class Rollout(ModelLookup):
             self.traj_ids.continue_after(state["traj_ids"])
         for model_id, weights in state["models"].items():
             self.module(model_id).load_state_dict(weights)
-        torch.set_rng_state(state["rng"]["torch"])
+        restore_generators(state["rng"])
         self.random_policy.load_state_dict(state["rng"]["random_policy"])
 
     def _load_policy_state(self, carried: Mapping[str, Any]) -> None:

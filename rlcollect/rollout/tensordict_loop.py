@@ -39,6 +39,7 @@ import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase
 from tensordict.nn import set_interaction_type
 
+from rlcollect.common.generators import generator_states, restore_generators, seed_generators
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.data.checks import BadDataError
 from rlcollect.data.trajectories import TrajectoryIds
@@ -236,10 +237,10 @@ class TensorDictRollout(ModelLookup):
 
     def set_seed(self, seed: int | None, *, new_trajectories: bool = False) -> None:
         """Reset the envs with ``seed + env_offset`` (TorchRL seeds env ``i`` with that plus ``i``)
-        and seed torch with it."""
+        and seed the global generators with it."""
         self._reset(None if seed is None else seed + self.env_offset)
         if seed is not None:
-            torch.manual_seed(seed + self.env_offset)
+            seed_generators(seed + self.env_offset)
         if new_trajectories:
             self.traj_ids.restart()
 
@@ -250,7 +251,7 @@ class TensorDictRollout(ModelLookup):
             "frames": self.frames, "batches": self.batches,
             "traj_ids": self.traj_ids.state_dict(), "episodes": self.episodes.state_dict(),
             "models": copy_weights(self.models),
-            "rng": torch.get_rng_state(),
+            "rng": generator_states(),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -262,7 +263,7 @@ class TensorDictRollout(ModelLookup):
         self.episodes.load_state_dict(state["episodes"], running=False)
         for model_id, weights in state["models"].items():
             self.module(model_id).load_state_dict(weights)
-        torch.set_rng_state(state["rng"])
+        restore_generators(state["rng"])
 
     def close(self) -> None:
         """Close the env."""
