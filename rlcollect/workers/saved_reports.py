@@ -32,8 +32,8 @@ __all__ = ["report_from_state", "report_state"]
 
 
 def _tensor(array: np.ndarray) -> Any:
-    try:
-        return torch.from_numpy(np.ascontiguousarray(array))
+    try:  # a copy: Ray hands out read-only views, several into one buffer (torch.save refuses those)
+        return torch.from_numpy(np.array(array))
     except TypeError:  # a dtype torch lacks: kept as it is
         return array
 
@@ -51,7 +51,8 @@ def report_state(report: BatchReport) -> dict[str, Any]:
     batch = report.batch
     if isinstance(batch, TensorDict) and type(batch) is TensorDict:  # a lazy stack is kept as it is
         state["batch"] = {"batch_size": list(batch.batch_size),
-                          "leaves": list(batch.items(include_nested=True, leaves_only=True))}
+                          "leaves": [(key, leaf.clone() if isinstance(leaf, torch.Tensor) else leaf)
+                                     for key, leaf in batch.items(include_nested=True, leaves_only=True)]}
     return state
 
 
