@@ -194,12 +194,21 @@ class Offset(torch.nn.Module):
         self.bias = torch.nn.Parameter(torch.tensor(value))
 
 
-def assert_ids_label_trajectories(batches: list[Any]) -> None:
+def assert_ids_label_trajectories(batches: list[Any], cut_keeps_ids: bool = False) -> None:
     """Consecutive ``[N, T]`` batches: per row, the trajectory id changes exactly after a done, and
-    no id lives in two rows."""
+    no id lives in two rows. ``cut_keeps_ids`` (``set_truncated``: each batch's last frame is done
+    for the learner, and the env's episode goes on): past a batch's last frame, an id may go on."""
     ids = torch.cat([b["collector", "traj_ids"] for b in batches], 1)
     done = torch.cat([b["next", "done"][..., 0] for b in batches], 1)
-    assert torch.equal(ids[:, 1:] != ids[:, :-1], done[:, :-1])
+    changes, ends = ids[:, 1:] != ids[:, :-1], done[:, :-1]
+    if cut_keeps_ids:
+        inside = torch.ones_like(ends)
+        for last in torch.tensor([b.shape[-1] for b in batches]).cumsum(0)[:-1] - 1:
+            inside[:, last] = False
+        assert not (changes & ~ends).any() and torch.equal(changes[inside], ends[inside])
+        assert (changes[~inside] <= ends[~inside]).all() and not changes[~inside].all()
+    else:
+        assert torch.equal(changes, ends)
     owners = {int(t): r for r in range(ids.shape[0]) for t in ids[r].unique()}
     assert len(owners) == len(ids.unique())
 

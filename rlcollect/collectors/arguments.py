@@ -131,7 +131,8 @@ class EnvArguments(SharedArguments, total=False):
             never).
         reset_at_each_iter: reset every env before each batch (the previous batch's last frames
             are marked truncated).
-        set_truncated: mark the last frame of each batch truncated.
+        set_truncated: mark the last frame of each batch truncated (and done) for the learner; the
+            envs are not reset, so their episodes go on under the same trajectory ids.
         exploration_type: ``"random"`` (default), ``"deterministic"``, ``"mode"`` or ``"mean"``.
         pre_collect_hook: called before each batch (in each worker for the multi-process
             collectors: it must pickle then).

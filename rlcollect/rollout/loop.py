@@ -65,10 +65,10 @@ def finish_batch(
             pending_init.copy_(buffers.done[:, steps - 1])
     done = buffers.done_np[:, :steps, 0]
     episodes.update(buffers.reward_np[:, :steps, 0], done)
+    traj_ids.assign(done, buffers.traj_ids_np[:, :steps])  # the env's episodes: a cut keeps its id
     if config.truncate_last and steps:  # a collector cut: the trajectory ends here for the learner
         buffers.truncated[:, steps - 1] |= ~buffers.terminated[:, steps - 1]
         buffers.done[:, steps - 1] = True
-    traj_ids.assign(done, buffers.traj_ids_np[:, :steps])
     if policy_version is not None:
         buffers.policy_version.fill_(policy_version)
     episodes.label(buffers.traj_ids_np, buffers.policy_version.numpy(), buffers.infos_np)  # those that ended

@@ -86,8 +86,8 @@ class RolloutSpec:
 
     @property
     def truncates_last(self) -> bool:
-        """Each batch's last frame ends every trajectory (``set_truncated``, or a reset before
-        the next batch)."""
+        """Each batch's last frame is marked truncated (``set_truncated``, or a reset before the
+        next batch): the learner sees every trajectory end there."""
         return self.set_truncated or self.reset_at_each_iter
 
 

@@ -163,11 +163,11 @@ class StreamLoop:
         envs, done = _flat(buffers.env_ids.numpy()), _flat(buffers.done_np)  # in frame order
         torch.logical_or(buffers.terminated, buffers.truncated, out=buffers.done)
         episodes.update_stream(envs, _flat(buffers.reward_np), done, buffers.num_steps)
+        traj_ids.assign_stream(envs, done, _flat(buffers.traj_ids_np))  # a cut keeps the episode's id
         if config.truncate_last:  # a collector cut: each env's last frame of the batch ends its trajectory
             last = len(envs) - 1 - np.unique(envs[::-1], return_index=True)[1]
             _flat(buffers.truncated_np)[last] |= ~_flat(buffers.terminated_np)[last]
             done[last] = True
-        traj_ids.assign_stream(envs, done, _flat(buffers.traj_ids_np))
         episodes.label(buffers.traj_ids_np, buffers.policy_version.numpy())
         envs += self.env_offset
 

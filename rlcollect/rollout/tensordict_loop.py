@@ -186,12 +186,10 @@ class TensorDictRollout(ModelLookup):
         nxt = batch.get("next")
         done = self.envs.ends(nxt).reshape(self.num_envs, num_steps).numpy()
         self.episodes.update(self.envs.rewards(nxt).reshape(self.num_envs, num_steps).numpy(), done)
+        ids = np.empty((self.num_envs, num_steps), dtype=np.int64)
+        self.traj_ids.assign(done, ids)  # the env's episodes, as TorchRL's: a cut keeps the episode's id
         if self.spec.truncates_last:  # a collector cut: the trajectories end here for the learner
             self._truncate_last(nxt)
-            done = done.copy()
-            done[:, -1] = True
-        ids = np.empty((self.num_envs, num_steps), dtype=np.int64)
-        self.traj_ids.assign(done, ids)
         versions = np.full((self.num_envs, num_steps), policy_version, dtype=np.int64)
         self.episodes.label(ids, versions)
         batch.set(("collector", "traj_ids"), torch.from_numpy(ids).reshape(shape))
@@ -202,7 +200,8 @@ class TensorDictRollout(ModelLookup):
 
     def _truncate_last(self, nxt: TensorDictBase) -> None:
         """The last frame's ``done`` and ``truncated`` entries set (``terminated`` left as the env
-        said), as TorchRL's ``set_truncated`` does: a collector cut ends every trajectory."""
+        said), as TorchRL's ``set_truncated`` does: the learner sees the trajectory end there; the env
+        goes on, under the same trajectory id."""
         time_dim = len(self.envs.batch_size)
         for key in self.envs.done_keys:
             if key[-1] in ("done", "truncated"):

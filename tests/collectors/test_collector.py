@@ -166,17 +166,29 @@ def test_init_random_frames_uses_random_actions_first() -> None:
     assert (policy_1["action"] == 0).all()
 
 
-def test_set_truncated_ends_each_batch_and_starts_new_trajectories() -> None:
-    collector = Collector(make_cartpole, None, frames_per_batch=20, num_envs=2, seed=0,
-                          set_truncated=True)
-    first, second = batches(collector, 2)
+def test_set_truncated_ends_each_batch_for_the_learner_and_the_episode_goes_on() -> None:
+    """The last frame is marked truncated (and done); the env is not reset, so its episode goes on
+    in the next batch under the same trajectory id, as in TorchRL, and ``episodes()`` counts
+    it once, with that id (it used to give the rest of the episode a new id)."""
+    collector = Collector("CartPole-v1", None, frames_per_batch=20, num_envs=2, seed=0,
+                          set_truncated=True)  # no time limit within 60 steps: the env only terminates
+    run = [batch.clone() for batch in batches(collector, 6)]
+    first, second = run[0], run[1]
     last = first[:, -1]
     assert last["next", "done"].all()
     assert torch.equal(last["next", "truncated"], ~last["next", "terminated"])
-    assert (second["collector", "traj_ids"][:, 0] > first["collector", "traj_ids"][:, -1]).all()
+    ended = first["next", "terminated"][:, -1, 0]
+    went_on = second["collector", "traj_ids"][:, 0] == first["collector", "traj_ids"][:, -1]
+    assert torch.equal(went_on, ~ended)
     # the env is not reset: the next batch continues from the last observation
-    assert torch.equal(second["observation"][:, 0], first["next", "observation"][:, -1]) or \
-        bool(first["next", "terminated"][:, -1].any())
+    assert torch.equal(second["observation"][~ended, 0], first["next", "observation"][~ended, -1])
+    frames = torch.cat(run, dim=1)  # [envs, 60]: each episode's frames under one id, ids by ends only
+    ids, terminated = frames["collector", "traj_ids"], frames["next", "terminated"][..., 0]
+    assert torch.equal(ids[:, 1:] != ids[:, :-1], terminated[:, :-1])
+    episodes = collector.episodes()
+    assert len(episodes) == int(terminated.sum())
+    for traj_id, length in zip(episodes["traj_id"].tolist(), episodes["length"].tolist(), strict=True):
+        assert int((ids == traj_id).sum()) == length
 
 
 def test_reset_at_each_iter_resets_envs_and_marks_the_cut() -> None:
