@@ -6,8 +6,7 @@ which env each worker builds (:meth:`CollectorOptions.rollout_spec`) and what ha
 after collection (:meth:`CollectorOptions.delivery`).
 
 Examples:
-    >>> options = CollectorOptions(create_env_fn="CartPole-v1", frames_per_batch=10,
-    ...                            max_frames_per_traj=-1)
+    >>> options = CollectorOptions(create_env_fn="CartPole-v1", frames_per_batch=10, max_frames_per_traj=-1)
     >>> options.max_frames_per_traj is None  # <= 0 means no limit, everywhere
     True
     >>> options.steps_per_batch(4, warn=False)  # 10 frames over 4 envs: 3 steps
@@ -58,7 +57,6 @@ from rlcollect.weights.forms import UnknownKeyError
 from rlcollect.weights.schemes import WeightSyncScheme
 
 __all__ = ["CollectorOptions"]
-
 
 
 @dataclass(frozen=True)
@@ -142,8 +140,7 @@ class CollectorOptions:
         self._check_devices()
         self._check_weights()
         self._check_workers()
-        # the smallest batch this collector allocates, at the fewest bytes a frame can take: a typo
-        # (frames_per_batch=10**12) is named here, not by the allocator
+        # the smallest batch allocated, at the fewest bytes a frame can take: a typo is named here
         envs = self.num_workers * self.num_envs_per_worker * self.nested_workers
         check_batch_memory(max(self.frames_per_batch, envs), FRAME_OVERHEAD_BYTES,
                            f"frames_per_batch={self.frames_per_batch} over {envs} envs")
@@ -295,6 +292,10 @@ class CollectorOptions:
         if self.trajs_per_batch is not None:
             self._put("trajs_per_batch", check_int("trajs_per_batch", self.trajs_per_batch, minimum=1,
                                              allowed="a positive int or None"))
+            for cut in ("set_truncated", "reset_at_each_iter"):  # a cut at each batch ends every episode
+                if getattr(self, cut):
+                    raise ValueError(f"trajs_per_batch yields complete episodes, {cut}=True cuts them at "
+                                     "each batch of frames_per_batch frames: give one of the two")
         if self.traj_format is not None and not isinstance(self.traj_format, str):
             raise TypeError(f"traj_format must be 'padded', 'cat' or None, got {self.traj_format!r} "
                             f"({type(self.traj_format).__name__})")
@@ -311,9 +312,9 @@ class CollectorOptions:
         if writer is not None and not isinstance(writer, ReplayWriter):
             raise TypeError(f"replay_writer must be a ReplayWriter or None, got {type(writer).__name__} "
                             f"{short_repr(writer)}")
-        if self.auto_register_policy_transforms is not None:
-            name = "auto_register_policy_transforms"
-            object.__setattr__(self, name, check_flag(name, getattr(self, name)))
+        if (register := self.auto_register_policy_transforms) is not None:
+            self._put("auto_register_policy_transforms", check_flag("auto_register_policy_transforms",
+                                                                    register))
 
     def replace(self, **changes: Any) -> CollectorOptions:
         """A copy with ``changes`` (validated again)."""
@@ -358,8 +359,7 @@ class CollectorOptions:
         )
 
     def worker_policy_factory(self, worker: int) -> Callable[[], Any] | None:
-        """The policy factory of worker ``worker`` (``policy_factory`` given one per worker, or the
-        same for all)."""
+        """Worker ``worker``'s policy factory (``policy_factory`` one per worker, or one for all)."""
         factory = self.policy_factory
         return factory[worker] if isinstance(factory, tuple) else factory  # type: ignore[return-value]
 
