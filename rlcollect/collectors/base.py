@@ -1,13 +1,11 @@
 """The API every collector shares (TorchRL's ``BaseCollector`` surface).
 
-Subclasses implement :meth:`BaseCollector.iterator`, :meth:`~BaseCollector.shutdown`,
-:meth:`~BaseCollector.set_seed`, :meth:`~BaseCollector.state_dict` and
-:meth:`~BaseCollector.load_state_dict` (the reference's abstract methods); everything else has a
-working default. Iteration, ``next()``, ``len()``, the context manager, stats and episodes live
-here; the other parts of the API each have a module: background collection
-(:mod:`~rlcollect.collectors.background`), weights sent and received
-(:mod:`~rlcollect.collectors.weight_api`), hooks, nesting and remote calls
-(:mod:`~rlcollect.collectors.remote`) and profiling (:mod:`~rlcollect.collectors.profiles`).
+Subclasses implement the reference's abstract methods (:meth:`BaseCollector.iterator`, ``shutdown``,
+``set_seed``, ``state_dict``, ``load_state_dict``); everything else has a working default.
+Iteration, ``next()``, ``len()``, the context manager, stats and episodes live here; the other
+parts of the API each have a module: background collection (:mod:`~rlcollect.collectors.background`),
+weights sent and received (:mod:`~rlcollect.collectors.weight_api`), hooks, nesting and remote
+calls (:mod:`~rlcollect.collectors.remote`) and profiling (:mod:`~rlcollect.collectors.profiles`).
 """
 
 from __future__ import annotations
@@ -25,6 +23,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch.utils.data import IterableDataset
 
 from rlcollect.collectors.background import BackgroundCollection
+from rlcollect.collectors.checks import refuse_dataloader_workers
 from rlcollect.collectors.profiles import ProfileApi
 from rlcollect.collectors.remote import RemoteApi
 from rlcollect.collectors.stats import CollectorStats
@@ -40,8 +39,8 @@ _OWN_DEVICE: Any = object()  # _get_policy_and_device's default: the collector's
 class BaseCollector(BackgroundCollection, WeightApi, RemoteApi, ProfileApi, IterableDataset,  # type: ignore[type-arg]
                     metaclass=abc.ABCMeta):
     """Base class of the collectors: an iterable of ``[N, T]`` TensorDict batches, and a torch
-    ``IterableDataset``: ``DataLoader(collector, batch_size=None, collate_fn=lambda batch: batch)``
-    hands out its batches.
+    ``IterableDataset`` that ``DataLoader(collector, batch_size=None, collate_fn=lambda b: b)`` reads
+    (in this process, ``num_workers=0``: the collector's own workers collect in parallel).
 
     A subclass implements the reference's abstract methods, :meth:`iterator`, :meth:`shutdown`,
     :meth:`set_seed`, :meth:`state_dict` and :meth:`load_state_dict`; everything else has a
@@ -95,9 +94,9 @@ class BaseCollector(BackgroundCollection, WeightApi, RemoteApi, ProfileApi, Iter
         not finished), ``iter(collector)`` returns that same iterator, so two of them share the
         stream and every step is delivered once, to one of them. An iterator that is dropped
         (``break``, ``next(iter(collector))``) leaves the collector as it is, ready for the next
-        loop; an error of collection (a Ctrl-C while it waits, too) shuts it down before it
-        propagates.
+        loop; an error of collection (a Ctrl-C while it waits, too) shuts it down before it propagates.
         """
+        refuse_dataloader_workers(type(self).__name__)
         live = self._stream_ref() if self._stream_ref is not None else None
         if live is not None and inspect.getgeneratorstate(live) != inspect.GEN_CLOSED:
             return live

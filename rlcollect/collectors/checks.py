@@ -39,6 +39,20 @@ MAX_WORKERS = 2**12
 FRAME_OVERHEAD_BYTES = 23
 
 
+def refuse_dataloader_workers(owner: str) -> None:
+    """Raise in a ``DataLoader`` worker process (``num_workers`` > 0): each such worker iterates
+    its own copy of the collector, so every batch would come once per worker, and weight updates
+    sent to the collector would never reach the copies."""
+    info = torch.utils.data.get_worker_info()
+    if info is not None:
+        raise RuntimeError(
+            f"{owner} is iterated in DataLoader worker {info.id} of num_workers={info.num_workers}: each "
+            "DataLoader worker iterates a copy of the collector, so every batch would come once per "
+            "DataLoader worker and weight updates would not reach them. Read it with "
+            "DataLoader(collector, batch_size=None, collate_fn=lambda b: b) and num_workers=0 (the "
+            "default); MultiSyncCollector or MultiAsyncCollector collect in worker processes")
+
+
 def check_int(name: str, value: Any, *, minimum: int, allowed: str, maximum: int | None = None) -> int:
     """``value`` as an int in ``[minimum, maximum]`` (numpy integers included), else an error naming
     ``name`` and the value (``TypeError`` for a value that is no integer, ``ValueError`` out of range)."""

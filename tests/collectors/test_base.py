@@ -147,3 +147,15 @@ def test_weight_update_keywords_and_receiving_without_receivers() -> None:
             collector.update_policy_weights_(foo=1)
         with pytest.raises(RuntimeError, match="No receiver schemes registered"):
             collector._receive_weights_scheme()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("num_workers", [1, 2])
+def test_dataloader_workers_are_refused_rather_than_repeating_batches(num_workers: int) -> None:
+    """Each DataLoader worker would iterate its own copy: with 2, every batch came twice (the same
+    seeded frames), and with any, weight updates never reached the copies."""
+    with Collector("CartPole-v1", frames_per_batch=8, total_frames=32, seed=0) as collector:
+        loader = DataLoader(collector, batch_size=None, collate_fn=as_is, num_workers=num_workers)
+        with pytest.raises(RuntimeError, match=rf"DataLoader worker 0 of num_workers={num_workers}.*num_workers=0"):
+            list(loader)
+        assert len(list(DataLoader(collector, batch_size=None, collate_fn=as_is))) == 4  # in this process
