@@ -140,6 +140,14 @@ class BatchValueCheck:
             if found:
                 raise min(found, key=lambda bad: bad[0])[1]
 
+    def blame_action(self, buffers: Any, step: int, error: Exception) -> None:
+        """The envs' step ``step`` raised ``error``: raise :class:`BadDataError` from it instead where
+        an action of the batch up to that step is outside the action space (the env's own error
+        about it, an ``AssertionError`` or an ``IndexError``, names neither the policy nor the step)."""
+        found = self._bad_actions(buffers, step + 1)
+        if found:
+            raise found[0][1] from error
+
     # each field's earliest bad value, keyed (when, env, field): the action of step t at 2t, what
     # step t returned (its observation, its reward) at 2t + 1, the batch's first observation at -1
     def _bad_actions(self, buffers: Any, steps: int) -> list[tuple[tuple[int, int, int], BadDataError]]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 import gymnasium as gym
@@ -222,12 +223,14 @@ class Rollout(ModelLookup):
                 steps = self.stream.collect(policy, buffers, self.config, self.traj_ids, self.episodes,
                                             version)
             else:
+                check = self.check_values
+                blame = None if check is None else partial(check.blame_action, buffers)
                 steps = collect_batch(self.envs, policy, buffers, self.config, self.traj_ids, self.episodes,
-                                      version, self.pending_obs, stop, self.pending_init)
+                                      version, self.pending_obs, stop, self.pending_init, blame)
             if self.check_values is not None:
                 self.check_values(buffers, steps)
-        except BadDataError as error:
-            raise error.located(self.env_offset, self.batches) from None
+        except BadDataError as error:  # (its cause kept: the env's error an action outside the space made)
+            raise error.located(self.env_offset, self.batches) from error.__cause__
         self.collect_seconds += time.perf_counter() - start
         self.frames += steps * self.num_envs
         self.batches += 1

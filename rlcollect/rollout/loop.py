@@ -7,6 +7,8 @@ policy versions, episode statistics) is done once, vectorised, in :func:`finish_
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 from tensordict.nn import set_interaction_type
@@ -90,9 +92,11 @@ def collect_batch(
     pending_obs: Observations,
     stop: np.ndarray | None = None,
     pending_init: torch.Tensor | None = None,
+    on_error: Callable[[int, Exception], None] | None = None,
 ) -> int:
     """Fill ``buffers`` with one batch; return the steps taken (``buffers.num_steps`` unless
-    ``stop[0]`` was set).
+    ``stop[0]`` was set). ``on_error(t, error)`` runs where the envs' step ``t`` raised ``error``,
+    before it goes on (it may raise a clearer one: the policy's action outside the action space).
 
     ``stop`` is a one-element flag another process may raise (preemption), read before each step
     but the first (a batch has at least one step, as in TorchRL: a worker that starts its batch
@@ -105,14 +109,24 @@ def collect_batch(
         if stop is None:
             for t in range(steps):
                 policy.act(t)  # action[:, t] <- policy(observation slot t)
-                envs.step(t)  # reward, flags [:, t]; observation slot t + 1 (reset obs if done)
+                try:  # (free unless it raises)
+                    envs.step(t)  # reward, flags [:, t]; observation slot t + 1 (reset obs if done)
+                except Exception as error:
+                    if on_error is not None:
+                        on_error(t, error)
+                    raise
         else:
             for t in range(steps):
                 if t and stop[0]:  # not before the first step: every worker advances each batch
                     steps = t
                     break
                 policy.act(t)
-                envs.step(t)
+                try:
+                    envs.step(t)
+                except Exception as error:
+                    if on_error is not None:
+                        on_error(t, error)
+                    raise
         policy.finish(steps)  # what the policy adapter checks once per batch (its outputs)
         envs.finish(steps)  # what the env adapter writes once per batch (rewards)
     finish_batch(buffers, steps, config, traj_ids, episodes, policy_version, pending_obs, pending_init)

@@ -19,6 +19,7 @@ from tensordict.nn import TensorDictModule
 from rlcollect import AsyncBatchedCollector, Collector, MultiAsyncCollector, MultiSyncCollector
 from rlcollect.data.batch_checks import BatchValueCheck
 from rlcollect.data.checks import BadDataError, checked_array
+from tests.envs_for_tests import CountingEnv, EnvBroke
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -493,3 +494,46 @@ def test_nan_in_what_a_tensordict_policy_writes_beside_the_action_is_an_error(ki
     message = r"policy output action_log_prob of env [1-3] at step \d .*holds NaN: float nan"
     with build(policy) as collector, pytest.raises(BadDataError, match=message):
         list(collector)
+
+
+class _Constant(torch.nn.Module):
+    def __init__(self, action: int) -> None:
+        super().__init__()
+        self.action = action
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.full((obs.shape[0],), self.action, dtype=torch.int64)
+
+
+def _steps_then_acts(action: int, start: int) -> Any:
+    """A policy giving action 0 for ``start`` steps, then ``action``: the bad one comes mid-batch."""
+    calls = {"n": 0}
+
+    def policy(obs: torch.Tensor) -> torch.Tensor:
+        calls["n"] += 1
+        return torch.full((obs.shape[0],), 0 if calls["n"] <= start else action, dtype=torch.int64)
+
+    return policy
+
+
+def test_an_action_outside_the_space_that_the_env_refuses_is_named_as_the_policys() -> None:
+    """CartPole asserts on action -1 (``AssertionError: -1 (<class 'int'>) invalid``): the error
+    names the action, the env and the step instead, with the env's error as its cause."""
+    collector = Collector("CartPole-v1", _steps_then_acts(-1, start=4), num_envs=2, frames_per_batch=20)
+    with pytest.raises(BadDataError, match=r"the action of env 0 at step 3 of batch 0 is int -1, "
+                                           r"outside Discrete\(2\)") as caught:
+        collector.next()  # the dry step at construction is call 1: steps 0-2 act 0, step 3 acts -1
+    assert isinstance(caught.value.__cause__, AssertionError)
+    with pytest.raises(AssertionError, match="invalid"):  # without the checks, the env's own error
+        Collector("CartPole-v1", _Constant(-1), num_envs=2, frames_per_batch=20, check="off").next()
+
+
+def test_a_policy_error_and_an_env_error_with_valid_actions_go_through_as_they_are() -> None:
+    def failing(obs: torch.Tensor) -> torch.Tensor:
+        raise KeyError("the policy's own bug")
+
+    with pytest.raises(KeyError, match="the policy's own bug"):
+        Collector("CartPole-v1", failing, num_envs=2, frames_per_batch=20)
+    env = CountingEnv(fail_at=2)
+    with pytest.raises(EnvBroke, match="broke at step 2"):
+        Collector(env, _Constant(1), frames_per_batch=8).next()
