@@ -1,2 +1,3 @@
 """What every layer shares, below all of them: the checks a ``load_state_dict`` makes
-(:mod:`rlcollect.common.state`) and where a warning points (:mod:`rlcollect.common.callers`)."""
+(:mod:`rlcollect.common.state`), where a warning points (:mod:`rlcollect.common.callers`) and the
+process's global random generators, seeded and saved together (:mod:`rlcollect.common.generators`)."""
