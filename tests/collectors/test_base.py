@@ -156,6 +156,7 @@ def test_dataloader_workers_are_refused_rather_than_repeating_batches(num_worker
     seeded frames), and with any, weight updates never reached the copies."""
     with Collector("CartPole-v1", frames_per_batch=8, total_frames=32, seed=0) as collector:
         loader = DataLoader(collector, batch_size=None, collate_fn=as_is, num_workers=num_workers)
-        with pytest.raises(RuntimeError, match=rf"DataLoader worker 0 of num_workers={num_workers}.*num_workers=0"):
+        refused = rf"DataLoader worker 0 of num_workers={num_workers}.*num_workers=0"
+        with pytest.raises(RuntimeError, match=refused):
             list(loader)
         assert len(list(DataLoader(collector, batch_size=None, collate_fn=as_is))) == 4  # in this process
