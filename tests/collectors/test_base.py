@@ -6,6 +6,7 @@ builds, iterates, counts its batches, takes weight updates into its ``policy``, 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import gymnasium as gym
@@ -149,14 +150,19 @@ def test_weight_update_keywords_and_receiving_without_receivers() -> None:
             collector._receive_weights_scheme()
 
 
-@pytest.mark.timeout(60)
 @pytest.mark.parametrize("num_workers", [1, 2])
-def test_dataloader_workers_are_refused_rather_than_repeating_batches(num_workers: int) -> None:
+def test_dataloader_workers_are_refused_rather_than_repeating_batches(
+    num_workers: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Each DataLoader worker would iterate its own copy: with 2, every batch came twice (the same
-    seeded frames), and with any, weight updates never reached the copies."""
+    seeded frames), and with any, weight updates never reached the copies. (Inside a DataLoader
+    worker process, ``get_worker_info()`` returns its info: that is what the test stands in for,
+    as forking DataLoader workers from a test process with threads can crash it.)"""
     with Collector("CartPole-v1", frames_per_batch=8, total_frames=32, seed=0) as collector:
-        loader = DataLoader(collector, batch_size=None, collate_fn=as_is, num_workers=num_workers)
+        monkeypatch.setattr(torch.utils.data, "get_worker_info",
+                            lambda: SimpleNamespace(id=0, num_workers=num_workers))
         refused = rf"DataLoader worker 0 of num_workers={num_workers}.*num_workers=0"
         with pytest.raises(RuntimeError, match=refused):
-            list(loader)
+            list(DataLoader(collector, batch_size=None, collate_fn=as_is))
+        monkeypatch.undo()
         assert len(list(DataLoader(collector, batch_size=None, collate_fn=as_is))) == 4  # in this process
