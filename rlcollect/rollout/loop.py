@@ -100,33 +100,23 @@ def collect_batch(
 
     ``stop`` is a one-element flag another process may raise (preemption), read before each step
     but the first (a batch has at least one step, as in TorchRL: a worker that starts its batch
-    late still advances); without it the loop has nothing to check per step. ``pending_init``:
-    see :func:`finish_batch`.
+    late still advances); without it the loop's one test per step is ``stop is not None``.
+    ``pending_init``: see :func:`finish_batch`.
     """
     begin_batch(buffers, pending_obs, pending_init)
     steps = buffers.num_steps
     with torch.inference_mode(), set_interaction_type(config.exploration_type):
-        if stop is None:
-            for t in range(steps):
-                policy.act(t)  # action[:, t] <- policy(observation slot t)
-                try:  # (free unless it raises)
-                    envs.step(t)  # reward, flags [:, t]; observation slot t + 1 (reset obs if done)
-                except Exception as error:
-                    if on_error is not None:
-                        on_error(t, error)
-                    raise
-        else:
-            for t in range(steps):
-                if t and stop[0]:  # not before the first step: every worker advances each batch
-                    steps = t
-                    break
-                policy.act(t)
-                try:
-                    envs.step(t)
-                except Exception as error:
-                    if on_error is not None:
-                        on_error(t, error)
-                    raise
+        for t in range(steps):
+            if stop is not None and t and stop[0]:  # not before the first step: every worker advances
+                steps = t
+                break
+            policy.act(t)  # action[:, t] <- policy(observation slot t)
+            try:  # (free unless it raises)
+                envs.step(t)  # reward, flags [:, t]; observation slot t + 1 (reset obs if done)
+            except Exception as error:
+                if on_error is not None:
+                    on_error(t, error)
+                raise
         policy.finish(steps)  # what the policy adapter checks once per batch (its outputs)
         envs.finish(steps)  # what the env adapter writes once per batch (rewards)
     finish_batch(buffers, steps, config, traj_ids, episodes, policy_version, pending_obs, pending_init)

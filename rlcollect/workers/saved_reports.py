@@ -49,7 +49,7 @@ def report_state(report: BatchReport) -> dict[str, Any]:
     if report.data is not None:
         state["data"] = [(key, _tensor(array)) for key, array in report.data]
     batch = report.batch
-    if isinstance(batch, TensorDict) and type(batch) is TensorDict:  # a lazy stack is kept as it is
+    if isinstance(batch, TensorDict):  # a lazy stack (no TensorDict) is kept as it is
         state["batch"] = {"batch_size": list(batch.batch_size),
                           "leaves": [(key, leaf.clone() if isinstance(leaf, torch.Tensor) else leaf)
                                      for key, leaf in batch.items(include_nested=True, leaves_only=True)]}
