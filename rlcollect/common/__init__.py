@@ -1,3 +1,4 @@
 """What every layer shares, below all of them: the checks a ``load_state_dict`` makes
 (:mod:`rlcollect.common.state`), where a warning points (:mod:`rlcollect.common.callers`) and the
-process's global random generators, seeded and saved together (:mod:`rlcollect.common.generators`)."""
+process's global random generators, seeded and saved together, and those a policy holds
+(:mod:`rlcollect.common.generators`)."""

@@ -33,6 +33,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import InteractionType, TensorDictModule, TensorDictModuleBase, set_interaction_type
 
 from rlcollect.common.callers import raised_outside
+from rlcollect.common.generators import kept_generators
 from rlcollect.policies.adapter import (
     PolicyAdapter,
     sample_observations,
@@ -143,7 +144,7 @@ def make_policy(
             f"got {_what(policy)}{instance}"
         )
     try:
-        with set_interaction_type(exploration_type):
+        with set_interaction_type(exploration_type), kept_generators(policy):  # the dry step draws nothing
             keyword = None if _is_tensordict_policy(policy) else _keyword_policy(policy, observation_space)
             if keyword is not None or _is_tensordict_policy(policy):
                 adapter = TensorDictPolicy(keyword or policy, observation_space, action_space, num_envs,

@@ -54,6 +54,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from rlcollect.common.generators import derive_held_generators
 from rlcollect.data.attributes import call_path, resolve_path
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.envs import envpool_env
@@ -331,10 +332,13 @@ def build_rollout(spec: RolloutSpec, setup: WorkerSetup) -> Engine:
     torch.set_num_threads(1)
     envpool_env.POOL_THREADS = 1
     if spec.engine is not None:
-        return spec.engine(spec, setup)  # type: ignore[no-any-return]
-    return make_rollout(spec, env_offset=setup.env_offset, traj_stride=setup.num_workers,
-                        traj_offset=setup.worker_idx, traj_start=setup.traj_start,
-                        served_policy=setup.served_policy)
+        rollout: Engine = spec.engine(spec, setup)
+    else:
+        rollout = make_rollout(spec, env_offset=setup.env_offset, traj_stride=setup.num_workers,
+                               traj_offset=setup.worker_idx, traj_start=setup.traj_start,
+                               served_policy=setup.served_policy)
+    derive_held_generators(getattr(rollout, "user_policy", None), setup.env_offset)  # own streams per copy
+    return rollout
 
 
 def own_seed() -> int:
