@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from rlcollect import Collector, MultiAsyncCollector, MultiSyncCollector
+from rlcollect import Collector, MultiSyncCollector
 from rlcollect.common.generators import derive_held_generators, held_generators
 from tests.envs_for_tests import make_cartpole
 
@@ -120,13 +120,15 @@ def test_workers_draw_their_own_numbers_and_the_first_worker_those_of_one_proces
 
 
 def test_a_global_generator_a_policy_function_names_is_derived_in_each_worker() -> None:
-    batch = actions(MultiAsyncCollector(make_cartpole, module_level_random, num_workers=2,
-                                        frames_per_batch=32, seed=1))
-    assert batch.shape == (1, 32)  # one worker's batch: compare it with what worker 0 would draw
-    reference = random.Random(3)
-    draws = torch.tensor([reference.randrange(2) for _ in range(32)])
-    other = random.Random(3)
-    derive_held_generators(other, 1)
-    other_draws = torch.tensor([other.randrange(2) for _ in range(32)])
-    assert torch.equal(batch[0], draws) or torch.equal(batch[0], other_draws)
-    assert not torch.equal(draws, other_draws)
+    batch = actions(MultiSyncCollector(make_cartpole, module_level_random, num_workers=2,
+                                       frames_per_batch=64, seed=1))
+    assert batch.shape == (2, 32)
+    reference = random.Random(3)  # the module's RNG as each worker imports it
+    expected = []
+    for stream in (0, 1):
+        copy = random.Random()
+        copy.setstate(reference.getstate())
+        derive_held_generators(copy, stream)
+        expected.append(torch.tensor([copy.randrange(2) for _ in range(32)]))
+    assert torch.equal(batch[0], expected[0]) and torch.equal(batch[1], expected[1])
+    assert not torch.equal(expected[0], expected[1])
