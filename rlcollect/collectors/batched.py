@@ -214,9 +214,9 @@ class AsyncBatchedCollector(PooledCollector):
         if not started:
             self._warm_forkserver()  # restarts, from now on, go through it
 
-    def _dispatch(self, worker: int, slot: int, receive: bool = True) -> None:
+    def _dispatch(self, worker: int, slot: int, receive: bool = True, random: bool | None = None) -> None:
         self._server.assign(worker, slot)
-        super()._dispatch(worker, slot, receive)
+        super()._dispatch(worker, slot, receive, random)
 
     @property
     def policy(self) -> Any:

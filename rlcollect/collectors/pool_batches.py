@@ -47,18 +47,22 @@ class WorkerBatches(PooledState):
         out.names = [None] * (out.batch_dims - 1) + ["time"]
         return out
 
-    def _dispatch(self, worker: int, slot: int, receive: bool = True) -> None:
+    def _dispatch(self, worker: int, slot: int, receive: bool = True, random: bool | None = None) -> None:
         """Hand ``worker`` its next batch (into ``slot``), with the newest weights received first
-        (``receive``; a synchronous batch receives once for all its workers)."""
+        (``receive``; a synchronous batch receives once for all its workers, and decides once
+        whether its actions are ``random``)."""
         if receive:  # a batch of its own (else _dispatch_all's, counted there)
             self._unsent.requested()
             if self._receiver_schemes:
                 self._poll_receivers()
         if self.options.update_at_each_batch:
             self.update_policy_weights_(worker_ids=[worker])
-        in_flight = len(self._pool.busy()) * self.num_envs_per_worker * self._num_steps
-        random = self._in_warmup(self._frames, in_flight)
+        if random is None:
+            random = self._in_warmup(self._frames, self._frames_in_flight())
         self._pool.collect(worker, (slot, random, self._weights.payload(worker)))
+
+    def _frames_in_flight(self) -> int:
+        return len(self._pool.busy()) * self.num_envs_per_worker * self._num_steps
 
     def _dispatch_all(self, slot: int) -> None:
         if self._stop_flags is not None:
@@ -66,8 +70,9 @@ class WorkerBatches(PooledState):
         self._unsent.requested()
         if self._receiver_schemes:  # once: every worker of a synchronous batch runs the same version
             self._poll_receivers()
+        random = self._in_warmup(self._frames, self._frames_in_flight())  # the whole batch, as in TorchRL
         for worker in range(self.num_workers):
-            self._dispatch(worker, slot, receive=False)
+            self._dispatch(worker, slot, receive=False, random=random)
 
     def _account(self, worker: int, report: BatchReport) -> int:
         """Take in a worker's report (its rows, if they came with it); return the batch's frames."""

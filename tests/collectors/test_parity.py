@@ -228,3 +228,15 @@ def test_single_process_collector_matches_itself_and_its_sink() -> None:
     assert all((a == b).all() for a, b in zip(first[0], second[0], strict=True))
     sunk, _ = run("single", {"replay_buffer": "sink"})
     assert all((a == b).all() for a, b in zip(first[0], sunk, strict=True))
+
+
+@pytest.mark.parametrize("kind", ["single", "sync"])
+def test_init_random_frames_past_a_batch_start_makes_that_whole_batch_random(kind: str) -> None:
+    """``init_random_frames`` counts whole batches (TorchRL rounds it up to a multiple of
+    ``frames_per_batch``): a synchronous batch starting below it is random in every worker (the
+    second worker of ``MultiSyncCollector`` used to take its policy's actions in that batch)."""
+    rounded, _ = run(kind, {"init_random_frames": 8 * T})  # two whole batches of 4 envs x T steps
+    got, _ = run(kind, {"init_random_frames": 5 * T})
+    assert len(got) == len(rounded) == BATCHES
+    for have, expected in zip(got, rounded, strict=True):
+        assert (drop_ids(have) == drop_ids(expected)).all()
