@@ -127,7 +127,8 @@ class EnvArguments(SharedArguments, total=False):
             policy; ``update_policy_weights_({worker: weights})`` updates one worker's).
         create_env_kwargs: keyword arguments of the env factory, or a list with one per worker.
         init_random_frames: frames collected with random actions before the policy is used,
-            in whole batches, as TorchRL rounds it: a batch that starts below it is random.
+            in whole batches, as TorchRL rounds it: a batch that starts below it is random
+            (its frames stamped ``policy_version`` -1, the policy's extras 0).
         max_frames_per_traj: truncate episodes after this many steps (``None`` or negative:
             never).
         reset_at_each_iter: reset every env before each batch (the previous batch's last frames

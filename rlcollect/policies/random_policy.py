@@ -28,7 +28,11 @@ from gymnasium.vector.utils import batch_space
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.policies.adapter import PolicyAdapter
 
-__all__ = ["RandomPolicy"]
+__all__ = ["RANDOM_VERSION", "RandomPolicy"]
+
+#: The ``policy_version`` of a frame whose action was drawn at random during the warm-up
+#: (``init_random_frames``): no version of the policy chose it, and the policy's extras there are 0.
+RANDOM_VERSION = -1
 
 
 class RandomPolicy(PolicyAdapter):
@@ -69,9 +73,12 @@ class RandomPolicy(PolicyAdapter):
         return self.draw(1)[:, 0]
 
     def bind(self, buffers: BatchBuffers) -> None:
-        """Point at ``buffers`` and draw its ``T`` steps of actions."""
+        """Point at ``buffers``, draw its ``T`` steps of actions and zero what a policy would have
+        written beside them (no output of an earlier batch's policy stays in a random one)."""
         super().bind(buffers)
         self._draws = self.draw(buffers.num_steps)
+        for extra in buffers.extras.values():
+            extra.zero_()
 
     def _views(self, buffers: BatchBuffers) -> dict[str, Any]:
         return {"_action_np": buffers.action_np}

@@ -48,7 +48,7 @@ from rlcollect.envs.factory import make_env_batch
 from rlcollect.envs.infos import info_fields
 from rlcollect.policies.adapter import PolicyAdapter
 from rlcollect.policies.adapters import make_policy
-from rlcollect.policies.random_policy import RandomPolicy
+from rlcollect.policies.random_policy import RANDOM_VERSION, RandomPolicy
 from rlcollect.rollout.config import RolloutConfig
 from rlcollect.rollout.episodes import EpisodeTracker
 from rlcollect.rollout.loop import collect_batch
@@ -207,7 +207,8 @@ class Rollout(ModelLookup):
     ) -> int:
         """Collect one batch into ``buffers``; return the steps taken (``T`` unless stopped).
 
-        A served policy stamps each step's version itself; ``policy_version`` stamps the others.
+        A served policy stamps each step's version itself; ``policy_version`` stamps the others,
+        and :data:`RANDOM_VERSION` the ``random`` ones (no policy chose them).
         """
         if self.spec.pre_collect_hook is not None:
             self.spec.pre_collect_hook()
@@ -218,7 +219,7 @@ class Rollout(ModelLookup):
         policy.bind(buffers)
         start = time.perf_counter()
         try:
-            version = None if self.served and not random else policy_version
+            version = RANDOM_VERSION if random else None if self.served else policy_version
             if self.stream is not None:  # frames in the order the envs answer (no preemption: none waits)
                 steps = self.stream.collect(policy, buffers, self.config, self.traj_ids, self.episodes,
                                             version)

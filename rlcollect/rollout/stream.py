@@ -62,7 +62,7 @@ class StreamLoop:
         self.staged = _Row(BatchBuffers.allocate(layout, envs.pool_size, 1))  # per env: what it was sent
         self.pending: Received | None = None  # an answer whose frames did not all fit the last batch
         self._written = 0  # of its completed frames
-        self._version = -1  # the version acting.version holds
+        self._version: int | None = None  # the version acting.version holds
         self._targets: dict[int, _Frames] = {}  # per batch buffers (a worker alternates slots)
         self.starts = np.ones(envs.pool_size, dtype=bool)  # per env: its next answer starts an episode
 

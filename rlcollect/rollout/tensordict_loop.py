@@ -44,6 +44,7 @@ from rlcollect.data.buffers import BatchBuffers
 from rlcollect.data.checks import BadDataError
 from rlcollect.data.trajectories import TrajectoryIds
 from rlcollect.envs.torchrl_tensordict import TensorDictEnv
+from rlcollect.policies.random_policy import RANDOM_VERSION
 from rlcollect.rollout.engine import POLICY_FROM_SPEC, RolloutSpec, build_policy
 from rlcollect.rollout.episodes import EpisodeTracker
 from rlcollect.rollout.models import ModelLookup, copy_weights, env_modules
@@ -166,7 +167,7 @@ class TensorDictRollout(ModelLookup):
             _check_unchanged(frames, watched)
             self._watch = False
         batch = LazyStackedTensorDict.maybe_dense_stack(frames, -1)
-        self._finish(batch, num_steps, policy_version)
+        self._finish(batch, num_steps, RANDOM_VERSION if random else policy_version)
         self.collect_seconds += time.perf_counter() - start
         self.frames += num_steps * self.num_envs
         self.batches += 1
