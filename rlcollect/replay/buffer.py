@@ -38,7 +38,7 @@ from tensordict import TensorDictBase
 from rlcollect.common.state import checked_state, stamped
 from rlcollect.replay.config import ReplayConfig, is_int
 from rlcollect.replay.memmap import MemmapStorage, dump_storage, load_storage
-from rlcollect.replay.samplers import PrioritizedSampler, Sampler, SliceSampler, UniformSampler
+from rlcollect.replay.samplers import PrioritizedSampler, make_sampler
 from rlcollect.replay.storage import MemoryStorage, SharedStorage, Storage, assemble
 
 __all__ = ["ReplayBuffer", "ReplayConfig", "flatten_batch"]
@@ -72,15 +72,6 @@ def flatten_batch(batch: TensorDictBase) -> TensorDictBase:
         return flat
     flat = flat.exclude(MASK_KEY)
     return flat if bool(mask.all()) else flat[mask.reshape(-1)]
-
-
-def _make_sampler(config: ReplayConfig) -> Sampler:
-    if config.sampler == "prioritized":
-        return PrioritizedSampler(config.capacity, config.seed, config.alpha, config.beta, config.eps)
-    if config.sampler == "slice":
-        assert config.slice_len is not None
-        return SliceSampler(config.capacity, config.seed, config.slice_len)
-    return UniformSampler(config.capacity, config.seed)
 
 
 def _make_storage(config: ReplayConfig) -> Storage:
@@ -149,7 +140,7 @@ class ReplayBuffer:
             alpha, beta, eps, slice_len, seed,
         )  # fmt: skip
         self._storage = _make_storage(self.config)
-        self._sampler = _make_sampler(self.config)
+        self._sampler = make_sampler(self.config)
 
     # -- sizes -----------------------------------------------------------------------------------
 
@@ -277,7 +268,9 @@ class ReplayBuffer:
                     untorn = (after == before).all(1)
                     slots, keep = slots[untorn], untorn.repeat_interleave(sampler.group)
                     flat, leaves = flat[keep], [leaf[keep] for leaf in leaves]
+                    after = after[untorn]
                 pieces.append((flat, leaves))
+                sampler.show(flat, after.reshape(-1))  # which frames update_priority then means
                 missing, accepted = missing - len(slots), accepted + len(slots)
             if not missing:
                 break
@@ -297,7 +290,9 @@ class ReplayBuffer:
     ) -> None:
         """Set the priorities of slots ``indices`` (a sample's ``"index"``), e.g. to ``|TD error|``.
 
-        ``priorities`` is a number or holds one value per index (any shape, e.g. ``[B, 1]``).
+        ``priorities`` is a number or holds one value per index (any shape, e.g. ``[B, 1]``). A
+        slot written over since the sample whose ``"index"`` this is (one of the last 64) keeps
+        its new frame's priority.
 
         Raises:
             ValueError: the sampler is not prioritized, shapes differ, an index is out of range, or a
@@ -323,6 +318,10 @@ class ReplayBuffer:
                 f"indices must be slots in [0, {self.capacity}), got values in [{slots.min()}, {slots.max()}]"
             )
         sampler.sync(self._storage.reserved_count)  # new frames get their default before these override it
+        shown = sampler.stamps_shown(slots)  # a sample's slots: a frame written since keeps its priority
+        if shown is not None:
+            kept = (self._storage.stamps(torch.from_numpy(slots)).numpy() == shown)
+            slots, values = slots[kept], values[kept]
         sampler.update_priority(slots, values)
 
     # -- state -----------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ Examples:
 
 from __future__ import annotations
 
+import collections
 import copy
 import math
 from typing import Any
@@ -29,14 +30,17 @@ import torch
 from tensordict import TensorDictBase
 
 from rlcollect.common.state import check_tensor, checked_state, stamped
+from rlcollect.replay.config import ReplayConfig
 from rlcollect.replay.storage import Key, Storage
 from rlcollect.replay.sum_tree import SumTree
 
-__all__ = ["PrioritizedSampler", "Sampler", "SliceSampler", "UniformSampler"]
+__all__ = ["PrioritizedSampler", "Sampler", "SliceSampler", "UniformSampler", "make_sampler"]
 
 DONE_KEY: Key = ("next", "done")
 END_KEYS: tuple[Key, ...] = (("next", "terminated"), ("next", "truncated"))  # used when no done is stored
 TRAJ_KEY: Key = ("collector", "traj_ids")
+#: The samples whose slots and stamps a prioritized sampler keeps, for ``update_priority``.
+SHOWN_KEPT = 64
 
 
 class Sampler:
@@ -82,6 +86,9 @@ class Sampler:
 
     def finish(self, sample: TensorDictBase, slots: torch.Tensor) -> None:
         """Add to (or amend) ``sample``, the gathered frames of ``slots`` (flat)."""
+
+    def show(self, slots: torch.Tensor, stamps: torch.Tensor) -> None:
+        """A sample handed out the frames at ``slots`` (flat), which were written with ``stamps``."""
 
     def reset(self) -> None:
         """Forget everything learnt about the stored frames (the buffer was emptied)."""
@@ -133,6 +140,7 @@ class PrioritizedSampler(Sampler):
         self._tree: SumTree | None = None  # allocated on first use: processes that only write never pay
         self._seen = 0  # reserved count the tree accounts for
         self._max_priority: float | None = None
+        self._shown: collections.deque[tuple[np.ndarray, np.ndarray]] = collections.deque(maxlen=SHOWN_KEPT)
 
     @property
     def tree(self) -> SumTree:
@@ -170,6 +178,18 @@ class PrioritizedSampler(Sampler):
         weight = (self.tree[slots.numpy()] / self.tree.min) ** -self.beta
         sample.set("_weight", torch.from_numpy(weight).to(torch.float32))
 
+    def show(self, slots: torch.Tensor, stamps: torch.Tensor) -> None:
+        self._shown.append((slots.numpy().copy(), stamps.numpy().copy()))
+
+    def stamps_shown(self, slots: np.ndarray) -> np.ndarray | None:
+        """The frames' stamps when the newest of the last :data:`SHOWN_KEPT` samples whose slots
+        are ``slots`` (as many, in the same order) was drawn; ``None`` if none was."""
+        for shown, stamps in reversed(self._shown):
+            if shown.shape == slots.shape and bool((shown == slots).all()):
+                found: np.ndarray = stamps
+                return found
+        return None
+
     def update_priority(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         """Give ``slots`` the raw ``priorities`` (e.g. absolute TD errors), non-negative and finite."""
         if not np.isfinite(priorities).all() or (priorities < 0).any():
@@ -186,6 +206,7 @@ class PrioritizedSampler(Sampler):
         self._tree = None
         self._seen = 0
         self._max_priority = None
+        self._shown.clear()
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -277,3 +298,13 @@ class SliceSampler(Sampler):
             f"no valid slice of slice_len={self.group} among the {size} stored frames: are the stored "
             "trajectories (between episode ends, traj id changes and the write cursor) shorter than that?"
         )
+
+
+def make_sampler(config: ReplayConfig) -> Sampler:
+    """The sampler ``config`` asks for."""
+    if config.sampler == "prioritized":
+        return PrioritizedSampler(config.capacity, config.seed, config.alpha, config.beta, config.eps)
+    if config.sampler == "slice":
+        assert config.slice_len is not None
+        return SliceSampler(config.capacity, config.seed, config.slice_len)
+    return UniformSampler(config.capacity, config.seed)

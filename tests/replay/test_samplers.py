@@ -80,6 +80,24 @@ def test_prioritized_new_frames_get_the_largest_priority_seen() -> None:
     assert chi_square(counts, torch.tensor([5.0, 2.0, 5.0, 1.0]) / 13 * 2000) < 16.27  # df 3
 
 
+def test_priorities_of_a_sample_skip_the_frames_written_over_its_slots_since() -> None:
+    """A collector writes while the learner computes a sample's TD errors: the frames written over
+    the sample's slots meanwhile keep the largest priority they were written with (a plain list of
+    slots, not from a sample, is taken as it is)."""
+    rb = ReplayBuffer(4, sampler="prioritized", alpha=1.0, beta=1.0, eps=0.0, seed=0)
+    rb.extend(make_batch(0, 1, 0, 4))
+    rb.update_priority(torch.arange(4), torch.tensor([2.0, 2.0, 2.0, 2.0]))
+    sample = rb.sample(64)
+    assert set(sample["index"].tolist()) == {0, 1, 2, 3}
+    rb.extend(make_batch(1, 1, 0, 2))  # slots 0 and 1 now hold writer 1's frames, priority 2
+    rb.update_priority(sample["index"].clone(), torch.full((64,), 0.5))  # any copy of the index
+    weights = rb.sample(2000)
+    by_slot = {int(i): float(w) for i, w in zip(weights["index"], weights["_weight"], strict=True)}
+    assert by_slot == {0: pytest.approx(0.25), 1: pytest.approx(0.25), 2: 1.0, 3: 1.0}  # (p / min p) ** -1
+    rb.update_priority(torch.tensor([0, 1]), torch.tensor([0.5, 0.5]))  # slots named directly: applied
+    assert torch.equal(rb.sample(8)["_weight"], torch.ones(8))
+
+
 def test_prioritized_default_priority_before_any_update_is_uniform() -> None:
     rb = ReplayBuffer(10, sampler="prioritized", seed=0)
     rb.extend(make_batch(0, 1, 0, 4))
