@@ -227,7 +227,8 @@ def main(args: Args) -> Result:
 
         with torch.no_grad():
             torch._foreach_lerp_(list(critic_target.parameters()), list(critic.parameters()), args.tau)
-        lag_sum += float((version - batch["policy_version"]).float().mean())
+        stamps = batch["policy_version"].clamp(min=0)  # a warm-up frame (-1) counts as chosen by version 0
+        lag_sum += float((version - stamps).float().mean())
         result.updates += 1
         if result.updates % args.push_every == 0:
             collector.update_policy_weights_()  # workers pull it before their next batch
