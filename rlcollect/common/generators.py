@@ -158,9 +158,10 @@ def _global_names(code: types.CodeType) -> set[str]:
 def _filled(cell: Any) -> bool:
     """Whether a closure ``cell`` holds a value (not a variable assigned later)."""
     try:
-        return cell.cell_contents is not _filled
+        _ = cell.cell_contents
     except ValueError:
         return False
+    return True
 
 
 def derive_held_generators(obj: Any, stream: int) -> int:
