@@ -50,6 +50,27 @@ def _carried(written: tuple[Field, ...], reads: set[NestedKey], observed: list[N
     return tuple(carried)
 
 
+#: What the env's step and the collector write in a batch besides the observations (and
+#: ``("next", "info", ...)``, ``("collector", ...)``): keys no policy output may take.
+_COLLECTOR_KEYS = {("next", "reward"), ("next", "terminated"), ("next", "truncated"), ("next", "done"),
+                   ("policy_version",)}
+
+
+def _refuse_batch_keys(out: TensorDictBase) -> None:
+    """Raise if the dry step's ``out`` writes a key the env's step or the collector fills in the
+    batch (the reward, a done flag, an info, the collector's ids, the version): the batch could
+    hold only one of the two values. (An observation the policy writes over is not stored: the
+    batch holds the env's, which the next frame's ``("next", ...)`` continues.)"""
+    clashes = [key for key in _leaf_keys(out)
+               if key in _COLLECTOR_KEYS or key[0] == "collector" or key[:2] == ("next", "info")]
+    if clashes:
+        key = ".".join(clashes[0])
+        owner = "collector" if clashes[0][0] in ("collector", "policy_version") else "env's step"
+        raise ValueError(f"the policy writes {key!r}, which the batch holds as the {owner} wrote it: the "
+                         f"policy's value would be lost; write it under a key of its own, such as "
+                         f"{key.replace('.', '_') + '_policy'!r}")
+
+
 def _leaf_keys(td: TensorDictBase) -> list[tuple[str, ...]]:
     return [(k,) if isinstance(k, str) else tuple(k) for k in td.keys(True, True)]
 
@@ -139,6 +160,7 @@ class TensorDictPolicy(PolicyAdapter):
             out = self._forward(sample[0] if unbatched else sample)
         if unbatched:
             out = out.unsqueeze(0)
+        _refuse_batch_keys(out)
         if ("action",) in _leaf_keys(out):
             check_action(out.get("action"), action_space, num_envs)
             self.action_dtype = out.get("action").dtype

@@ -397,6 +397,23 @@ def test_tensordict_policy_without_action_is_rejected() -> None:
         make_policy(module, BOX_OBS, spaces.Discrete(2), N)
 
 
+@pytest.mark.parametrize(("written", "owner"), [
+    (("next", "reward"), "env's step"), (("next", "done"), "env's step"),
+    (("next", "info", "x"), "env's step"),
+    (("collector", "traj_ids"), "collector"), ("policy_version", "collector"),
+])
+def test_tensordict_policy_writing_a_key_the_batch_fills_is_refused(written: Any, owner: str) -> None:
+    """The batch could hold only one of the two values: the policy's (a reward it shaped, say)
+    would be lost without a word."""
+    def act(obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return (obs[:, 0] > 0).long(), obs[:, :1] * 0 + 7
+
+    module = TensorDictModule(act, in_keys=["observation"], out_keys=["action", written])
+    name = written if isinstance(written, str) else ".".join(written)
+    with pytest.raises(ValueError, match=rf"writes '{name}', which the batch holds as the {owner} wrote it"):
+        make_policy(module, BOX_OBS, spaces.Discrete(2), N)
+
+
 def test_tensordict_policy_with_a_bad_action_names_shapes_and_dtypes() -> None:
     module = TensorDictModule(lambda obs: obs[:, :1], in_keys=["observation"], out_keys=["action"])
     with pytest.raises(ValueError) as error:
