@@ -206,7 +206,7 @@ class PrioritizedSampler(Sampler):
         self._tree = None
         self._seen = 0
         self._max_priority = None
-        self._shown.clear()
+        self._shown = collections.deque(maxlen=SHOWN_KEPT)  # a new one: fresh()'s copy shares the old
 
     def state_dict(self) -> dict[str, Any]:
         return {

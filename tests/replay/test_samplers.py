@@ -6,6 +6,8 @@ distribution (fixed seeds: the statistic is the same on every run).
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 import torch
 
@@ -96,6 +98,21 @@ def test_priorities_of_a_sample_skip_the_frames_written_over_its_slots_since() -
     assert by_slot == {0: pytest.approx(0.25), 1: pytest.approx(0.25), 2: 1.0, 3: 1.0}  # (p / min p) ** -1
     rb.update_priority(torch.tensor([0, 1]), torch.tensor([0.5, 0.5]))  # slots named directly: applied
     assert torch.equal(rb.sample(8)["_weight"], torch.ones(8))
+
+
+def test_a_copy_for_another_process_keeps_the_samples_remembered_here() -> None:
+    """Sending a shared buffer to a worker copies its sampler without priorities; the samples
+    this process remembers for ``update_priority`` stay."""
+    rb = ReplayBuffer(4, storage="shared", sampler="prioritized", alpha=1.0, beta=1.0, eps=0.0, seed=0)
+    rb.extend(make_batch(0, 1, 0, 4))
+    sample = rb.sample(64)
+    pickle.dumps(rb)  # what starting a worker process does
+    rb.extend(make_batch(1, 1, 0, 2))
+    rb.update_priority(sample["index"], torch.full((64,), 0.5))
+    weights = rb.sample(2000)
+    by_slot = {int(i): float(w) for i, w in zip(weights["index"], weights["_weight"], strict=True)}
+    assert by_slot == {0: pytest.approx(0.5), 1: pytest.approx(0.5), 2: 1.0, 3: 1.0}  # slots 0, 1: priority 1
+    rb.close()
 
 
 def test_prioritized_default_priority_before_any_update_is_uniform() -> None:
