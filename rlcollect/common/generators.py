@@ -28,13 +28,14 @@ Examples:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import itertools
 import pickle
 import random
 import types
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -87,8 +88,37 @@ def restore_generators(states: Mapping[str, Any] | torch.Tensor) -> None:
         random.setstate(states["python"])
 
 
+@dataclasses.dataclass(frozen=True)
+class _Kind:
+    """How to read, restore and seed one kind of generator (``seed`` takes a 128-bit int)."""
+
+    get: Callable[[Any], Any]
+    set: Callable[[Any, Any], object]
+    seed: Callable[[Any, int], object]
+
+
+def _set_bit_generator(generator: np.random.Generator, state: Any) -> None:
+    generator.bit_generator.state = state
+
+
+_KINDS: dict[type, _Kind] = {
+    torch.Generator: _Kind(
+        torch.Generator.get_state, torch.Generator.set_state, lambda g, seed: g.manual_seed(seed % 2**63),
+    ),
+    np.random.Generator: _Kind(
+        lambda g: g.bit_generator.state, _set_bit_generator,
+        lambda g, seed: _set_bit_generator(g, type(g.bit_generator)(seed).state),
+    ),
+    np.random.RandomState: _Kind(
+        np.random.RandomState.get_state, np.random.RandomState.set_state,
+        lambda g, seed: g.seed([(seed >> (32 * i)) & 0xFFFFFFFF for i in range(4)]),
+    ),
+    random.Random: _Kind(random.Random.getstate, random.Random.setstate, random.Random.seed),
+}
+
+
 #: The generator kinds a policy may hold as an attribute (a gymnasium space holds a numpy one).
-HELD_KINDS = (np.random.Generator, np.random.RandomState, random.Random, torch.Generator)
+HELD_KINDS = tuple(_KINDS)
 _LEAVES = (str, bytes, int, float, complex, type(None), type, types.ModuleType, torch.Tensor, np.ndarray)
 
 
@@ -189,18 +219,11 @@ def derive_held_generators(obj: Any, stream: int) -> int:
 
 def _reseed(generator: Any, stream: int) -> None:
     """Re-seed ``generator`` from a digest of its state and ``stream``."""
-    state = _state_of(generator)
+    kind = _kind_of(generator)
+    state = kind.get(generator)
     state = state.numpy().tobytes() if isinstance(state, torch.Tensor) else pickle.dumps(state)
     digest = hashlib.blake2b(state + stream.to_bytes(8, "little", signed=True), digest_size=16).digest()
-    seed = int.from_bytes(digest, "little")
-    if isinstance(generator, torch.Generator):
-        generator.manual_seed(seed % 2**63)
-    elif isinstance(generator, np.random.Generator):
-        generator.bit_generator.state = type(generator.bit_generator)(seed).state
-    elif isinstance(generator, np.random.RandomState):
-        generator.seed([(seed >> (32 * i)) & 0xFFFFFFFF for i in range(4)])
-    else:
-        generator.seed(seed)
+    kind.seed(generator, int.from_bytes(digest, "little"))
 
 
 @contextlib.contextmanager
@@ -225,22 +248,14 @@ def kept_generators(obj: Any) -> Iterator[None]:
             _restore_state(generator, state)
 
 
+def _kind_of(generator: Any) -> _Kind:
+    return next(kind for cls, kind in _KINDS.items() if isinstance(generator, cls))
+
+
 def _state_of(generator: Any) -> Any:
-    if isinstance(generator, torch.Generator):
-        return generator.get_state()
-    if isinstance(generator, np.random.Generator):
-        return generator.bit_generator.state
-    if isinstance(generator, np.random.RandomState):
-        return generator.get_state()
-    return generator.getstate()
+    return _kind_of(generator).get(generator)
 
 
 def _restore_state(generator: Any, state: Any) -> None:
-    if isinstance(generator, torch.Generator):
-        generator.set_state(state)
-    elif isinstance(generator, np.random.Generator):
-        generator.bit_generator.state = state
-    elif isinstance(generator, np.random.RandomState):
-        generator.set_state(state)
-    else:
-        generator.setstate(state)
+    _kind_of(generator).set(generator, state)
+
