@@ -318,11 +318,7 @@ class ReplayBuffer:
                 f"indices must be slots in [0, {self.capacity}), got values in [{slots.min()}, {slots.max()}]"
             )
         sampler.sync(self._storage.reserved_count)  # new frames get their default before these override it
-        shown = sampler.stamps_shown(slots)  # a sample's slots: a frame written since keeps its priority
-        if shown is not None:
-            kept = (self._storage.stamps(torch.from_numpy(slots)).numpy() == shown)
-            slots, values = slots[kept], values[kept]
-        sampler.update_priority(slots, values)
+        sampler.update_priority(slots, values, self._storage.stamps(torch.from_numpy(slots)).numpy())
 
     # -- state -----------------------------------------------------------------------------------
 

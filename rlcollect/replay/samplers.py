@@ -181,7 +181,25 @@ class PrioritizedSampler(Sampler):
     def show(self, slots: torch.Tensor, stamps: torch.Tensor) -> None:
         self._shown.append((slots.numpy().copy(), stamps.numpy().copy()))
 
-    def stamps_shown(self, slots: np.ndarray) -> np.ndarray | None:
+    def update_priority(self, slots: np.ndarray, priorities: np.ndarray, stamps: np.ndarray) -> None:
+        """Give ``slots`` the raw ``priorities`` (e.g. absolute TD errors), non-negative and finite.
+        ``stamps`` are the slots' frames' stamps now: when ``slots`` are one of the last
+        :data:`SHOWN_KEPT` samples, a slot written over since keeps its new frame's priority."""
+        if not np.isfinite(priorities).all() or (priorities < 0).any():
+            raise ValueError(f"priorities must be finite and >= 0, got values in [{priorities.min()}, "
+                             f"{priorities.max()}]")
+        leaves = (priorities + self.eps) ** self.alpha
+        if (leaves <= 0).any():
+            raise ValueError(f"a priority of 0 with eps={self.eps} can never be drawn; use eps > 0")
+        shown = self._stamps_shown(slots)
+        if shown is not None:
+            kept = stamps == shown
+            slots, priorities, leaves = slots[kept], priorities[kept], leaves[kept]
+        self.tree.set(slots, leaves)
+        top = float(priorities.max()) if len(priorities) else -math.inf
+        self._max_priority = top if self._max_priority is None else max(self._max_priority, top)
+
+    def _stamps_shown(self, slots: np.ndarray) -> np.ndarray | None:
         """The frames' stamps when the newest of the last :data:`SHOWN_KEPT` samples whose slots
         are ``slots`` (as many, in the same order) was drawn; ``None`` if none was."""
         for shown, stamps in reversed(self._shown):
@@ -189,18 +207,6 @@ class PrioritizedSampler(Sampler):
                 found: np.ndarray = stamps
                 return found
         return None
-
-    def update_priority(self, slots: np.ndarray, priorities: np.ndarray) -> None:
-        """Give ``slots`` the raw ``priorities`` (e.g. absolute TD errors), non-negative and finite."""
-        if not np.isfinite(priorities).all() or (priorities < 0).any():
-            raise ValueError(f"priorities must be finite and >= 0, got values in [{priorities.min()}, "
-                             f"{priorities.max()}]")
-        leaves = (priorities + self.eps) ** self.alpha
-        if (leaves <= 0).any():
-            raise ValueError(f"a priority of 0 with eps={self.eps} can never be drawn; use eps > 0")
-        self.tree.set(slots, leaves)
-        top = float(priorities.max()) if len(priorities) else -math.inf
-        self._max_priority = top if self._max_priority is None else max(self._max_priority, top)
 
     def reset(self) -> None:
         self._tree = None
