@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from rlcollect.data.layout import BatchLayout, Field, get_nested
+from rlcollect.data.layout import DONE_FLAGS, BatchLayout, Field, get_nested
 
 __all__ = ["BatchBuffers", "physical_memory"]
 
@@ -139,7 +139,7 @@ class BatchBuffers:
         for field in layout.infos:
             data.set(("next", "info", *field.key), zeros(field, t))
         data.set(("next", "reward"), torch.zeros(n, t, 1, dtype=torch.float32))
-        for flag in ("terminated", "truncated", "done"):
+        for flag in DONE_FLAGS:
             data.set(("next", flag), torch.zeros(n, t, 1, dtype=torch.bool))
         data.set(("collector", "traj_ids"), torch.zeros(n, t, dtype=torch.int64))
         data.set("policy_version", torch.zeros(n, t, dtype=torch.int64))

@@ -28,6 +28,9 @@ __all__ = [
     "BatchLayout",
     "Field",
     "OneHotSpace",
+    "DONE_FLAGS",
+    "FILLED_KEYS",
+    "FILLED_SUBTREES",
     "RESERVED_KEYS",
     "is_private_key",
     "action_fields",
@@ -39,6 +42,16 @@ __all__ = [
 
 #: Keys a Dict observation may not use: the batch itself needs them.
 RESERVED_KEYS = frozenset({"action", "next", "collector", "policy_version"})
+
+#: The done flags every frame holds under ``"next"`` (``done`` is ``terminated or truncated``).
+DONE_FLAGS = ("terminated", "truncated", "done")
+
+#: The keys the env's step and the collector fill in every batch besides the observations: no
+#: policy output may take them (nor any key under :data:`FILLED_SUBTREES`).
+FILLED_KEYS = frozenset({("next", "reward"), *(("next", flag) for flag in DONE_FLAGS), ("policy_version",)})
+
+#: The subtrees the env's infos and the collector's ids fill.
+FILLED_SUBTREES = (("next", "info"), ("collector",))
 
 _LEAF_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 

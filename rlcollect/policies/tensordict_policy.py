@@ -13,7 +13,14 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from rlcollect.data.buffers import BatchBuffers
-from rlcollect.data.layout import Field, action_fields, is_private_key, observation_fields
+from rlcollect.data.layout import (
+    FILLED_KEYS,
+    FILLED_SUBTREES,
+    Field,
+    action_fields,
+    is_private_key,
+    observation_fields,
+)
 from rlcollect.policies.adapter import (
     Carried,
     EpisodeStarts,
@@ -50,19 +57,13 @@ def _carried(written: tuple[Field, ...], reads: set[NestedKey], observed: list[N
     return tuple(carried)
 
 
-#: What the env's step and the collector write in a batch besides the observations (and
-#: ``("next", "info", ...)``, ``("collector", ...)``): keys no policy output may take.
-_COLLECTOR_KEYS = {("next", "reward"), ("next", "terminated"), ("next", "truncated"), ("next", "done"),
-                   ("policy_version",)}
-
-
 def _refuse_batch_keys(out: TensorDictBase) -> None:
     """Raise if the dry step's ``out`` writes a key the env's step or the collector fills in the
     batch (the reward, a done flag, an info, the collector's ids, the version): the batch could
     hold only one of the two values. (An observation the policy writes over is not stored: the
     batch holds the env's, which the next frame's ``("next", ...)`` continues.)"""
     clashes = [key for key in _leaf_keys(out)
-               if key in _COLLECTOR_KEYS or key[0] == "collector" or key[:2] == ("next", "info")]
+               if key in FILLED_KEYS or any(key[:len(tree)] == tree for tree in FILLED_SUBTREES)]
     if clashes:
         key = ".".join(clashes[0])
         owner = "collector" if clashes[0][0] in ("collector", "policy_version") else "env's step"
