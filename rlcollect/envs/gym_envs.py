@@ -89,7 +89,7 @@ class GymEnvs(EnvBatch):
         self._actions = buffers.action_np  # [N, T, *act]
         self._actions_as_list = buffers.action_np.ndim == 2  # Discrete: python ints, like a hand loop
         array = next(iter(buffers.obs_ext_np.values()))  # the leaf observation's shape and dtype
-        self._obs_shape, self._obs_dtype, self._obs_size = array.shape[2:], array.dtype, array[0, 0].size
+        self._obs_shape, self._obs_dtype = array.shape[2:], array.dtype
         # what the env returns passes the identity test; the buffer may store it in another dtype
         # (obs_dtype): numpy casts it in the write, checked_array says which values may be cast
         space_dtype = getattr(self.observation_space, "dtype", None)
@@ -122,7 +122,7 @@ class GymEnvs(EnvBatch):
         obs_array, rewards, limit, steps = self._obs_array, self._reward_rows[t], self._limit, self._steps
         # the checks (rlcollect.data.checks) cost two identity tests per env-step: flags are
         # looked at only when they are not exactly False, rewards when the batch is finished
-        checking, size, dtype = self.check_writes, self._obs_size, self._env_obs_dtype
+        checking, shape, dtype = self.check_writes, self._obs_shape, self._env_obs_dtype
         flag_types, array_type, rewritable, infos = FLAG_TYPES, ndarray, REWRITABLE, self._info_arrays
         slot = t + 1
         for i, env in enumerate(self.envs):
@@ -147,7 +147,7 @@ class GymEnvs(EnvBatch):
                     self._terminated[i, t] = terminated
                     self._truncated[i, t] = truncated or count >= limit
                     if checking and (obs.__class__ is not array_type or obs.dtype is not dtype
-                                     or obs.size != size):
+                                     or obs.shape != shape):
                         check_observation(obs, buffers.next_obs_np, buffers.dict_obs, env=i, step=t)
                     buffers.finals.append((i, t, own_copy(obs)))  # the reset may rewrite obs
                     obs, _ = env.reset()
@@ -155,8 +155,8 @@ class GymEnvs(EnvBatch):
             steps[i] = count
             if obs_array is not None:
                 if checking and (obs.__class__ is not array_type or obs.dtype is not dtype
-                                 or obs.size != size):
-                    obs = checked_array(obs, self._obs_shape, self._obs_dtype, "observation", env=i, step=t)
+                                 or obs.shape != shape):
+                    obs = checked_array(obs, shape, self._obs_dtype, "observation", env=i, step=t)
                 obs_array[i, slot] = obs
             else:
                 if checking:

@@ -90,6 +90,11 @@ ENV_CASES = {
         r"observation of env 1 at step 4 .*\[inf, 0.0, 0.0, 0.0\], not finite \(float32 holds magnitudes up "
         r"to 3.4e\+38: a float64 beyond that is stored as inf\)",
     ),
+    # as many values as the space, in another shape: never broadcast, never reshaped
+    "obs shape (1, 4)": (
+        "obs", np.zeros((1, 4), np.float32), r"observation of env 1 at step 4 .*shape \(1, 4\)"),
+    "obs shape (2, 2)": (
+        "obs", np.zeros((2, 2), np.float32), r"observation of env 1 at step 4 .*shape \(2, 2\)"),
     "obs list of 3": ("obs", [1.0, 2.0, 3.0], r"observation of env 1 at step 4 .*has shape \(3,\)"),
     "reward str": ("reward", "1.0", r"reward of env 1 at step 4 .*is str '1.0'"),
     "reward None": ("reward", None, r"reward of env 1 at step 4 .*NoneType"),
