@@ -73,7 +73,8 @@ class AsyncBatchedCollector(PooledCollector):
             two passes. ``policy_factory`` builds the policy instead.
         frames_per_batch: frames per yielded batch (one worker's; rounded up to a multiple of
             ``envs_per_worker``).
-        total_frames: frames to collect before iteration stops; -1 for no end.
+        total_frames: frames to collect before iteration stops, in whole batches (20 with
+            8-frame batches: 3 batches, 24 frames, as in TorchRL); -1 for no end.
         num_envs: envs in all (default: the length of the ``create_env_fn`` list, else
             ``envs_per_worker``); a multiple of ``envs_per_worker``.
         envs_per_worker: envs ``M`` per env worker; there are ``num_envs / M`` worker processes.

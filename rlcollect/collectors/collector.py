@@ -43,7 +43,8 @@ class Collector(BaseCollector):
             builds it instead).
         frames_per_batch: frames per batch, summed over envs; rounded up to a multiple of the
             number of envs (with a warning).
-        total_frames: frames to collect before iteration stops; -1 for no end.
+        total_frames: frames to collect before iteration stops, in whole batches (20 with
+            8-frame batches: 3 batches, 24 frames, as in TorchRL); -1 for no end.
         num_envs: copies of a single env stepped in this process.
         **arguments: the :class:`~rlcollect.collectors.arguments.CollectorArguments`
             (``seed``, ``device``, ``replay_buffer``, ``check``, ...).

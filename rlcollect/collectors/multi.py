@@ -105,7 +105,8 @@ class MultiSyncCollector(_MultiProcessCollector):
         policy: as for :class:`Collector`; ``policy_factory`` builds it in each worker instead.
         frames_per_batch: frames per batch over all workers (rounded up to a multiple of
             ``num_workers * M``, with a warning); or a list of one (equal) count per worker.
-        total_frames: frames to collect before iteration stops; -1 for no end.
+        total_frames: frames to collect before iteration stops, in whole batches (20 with
+            8-frame batches: 3 batches, 24 frames, as in TorchRL); -1 for no end.
         num_workers: worker processes (defaults to ``len(create_env_fn)`` for a list).
         num_envs_per_worker: envs ``M`` stepped by each worker (every worker must have as many).
         preemptive_threshold: once ``int(threshold * num_workers)`` workers finished a batch

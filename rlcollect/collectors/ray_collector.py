@@ -70,7 +70,8 @@ class RayCollector(PooledCollector):
             ``policy`` is where the actors' weights come from).
         frames_per_batch: frames per yielded batch: all actors' (sync) or one actor's (async);
             rounded up to whole steps of every env, with a warning.
-        total_frames: frames to collect before iteration stops; -1 for no end.
+        total_frames: frames to collect before iteration stops, in whole batches (20 with
+            8-frame batches: 3 batches, 24 frames, as in TorchRL); -1 for no end.
         sync: ``True``: a batch is every actor's rows, ``[A * M, T]``; ``False``: each batch is
             whichever actor's ``[M, T]`` is ready first, and actors never wait.
         prefetch: (sync) actors collect the next batch while the current one is used.
