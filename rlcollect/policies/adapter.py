@@ -59,10 +59,10 @@ def interaction_type(value: str | InteractionType | Any) -> InteractionType:
 
 
 def checked_output(out: Any, shape: tuple[int, ...], dtype: torch.dtype, what: str, step: int | None) -> Any:
-    """``out`` if it can be written into a ``shape`` ``dtype`` buffer without a broadcast or a
-    float truncated to an integer (reshaped where it only lacks trailing dimensions of size 1: a
-    policy's ``[N]`` actions for a space of shape ``(1,)``, as TorchRL takes them); else a
-    :class:`BadDataError` (the per-step check of policies)."""
+    """``out`` if it can be written into a ``shape`` ``dtype`` buffer without a broadcast, a
+    float truncated to an integer or an integer wrapped around (reshaped where it only lacks
+    trailing dimensions of size 1: a policy's ``[N]`` actions for a space of shape ``(1,)``, as
+    TorchRL takes them); else a :class:`BadDataError` (the per-step check of policies)."""
     if not isinstance(out, torch.Tensor):
         raise BadDataError(what, None, step, f"is a {type(out).__name__}; the policy must return a tensor "
                            f"of shape {list(shape)} ({dtype})")
@@ -75,6 +75,14 @@ def checked_output(out: Any, shape: tuple[int, ...], dtype: torch.dtype, what: s
         raise BadDataError(what, None, step, f"has dtype {out.dtype} with non-integer values; the space's "
                            f"actions are {dtype} (a float such as 1.7 would be stored truncated): return "
                            "integers (floats holding whole numbers are stored exactly)")
+    if dtype.is_floating_point or dtype == torch.bool or out.dtype in (dtype, torch.bool) or not out.numel():
+        return out
+    low, high, info = out.min().item(), out.max().item(), torch.iinfo(dtype)
+    if low < info.min or high > info.max:
+        value = low if low < info.min else high
+        raise BadDataError(what, None, step, f"holds {value:g} ({out.dtype}); it is stored as {dtype}, "
+                           f"which holds [{info.min}, {info.max}]: {value:g} would become "
+                           f"{torch.tensor(value).to(dtype).item()}")
     return out
 
 

@@ -180,6 +180,36 @@ def test_box_actions_may_leave_the_bounds_but_not_be_nan_or_infinite() -> None:
         list(Collector("Pendulum-v1", float64_policy, frames_per_batch=8, total_frames=8))
 
 
+class ByteActionEnv(BadEnv):
+    """BadEnv with a ``Box(0, 255, (2,), uint8)`` action space (a key code, a pixel value)."""
+
+    action_space = spaces.Box(0, 255, (2,), np.uint8)
+
+
+@pytest.mark.parametrize("value", [300, -1, 256.0])
+def test_integer_actions_their_dtype_cannot_hold_are_refused(value: float) -> None:
+    """300 for a uint8 space would be stored and stepped as 44 (-1 as 255): an error naming the
+    value and the range, in the process and from a policy server; 255 is stored as it is."""
+
+    def policy(v: float) -> Any:  # zeros for AT - 1 calls (the dry step first), then v
+        calls = []
+
+        def act(obs: torch.Tensor) -> torch.Tensor:
+            calls.append(1)
+            return torch.full((obs.shape[0], 2), v if len(calls) >= AT else 0)
+
+        return act
+
+    fits = next(iter(single(ByteActionEnv, policy(255))))
+    assert fits["action"].dtype == torch.uint8 and fits["action"][:, AT - 2].tolist() == [[255, 255]] * 2
+    message = rf"action at step 3 .*holds {value:g} .*stored as torch.uint8, which holds \[0, 255\]"
+    with pytest.raises(BadDataError, match=message):
+        list(single(ByteActionEnv, policy(value)))
+    with pytest.raises(BadDataError, match=message.replace("at step 3 ", "")):
+        list(AsyncBatchedCollector(ByteActionEnv, policy(value), num_envs=2, frames_per_batch=8,
+                                   total_frames=16))
+
+
 def test_check_levels() -> None:
     """``"batch"`` catches values (NaN) but lets a shape broadcast; ``"off"`` lets both through."""
     nan_env = lambda: BadEnv("obs", np.full(4, np.nan, np.float32))  # noqa: E731
