@@ -135,8 +135,12 @@ class BatchValueCheck:
             reward = buffers.reward_np[:, :steps, 0]
             if not math.isfinite(reward.sum(dtype=np.float64)):
                 env, step = _earliest(~np.isfinite(reward))
+                value, why = reward[env, step], ""
+                if np.isinf(value):  # the env's own inf, or a float64 beyond float32's range
+                    why = (f" (rewards are stored as {reward.dtype}, which holds magnitudes up to "
+                           f"{np.finfo(reward.dtype).max:.1e}: a float64 beyond that is stored as inf)")
                 found.append(((2 * step + 1, env, 2), BadDataError(
-                    "reward", env, step, f"is {reward[env, step]}; a reward is a finite number")))
+                    "reward", env, step, f"is {value}; a reward is a finite number{why}")))
             if found:
                 raise min(found, key=lambda bad: bad[0])[1]
 

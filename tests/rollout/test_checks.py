@@ -100,6 +100,8 @@ ENV_CASES = {
     "reward None": ("reward", None, r"reward of env 1 at step 4 .*NoneType"),
     "reward NaN": ("reward", float("nan"), r"reward of env 1 at step 4 .*finite"),
     "reward inf": ("reward", float("inf"), r"reward of env 1 at step 4 .*finite"),
+    "reward float64 beyond float32": (
+        "reward", 1e300, r"reward of env 1 at step 4 .*is inf; .*float32, which holds .* up to 3.4e\+38"),
     "reward array of 2": ("reward", np.ones(2), r"reward of env 1 at step 4 .*real number"),
     "terminated 'no'": ("terminated", "no", r"terminated flag of env 1 at step 4 .*is str 'no'"),
     "terminated None": ("terminated", None, r"terminated flag of env 1 at step 4 .*NoneType"),
