@@ -154,6 +154,20 @@ class BatchBuffers:
             storage.share_memory_()
         return storage
 
+    @staticmethod
+    def misfit(storage: TensorDict, layout: BatchLayout) -> str:
+        """How ``layout``'s observations and action do not fit ``storage`` (allocated for another
+        layout), or ``""``: e.g. ``"observation: [6] float32 where the batch holds [4] float32"``."""
+        fields = [(("obs_ext", *f.key), f) for f in layout.observations]
+        fields.append((("batch", "action"), layout.action))
+        for key, field in fields:
+            held = storage.get(key, None)
+            shape = list(field.shape)
+            if held is None or list(held.shape[2:]) != shape or held.dtype != field.dtype:
+                holds = "no such entry" if held is None else f"{list(held.shape[2:])} {held.dtype}"
+                return f"{'.'.join(key[1:])}: {shape} {field.dtype} where the batch holds {holds}"
+        return ""
+
     @classmethod
     def allocate(
         cls, layout: BatchLayout, num_envs: int, num_steps: int, *, shared: bool = False, masked: bool = False

@@ -230,6 +230,10 @@ class Worker:
             if rows != rollout.num_envs:
                 raise ValueError(f"worker {setup.worker_idx} built {rollout.num_envs} envs, the first "
                                  f"worker {rows}: every worker must have the same number of envs")
+            if misfit := BatchBuffers.misfit(storages[0], layout):
+                raise ValueError(f"worker {setup.worker_idx}'s envs do not fit the first worker's batches "
+                                 f"({misfit}): every worker's envs must have the same observation and "
+                                 "action spaces (one batch holds them all)")
             self.slots = [BatchBuffers(storage, layout, setup.num_steps) for storage in storages]
             self.returns_data = setup.slots is None
         flags = setup.stop_flags

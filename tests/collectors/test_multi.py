@@ -293,6 +293,17 @@ def test_policy_factory_and_per_worker_env_kwargs() -> None:
     np.testing.assert_equal(len(collector.worker_pids), 2)
 
 
+@pytest.mark.parametrize("cls", [MultiSyncCollector, MultiAsyncCollector])
+def test_workers_whose_envs_have_other_spaces_are_an_error_naming_them(cls: type) -> None:
+    """CartPole in worker 0, Acrobot in worker 1: one batch cannot hold both (it was a bare torch
+    error from inside the loop, after max_worker_restarts restarts)."""
+    import gymnasium as gym
+
+    with pytest.raises(ValueError, match=r"worker 1's envs do not fit the first worker's batches "
+                                         r"\(observation: \[6\] torch.float32 where the batch holds \[4\]"):
+        cls([make_cartpole, lambda: gym.make("Acrobot-v1")], frames_per_batch=8, total_frames=8).next()
+
+
 def test_a_rejected_weight_update_changes_nothing_and_collection_goes_on() -> None:
     with MultiSyncCollector("CartPole-v1", WeightedPolicy(scale=1.0), num_workers=2, frames_per_batch=8,
                             seed=0, timeout=20) as collector:
