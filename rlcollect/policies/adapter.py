@@ -77,7 +77,7 @@ def checked_output(out: Any, shape: tuple[int, ...], dtype: torch.dtype, what: s
                            "integers (floats holding whole numbers are stored exactly)")
     if dtype.is_floating_point or dtype == torch.bool or out.dtype in (dtype, torch.bool) or not out.numel():
         return out
-    low, high, info = out.min().item(), out.max().item(), torch.iinfo(dtype)
+    (low, high), info = (bound.item() for bound in torch.aminmax(out)), torch.iinfo(dtype)
     if low < info.min or high > info.max:
         value = low if low < info.min else high
         raise BadDataError(what, None, step, f"holds {value:g} ({out.dtype}); it is stored as {dtype}, "
