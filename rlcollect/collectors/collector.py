@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar
 
@@ -26,6 +27,7 @@ from rlcollect.rollout.build import make_rollout
 from rlcollect.rollout.profiling import RolloutProfiler
 from rlcollect.weights.forms import UnknownKeyError
 from rlcollect.weights.senders import init_senders
+from rlcollect.weights.staging import StagedWeights, staged_copy
 from rlcollect.weights.watch import ParameterWatch, UnsentEdits
 
 __all__ = ["Collector"]
@@ -116,6 +118,7 @@ class Collector(BaseCollector):
         acting = self._rollout.models.get("policy")
         self._policy_changes = ParameterWatch(acting)  # edits in place of the module that acts
         self._unsent = UnsentEdits(_copied_from(self._rollout.user_policy, acting))  # a device copy's source
+        self._staged: StagedWeights | None = None  # background collection: updates wait for a batch
         self._profiler: RolloutProfiler | None = None
         self._closed = False
         self._rollout.set_seed(options.seed)
@@ -158,6 +161,8 @@ class Collector(BaseCollector):
             raise self._closed_error()
         if self._receiver_schemes:
             self._poll_receivers()
+        if self._staged is not None:
+            self._take_staged()
         if self._profile_config is not None and self._profiler is None:
             self._profiler = RolloutProfiler(self._profile_config, worker_idx=0)
         if self._profiler is not None:
@@ -171,6 +176,42 @@ class Collector(BaseCollector):
         if self._profiler is not None:
             self._profiler.after_rollout()
         return batch
+
+    def start(self) -> None:
+        """As :meth:`BaseCollector.start`. The policy then acts in the collection thread as a copy of
+        the module you passed, as a worker's does: a step of your optimizer never writes into
+        weights a forward pass is reading, a change you make reaches the copy with your next
+        :meth:`update_policy_weights_`, at the start of the next batch, and every frame's
+        ``policy_version`` names the weights that chose it (a policy that cannot be copied acts
+        itself, with a warning)."""
+        if self.replay_buffer is not None and self._background is None and self._staged is None:
+            acting = self._rollout.models.get("policy")
+            if _copied_from(self._rollout.user_policy, acting) is None:  # your module itself acts
+                self._act_with_copy()
+            self._staged = StagedWeights()
+        super().start()
+
+    def _act_with_copy(self) -> None:
+        try:
+            acting = self._rollout.act_with_copy()
+        except Exception as error:  # noqa: BLE001 (a module holding a lock, a file, a CUDA graph)
+            warnings.warn(f"start(): the policy could not be copied ({type(error).__name__}: {error}); your "
+                          "module itself acts in the collection thread, and a change you make to it in place "
+                          "reaches frames of a batch already stamped with the version before it",
+                          RuntimeWarning, stacklevel=3)
+            return
+        if acting is not None:
+            self._policy_changes = ParameterWatch(acting)
+            self._unsent = UnsentEdits(self._rollout.user_policy)
+
+    def _take_staged(self) -> None:
+        """Apply the updates staged since the last batch (in the collection thread)."""
+        assert self._staged is not None
+        forms, count = self._staged.take()
+        if count:
+            self._apply_in_process(forms)
+            self._policy_version += count
+            self._policy_changes.changed()  # these versions' weights: no second bump for them
 
     def iterator(self) -> Iterator[TensorDictBase | None]:
         while self.total_frames < 0 or self._rollout.frames < self.total_frames:
@@ -278,7 +319,14 @@ class Collector(BaseCollector):
         self._update_in_process(forms, self._rollout.user_policy)
 
     def _apply_received(self, forms: dict[str, Any]) -> None:
-        """Weights from upstream (``None``: already applied by a receiver scheme); bumps the version."""
+        """Weights from upstream (``None``: already applied by a receiver scheme); bumps the version.
+        While collecting in the background, they are checked and copied here and applied by the
+        collection thread before its next batch."""
+        if self._staged is not None:
+            self._staged.put({m: None if s is None else staged_copy(m, s, self.receiver_model(m))
+                              for m, s in forms.items()})
+            self._weights_sent()
+            return
         self._apply_in_process(forms)
         self._policy_version += 1
         self._policy_changes.changed()  # this version's weights: no second bump for them

@@ -101,6 +101,10 @@ class NestedRollout:
         self.episodes.load_state_dict(state["episodes"])
         self.frames, self._forwarded = int(state["frames"]), int(state["forwarded"])
 
+    def act_with_copy(self) -> torch.nn.Module | None:
+        """Its policy acts in processes of its own, with the weights forwarded to them: no copy here."""
+        return None
+
     def close(self) -> None:
         self.collector.shutdown()
 

@@ -12,6 +12,7 @@ Examples:
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
@@ -36,13 +37,43 @@ def find_module(models: Mapping[str, torch.nn.Module], model_id: str) -> torch.n
 
 
 class ModelLookup:
-    """An engine's ``module(model_id)``: what a weight update under ``model_id`` writes into."""
+    """An engine's ``module(model_id)``: what a weight update under ``model_id`` writes into; and
+    :meth:`act_with_copy`."""
 
-    models: Mapping[str, torch.nn.Module]
+    models: dict[str, torch.nn.Module]
+    policy: Any  # what acts: its ``callable`` and the ``module`` in it (``None``: none)
 
     def module(self, model_id: str) -> torch.nn.Module:
         """The module updated under ``model_id`` (see :func:`find_module`)."""
         return find_module(self.models, model_id)
+
+    def act_with_copy(self) -> torch.nn.Module | None:
+        """From now on, have the policy act with a deep copy of its module (the callable around it,
+        a compiled or a numpy wrapper, copied with it), updated under ``"policy"`` in its place;
+        return the copy, or ``None`` where no module acts (random actions, a policy server, a
+        function).
+
+        Examples:
+            >>> from types import SimpleNamespace
+            >>> net = torch.nn.Linear(2, 1)
+            >>> engine = ModelLookup()
+            >>> engine.policy = SimpleNamespace(callable=net, module=net)
+            >>> engine.models = {"policy": net}
+            >>> twin = engine.act_with_copy()
+            >>> twin is not net, engine.module("policy") is twin, engine.policy.callable is twin
+            (True, True, True)
+        """
+        policy: Any = getattr(self, "policy", None)
+        module: torch.nn.Module | None = getattr(policy, "module", None)
+        if module is None:
+            return None
+        memo: dict[int, Any] = {}
+        acting = copy.deepcopy(policy.callable, memo)
+        twin: torch.nn.Module = memo.get(id(module)) or copy.deepcopy(module)
+        policy.callable, policy.module = acting, twin
+        if self.models.get("policy") is module:
+            self.models["policy"] = twin
+        return twin
 
 
 def copy_weights(models: Mapping[str, torch.nn.Module]) -> dict[str, dict[str, torch.Tensor]]:

@@ -174,7 +174,7 @@ class TensorDictRollout(ModelLookup):
         return batch
 
     def _act(self, root: TensorDictBase, t: int) -> TensorDictBase:
-        out = self.user_policy(root)
+        out = self.policy.callable(root)
         if not isinstance(out, TensorDictBase):
             raise TypeError(f"policy {type(self.user_policy).__name__} returned {type(out).__name__} at "
                             f"step {t}; with this TorchRL env ({self.envs.reason}) the policy takes the "
