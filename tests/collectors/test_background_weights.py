@@ -28,7 +28,8 @@ class Switch(torch.nn.Module):
 
 
 def background(policy: Any, buffer: ReplayBuffer) -> Collector:
-    collector = Collector("CartPole-v1", policy, num_envs=2, frames_per_batch=64, replay_buffer=buffer, seed=0)
+    collector = Collector("CartPole-v1", policy, num_envs=2, frames_per_batch=64, replay_buffer=buffer,
+                          seed=0)
     collector.start()
     return collector
 
