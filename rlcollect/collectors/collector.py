@@ -142,7 +142,7 @@ class Collector(BaseCollector):
 
     @property
     def policy(self) -> Any:
-        """The policy that runs (the device copy where one was made)."""
+        """The policy that runs (a copy where one was made: on another device, or by :meth:`start`)."""
         return getattr(self._rollout.policy, "callable", None)
 
     # -- collection ------------------------------------------------------------------------
