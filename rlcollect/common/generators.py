@@ -258,4 +258,3 @@ def _state_of(generator: Any) -> Any:
 
 def _restore_state(generator: Any, state: Any) -> None:
     _kind_of(generator).set(generator, state)
-
