@@ -69,7 +69,9 @@ class ModelLookup:
             return None
         memo: dict[int, Any] = {}
         acting = copy.deepcopy(policy.callable, memo)
-        twin: torch.nn.Module = memo.get(id(module)) or copy.deepcopy(module)
+        twin: torch.nn.Module | None = memo.get(id(module))  # the copy inside the copied callable
+        if twin is None:  # a callable that does not call the module (it stays the one updated)
+            twin = copy.deepcopy(module)
         policy.callable, policy.module = acting, twin
         if self.models.get("policy") is module:
             self.models["policy"] = twin

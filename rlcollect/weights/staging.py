@@ -3,8 +3,8 @@
 A collector collecting in a background thread (``start()``) must not write new weights into the
 module a forward pass of that thread is reading, nor change them in the middle of a batch whose
 frames are stamped with one ``policy_version``. The caller's thread checks and copies each update
-(:func:`staged_copy`) and :meth:`StagedWeights.put` s it; the collecting thread :meth:`StagedWeights.take`
-s what arrived before each batch and applies it there.
+(:func:`staged_copy`) and puts it (:meth:`StagedWeights.put`); before each batch, the collecting
+thread takes what arrived (:meth:`StagedWeights.take`) and applies it.
 
 Examples:
     >>> import torch
