@@ -209,9 +209,13 @@ class Collector(BaseCollector):
         assert self._staged is not None
         forms, count = self._staged.take()
         if count:
-            self._apply_in_process(forms)
-            self._policy_version += count
-            self._policy_changes.changed()  # these versions' weights: no second bump for them
+            self._apply_versions(forms, count)
+
+    def _apply_versions(self, forms: dict[str, Any], count: int) -> None:
+        """Apply ``forms`` (see :meth:`_apply_in_process`), the weights of ``count`` new versions."""
+        self._apply_in_process(forms)
+        self._policy_version += count
+        self._policy_changes.changed()  # these versions' weights: no second bump for them
 
     def iterator(self) -> Iterator[TensorDictBase | None]:
         while self.total_frames < 0 or self._rollout.frames < self.total_frames:
@@ -325,11 +329,8 @@ class Collector(BaseCollector):
         if self._staged is not None:
             self._staged.put({m: None if s is None else staged_copy(m, s, self.receiver_model(m))
                               for m, s in forms.items()})
-            self._weights_sent()
-            return
-        self._apply_in_process(forms)
-        self._policy_version += 1
-        self._policy_changes.changed()  # this version's weights: no second bump for them
+        else:
+            self._apply_versions(forms, 1)
         self._weights_sent()
 
     def _weights_sent(self) -> None:

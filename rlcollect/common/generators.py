@@ -240,21 +240,13 @@ def kept_generators(obj: Any) -> Iterator[None]:
         >>> rng.random() == np.random.default_rng(0).random()
         True
     """
-    held = [(generator, _state_of(generator)) for generator in held_generators(obj)]
+    held = [(generator, _kind_of(generator).get(generator)) for generator in held_generators(obj)]
     try:
         yield
     finally:
         for generator, state in held:
-            _restore_state(generator, state)
+            _kind_of(generator).set(generator, state)
 
 
 def _kind_of(generator: Any) -> _Kind:
     return next(kind for cls, kind in _KINDS.items() if isinstance(generator, cls))
-
-
-def _state_of(generator: Any) -> Any:
-    return _kind_of(generator).get(generator)
-
-
-def _restore_state(generator: Any, state: Any) -> None:
-    _kind_of(generator).set(generator, state)

@@ -25,6 +25,8 @@ import numpy as np
 import torch
 from tensordict import NestedKey, TensorDictBase
 
+from rlcollect.data.layout import DONE_FLAGS
+
 __all__ = [
     "TrajectoryAssembler",
     "TrajectoryIds",
@@ -217,7 +219,7 @@ def trajectory_ends(nxt: TensorDictBase, dims: int, keys: Iterable[NestedKey] | 
     """
     if keys is None:
         keys = [key for key in nxt.keys(True, True)
-                if (key if isinstance(key, str) else key[-1]) in ("done", "terminated", "truncated")]
+                if (key if isinstance(key, str) else key[-1]) in DONE_FLAGS]
     end = torch.zeros(nxt.batch_size[:dims], dtype=torch.bool)
     for key in keys:
         flag = nxt.get(key)

@@ -41,6 +41,12 @@ def wait_for(buffer: ReplayBuffer, frames: int) -> None:
         time.sleep(0.005)
 
 
+def stored(collector: Collector, buffer: ReplayBuffer) -> tuple[Any, int | None]:
+    """The buffer's frames and the collector's policy version, read with collection paused."""
+    with collector.pause():
+        return buffer.data[: len(buffer)], collector.stats().policy_version
+
+
 def test_each_frame_is_stamped_with_the_weights_that_chose_it() -> None:
     """Version v's weights choose action v % 2: the training thread flips the weights in place and
     sends them, 40 times, while the collection thread steps. (Acting with your module itself, the
@@ -56,11 +62,10 @@ def test_each_frame_is_stamped_with_the_weights_that_chose_it() -> None:
             collector.update_policy_weights_()
             time.sleep(0.005)
         wait_for(buffer, len(buffer) + 128)
-        with collector.pause():
-            frames = buffer.data[: len(buffer)]
-            assert collector.stats().policy_version == 40
+        frames, version = stored(collector, buffer)
     finally:
         collector.async_shutdown()
+    assert version == 40
     versions, actions = frames["policy_version"], frames["action"]
     assert versions.min() == 0 and versions.max() == 40
     assert torch.equal(actions, versions % 2)
@@ -75,8 +80,7 @@ def test_an_edit_never_sent_does_not_act_and_is_said() -> None:
         with torch.no_grad(), pytest.warns(StaleWeightsWarning):
             policy.bias.fill_(1.0)
             wait_for(buffer, len(buffer) + 64 * 12)  # the warning comes 10 batches after the edit
-        with collector.pause():
-            frames = buffer.data[: len(buffer)]
+        frames, _ = stored(collector, buffer)
     finally:
         collector.async_shutdown()
     assert int(frames["action"].sum()) == 0 and int(frames["policy_version"].max()) == 0
@@ -91,11 +95,10 @@ def test_a_bad_update_raises_in_the_callers_thread_and_collection_goes_on() -> N
             collector.update_policy_weights_({"bias": torch.ones(3)})
         collector.update_policy_weights_({"bias": torch.ones(())})
         wait_for(buffer, len(buffer) + 256)
-        with collector.pause():
-            frames = buffer.data[: len(buffer)]
-            assert collector.stats().policy_version == 1
+        frames, version = stored(collector, buffer)
     finally:
         collector.async_shutdown()
+    assert version == 1
     assert torch.equal(frames["action"], frames["policy_version"])  # version 1: bias 1, action 1
     assert int(frames["policy_version"][-1]) == 1
     assert policy.bias.detach().item() == 0.0  # your module is left as it was
