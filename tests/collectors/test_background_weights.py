@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from rlcollect import Collector, ReplayBuffer
+from rlcollect import AsyncBatchedCollector, Collector, MultiAsyncCollector, ReplayBuffer
 from rlcollect.weights import StaleWeightsWarning
 
 pytestmark = pytest.mark.timeout(120)
@@ -41,10 +41,25 @@ def wait_for(buffer: ReplayBuffer, frames: int) -> None:
         time.sleep(0.005)
 
 
-def stored(collector: Collector, buffer: ReplayBuffer) -> tuple[Any, int | None]:
+def stored(collector: Any, buffer: ReplayBuffer) -> tuple[Any, int | None]:
     """The buffer's frames and the collector's policy version, read with collection paused."""
     with collector.pause():
         return buffer.data[: len(buffer)], collector.stats().policy_version
+
+
+def flip_and_send(policy: Switch, collector: Any, buffer: ReplayBuffer, updates: int
+                  ) -> tuple[Any, int | None]:
+    """Flip the weights in place and send them ``updates`` times while collection runs; then the
+    stored frames and the collector's version."""
+    wait_for(buffer, 64)
+    for version in range(1, updates + 1):
+        with torch.no_grad():
+            policy.bias.fill_(float(version % 2))
+        time.sleep(0.002)  # the collection thread steps on: the edit must not reach it yet
+        collector.update_policy_weights_()
+        time.sleep(0.005)
+    wait_for(buffer, len(buffer) + 256)
+    return stored(collector, buffer)
 
 
 def test_each_frame_is_stamped_with_the_weights_that_chose_it() -> None:
@@ -54,15 +69,7 @@ def test_each_frame_is_stamped_with_the_weights_that_chose_it() -> None:
     policy, buffer = Switch(), ReplayBuffer(100_000)
     collector = background(policy, buffer)
     try:
-        wait_for(buffer, 64)
-        for version in range(1, 41):
-            with torch.no_grad():
-                policy.bias.fill_(float(version % 2))
-            time.sleep(0.002)  # the collection thread steps on: the edit must not reach it yet
-            collector.update_policy_weights_()
-            time.sleep(0.005)
-        wait_for(buffer, len(buffer) + 128)
-        frames, version = stored(collector, buffer)
+        frames, version = flip_and_send(policy, collector, buffer, 40)
     finally:
         collector.async_shutdown()
     assert version == 40
@@ -70,6 +77,26 @@ def test_each_frame_is_stamped_with_the_weights_that_chose_it() -> None:
     assert versions.min() == 0 and versions.max() == 40
     assert torch.equal(actions, versions % 2)
     assert (versions.diff() >= 0).all()  # one env-major run per batch, batches in order: never back
+
+
+@pytest.mark.parametrize("kind", ["multi_async", "batched"])
+def test_collectors_with_workers_stamp_each_frame_as_collector_does(kind: str) -> None:
+    """The same run on the collectors whose policies act as copies already (workers, a policy
+    server): every frame's version names the weights that chose it."""
+    policy, buffer = Switch(), ReplayBuffer(100_000, storage="shared")
+    collector: Any = (
+        MultiAsyncCollector("CartPole-v1", policy, num_workers=2, frames_per_batch=64, replay_buffer=buffer)
+        if kind == "multi_async" else
+        AsyncBatchedCollector("CartPole-v1", policy, num_envs=2, frames_per_batch=64, replay_buffer=buffer))
+    collector.start()
+    try:
+        frames, version = flip_and_send(policy, collector, buffer, 20)
+    finally:
+        collector.async_shutdown()
+    assert version == 20
+    versions = frames["policy_version"]
+    assert versions.min() == 0 and versions.max() == 20
+    assert torch.equal(frames["action"], versions % 2)
 
 
 def test_an_edit_never_sent_does_not_act_and_is_said() -> None:
