@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from rlcollect.data.checks import BadDataError, describe
+from rlcollect.data.checks import BadDataError, describe, short_repr
 from rlcollect.data.layout import Field, OneHotSpace
 
 __all__ = ["BatchValueCheck"]
@@ -178,7 +178,7 @@ class BatchValueCheck:
                     env, step = _earliest(nan)
                     value = values[env, step].numpy(force=True)
                     error = BadDataError(f"policy output {'.'.join(key)}", env, step, f"holds NaN: "
-                                         f"{describe(value.tolist() if value.ndim else value.item())}")
+                                         f"{_shown(value)}")
                     found.append(((2 * step, env, 0), error))
         return found
 
@@ -239,5 +239,11 @@ def _value_error(value: np.ndarray, what: str, env: int, step: int, outside: str
             outside += (f" ({value.dtype} holds magnitudes up to {np.finfo(value.dtype).max:.1e}: a "
                         "float64 beyond that is stored as inf)")
     return BadDataError(
-        what, env, step, f"is {describe(value.tolist() if value.ndim else value.item())}, {outside}"
+        what, env, step, f"is {_shown(value)}, {outside}"
     )
+
+
+def _shown(value: np.ndarray) -> str:
+    """A stored value for a message: an array as its values (``[nan, 2.0]``: the batch's dtype, not
+    the type the env or policy returned it in), a scalar with its type (``float nan``)."""
+    return short_repr(value.tolist(), 60) if value.ndim else describe(value.item())

@@ -304,6 +304,45 @@ def test_workers_whose_envs_have_other_spaces_are_an_error_naming_them(cls: type
         cls([make_cartpole, lambda: gym.make("Acrobot-v1")], frames_per_batch=8, total_frames=8).next()
 
 
+class NaNOnceEnv(CountingEnv):
+    """A :class:`CountingEnv` whose 5th step returns NaN observations, in the first process to step
+    that far only (``flag`` is created then): the bad value of a flaky simulator."""
+
+    def __init__(self, flag: str) -> None:
+        super().__init__()
+        self.flag, self.steps = flag, 0
+
+    def step(self, action: Any) -> Any:
+        obs, reward, terminated, truncated, info = super().step(action)
+        self.steps += 1
+        if self.steps == 5:
+            try:
+                os.close(os.open(self.flag, os.O_CREAT | os.O_EXCL))
+                obs = np.full_like(obs, np.nan)
+            except FileExistsError:
+                pass
+        return obs, reward, terminated, truncated, info
+
+
+@pytest.mark.parametrize("cls", [MultiSyncCollector, MultiAsyncCollector])
+def test_bad_data_in_a_worker_is_a_failure_never_a_frame(cls: type, tmp_path: Path) -> None:
+    """A NaN observation in a worker: the warning names it, the worker restarts, no frame holds it;
+    with max_worker_restarts=0 the BadDataError itself reaches the caller."""
+    from rlcollect.data.checks import BadDataError
+
+    make = functools.partial(NaNOnceEnv, str(tmp_path / "restarting"))
+    with pytest.warns(RuntimeWarning, match=r"worker [01] failed \(the observation of env [01] at step 4 of "
+                                            r"batch 0 is \[nan, nan\], not finite\); restarting"), \
+            cls(make, num_workers=2, frames_per_batch=16, total_frames=64, seed=0) as collector:
+        observations = torch.cat([batch["observation"].flatten() for batch in collector])
+    assert observations.numel() >= 64 and not observations.isnan().any()
+    assert collector.stats().restarts == 1
+    make = functools.partial(NaNOnceEnv, str(tmp_path / "raising"))
+    with cls(make, num_workers=2, frames_per_batch=16, total_frames=64, max_worker_restarts=0) as collector, \
+            pytest.raises(BadDataError, match=r"the observation of env [01] at step 4 of batch 0 is \[nan"):
+        list(collector)
+
+
 def test_a_rejected_weight_update_changes_nothing_and_collection_goes_on() -> None:
     with MultiSyncCollector("CartPole-v1", WeightedPolicy(scale=1.0), num_workers=2, frames_per_batch=8,
                             seed=0, timeout=20) as collector:

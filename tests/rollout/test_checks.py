@@ -407,13 +407,13 @@ def test_batch_value_check_finds_the_first_bad_frame() -> None:
     check(buffers, 4)
     buffers.action_np[1, 2] = [1, 3]
     with pytest.raises(
-        BadDataError, match=r"action of env 1 at step 2 is list \[1, 3\], outside MultiDiscrete"
+        BadDataError, match=r"action of env 1 at step 2 is \[1, 3\], outside MultiDiscrete"
     ):
         check(buffers, 4)
     buffers.action_np[1, 2] = [1, 2]
     buffers.obs_ext_np[("observation",)][0, 3, 1] = 2.0  # env 0's reset observation after step 2
     buffers.done_np[0, 2] = True
-    with pytest.raises(BadDataError, match=r"reset observation of env 0 at step 2 is list \[0.0, 2.0, 0.0\]"):
+    with pytest.raises(BadDataError, match=r"reset observation of env 0 at step 2 is \[0.0, 2.0, 0.0\]"):
         check(buffers, 4)
     # several bad values: the earliest is named (the cause of those after it), whatever its field
     buffers.reward_np[1, 1] = np.nan  # env 1, step 1: before the reset observation of step 2
@@ -421,13 +421,13 @@ def test_batch_value_check_finds_the_first_bad_frame() -> None:
         check(buffers, 4)
     buffers.next_obs_np[("observation",)][0, 1] = np.nan  # step 1's true final observation of env 0
     buffers.done_np[0, 1] = True
-    with pytest.raises(BadDataError, match=r"observation of env 0 at step 1 is list \[nan, nan, nan\]"):
+    with pytest.raises(BadDataError, match=r"observation of env 0 at step 1 is \[nan, nan, nan\]"):
         check(buffers, 4)  # what step 1 returned: its observation before its reward (the same step)
     buffers.action_np[1, 1] = [2, 0]
-    with pytest.raises(BadDataError, match=r"action of env 1 at step 1 is list \[2, 0\]"):
+    with pytest.raises(BadDataError, match=r"action of env 1 at step 1 is \[2, 0\]"):
         check(buffers, 4)  # the action of step 1, before what step 1 returned
     buffers.obs_ext_np[("observation",)][1, 0] = -1.0
-    with pytest.raises(BadDataError, match=r"observation of env 1 at step 0 is list \[-1.0, -1.0, -1.0\]"):
+    with pytest.raises(BadDataError, match=r"observation of env 1 at step 0 is \[-1.0, -1.0, -1.0\]"):
         check(buffers, 4)  # the batch's first observation, before every action
 
 
