@@ -176,7 +176,8 @@ class GymEnvs(EnvBatch):
             # a real number or a one-element array, else an error naming the env and the step
             values = np.array([[checked_reward(r, env=i, step=t) for i, r in enumerate(row)]
                                for t, row in enumerate(rows)])
-        self._reward[:, :steps] = values.T
+        with np.errstate(over="ignore"):  # a float64 beyond float32's range: the batch checks name it
+            self._reward[:, :steps] = values.T
 
     def step_info(self) -> dict[str, Any]:
         env = self.envs[0]

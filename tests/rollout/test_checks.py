@@ -7,6 +7,7 @@ standard envs must pass untouched (the batches equal those collected with ``chec
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import gymnasium as gym
@@ -143,6 +144,14 @@ def test_bad_env_value_is_an_error_naming_env_and_step(case: str) -> None:
     with pytest.raises(BadDataError, match=message) as raised:
         list(single(lambda: BadEnv(field, value)))
     assert (raised.value.env, raised.value.step, raised.value.batch) == (1, AT - 1, 0)
+
+
+def test_a_reward_beyond_float32_is_the_error_alone() -> None:
+    """The BadDataError explains the overflow: numpy's cast warning does not come before it."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        with pytest.raises(BadDataError, match=r"reward of env 1 at step 4 .*is inf"):
+            list(single(lambda: BadEnv("reward", 1e300)))
 
 
 @pytest.mark.parametrize("case", list(POLICY_CASES))
