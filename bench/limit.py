@@ -55,7 +55,8 @@ WORKLOADS = ("pong-8", "cartpole-2x8")
 WORKERS = 2
 
 
-def _env_factory(name: str) -> Any:
+def env_factory(name: str) -> Any:
+    """The workload's env factory (picklable): preprocessed Pong, or CartPole."""
     return make_pong_preprocessed if name == "pong-8" else _CartPole()
 
 
@@ -66,7 +67,8 @@ class _CartPole:
         return make_env("CartPole-v1")
 
 
-def _policy(name: str) -> torch.nn.Module:
+def workload_policy(name: str) -> torch.nn.Module:
+    """The workload's seeded policy: the Nature CNN for Pong, the MLP for CartPole."""
     return make_nature_cnn() if name == "pong-8" else make_policy(workload(name))
 
 
@@ -74,9 +76,9 @@ def envs_alone(workload_name: str, quick: bool) -> Batches:
     """The workload's envs stepped in a loop with the actions the policy chose in a first, untimed
     batch, replayed: the env's cost, for the actions the collectors' envs see."""
     w = workload(workload_name, quick)
-    envs = [_env_factory(workload_name)() for _ in range(w.num_envs)]
+    envs = [env_factory(workload_name)() for _ in range(w.num_envs)]
     obs = [env.reset(seed=i)[0] for i, env in enumerate(envs)]
-    policy, actions = _policy(workload_name), []
+    policy, actions = workload_policy(workload_name), []
     with torch.inference_mode():
         for _ in range(w.steps):
             chosen = policy(torch.from_numpy(np.stack(obs))).numpy()
@@ -102,11 +104,11 @@ def policy_alone(workload_name: str, quick: bool, batch: int | None = None) -> B
     """The policy's forward pass on ``batch`` of the workload's observations (default: all its
     envs'): the policy's cost at that batch size."""
     w = workload(workload_name, quick)
-    envs = [_env_factory(workload_name)() for _ in range(batch or w.num_envs)]
+    envs = [env_factory(workload_name)() for _ in range(batch or w.num_envs)]
     obs = np.stack([env.reset(seed=i)[0] for i, env in enumerate(envs)])
     for env in envs:
         env.close()
-    policy = _policy(workload_name)
+    policy = workload_policy(workload_name)
 
     def forward_passes() -> int:
         with torch.inference_mode():
@@ -122,9 +124,9 @@ def _plain_loop(conn: Connection, running: Any, workload_name: str, num_envs: in
     policy on their stacked observations, each env stepped, reset where an episode ended), run
     while ``running`` is set after each ``go``; it answers the frames it stepped."""
     torch.set_num_threads(1)
-    envs = [_env_factory(workload_name)() for _ in range(num_envs)]
+    envs = [env_factory(workload_name)() for _ in range(num_envs)]
     obs = [env.reset(seed=seed + i)[0] for i, env in enumerate(envs)]
-    policy = _policy(workload_name)
+    policy = workload_policy(workload_name)
     while conn.recv() == "go":
         frames = 0
         with torch.inference_mode():
@@ -181,7 +183,8 @@ def collector(workload_name: str, quick: bool, kind: str) -> Batches:
     import rlcollect
 
     w = workload(workload_name, quick)
-    source, policy, per_worker = _env_factory(workload_name), _policy(workload_name), w.num_envs // WORKERS
+    source, policy = env_factory(workload_name), workload_policy(workload_name)
+    per_worker = w.num_envs // WORKERS
     common: dict[str, Any] = {"seed": 0, "return_same_td": True}
     if kind == "single":
         return iterate(rlcollect.Collector(source, policy, num_envs=w.num_envs,

@@ -40,51 +40,16 @@ import numpy as np
 import torch
 
 from bench.harness import Batches, Contender, Plan, Ratio, parse_args, run
-from bench.workloads import (
-    MLP,
-    NATURE_CNN,
-    iterate,
-    make_env,
-    make_nature_cnn,
-    make_policy,
-    make_pong_preprocessed,
-)
-from bench.workloads import workload as named_workload
+from bench.limit import WORKERS, WORKLOADS, collector, env_factory, workload_policy
+from bench.workloads import MLP, NATURE_CNN, workload
 
 FAMILY = "puffer"
-WORKLOADS = ("pong-8", "cartpole-2x8")
-WORKERS = 2
-
-
-def _env(name: str) -> Any:
-    return make_pong_preprocessed() if name == "pong-8" else make_env("CartPole-v1")
-
-
-def _policy(name: str) -> torch.nn.Module:
-    return make_nature_cnn() if name == "pong-8" else make_policy(named_workload(name))
 
 
 def _counts(name: str, quick: bool) -> tuple[int, int]:
     """(envs in all, time steps per batch per env)."""
-    w = named_workload(name, quick)
+    w = workload(name, quick)
     return w.num_envs, w.steps
-
-
-def rlcollect_collector(workload_name: str, quick: bool, kind: str) -> Batches:
-    from functools import partial
-
-    from rlcollect import Collector, MultiAsyncCollector, MultiSyncCollector
-
-    n, steps = _counts(workload_name, quick)
-    env, policy = partial(_env, workload_name), _policy(workload_name)
-    common: dict[str, Any] = {"seed": 0, "return_same_td": True}
-    if kind == "single":
-        return iterate(Collector(env, policy, num_envs=n, frames_per_batch=n * steps, **common))
-    cls = MultiSyncCollector if kind == "sync" else MultiAsyncCollector
-    fpb = n * steps if kind == "sync" else n * steps // WORKERS  # a worker's batch: the same steps per env
-    collector = cls(env, policy, num_workers=WORKERS, num_envs_per_worker=n // WORKERS, frames_per_batch=fpb,
-                    **common)
-    return iterate(collector, warmup_batches=1 if kind == "sync" else WORKERS + 1)
 
 
 def _import_pufferlib() -> Any:
@@ -111,7 +76,7 @@ class _PufferEnv:
 
     def __call__(self, buf: Any = None, seed: int = 0) -> Any:
         pufferlib = _import_pufferlib()
-        return pufferlib.emulation.GymnasiumPufferEnv(env=_env(self.name), buf=buf, seed=seed)
+        return pufferlib.emulation.GymnasiumPufferEnv(env=env_factory(self.name)(), buf=buf, seed=seed)
 
 
 def puffer_loop(
@@ -121,7 +86,7 @@ def puffer_loop(
     the workload's number of envs at a time; each step stored into ``[T, n, ...]`` arrays."""
     pufferlib = _import_pufferlib()
     n, steps = _counts(workload_name, quick)
-    policy = _policy(workload_name)
+    policy = workload_policy(workload_name)
     vector_backend = getattr(pufferlib.vector, backend)
     options: dict[str, Any] = {"batch_size": n}
     if backend == "Multiprocessing":
@@ -159,11 +124,11 @@ def plan(name: str, quick: bool) -> Plan:
     half = n // WORKERS
     puffer = "PufferLib loop, `Multiprocessing`"
     contenders = [
-        Contender("sync", f"**rlcollect MultiSyncCollector ({WORKERS} x {half} envs)**", rlcollect_collector,
+        Contender("sync", f"**rlcollect MultiSyncCollector ({WORKERS} x {half} envs)**", collector,
                   {**kwargs, "kind": "sync"}),
         Contender("async", f"**rlcollect MultiAsyncCollector ({WORKERS} x {half} envs)**",
-                  rlcollect_collector, {**kwargs, "kind": "async"}),
-        Contender("single", f"rlcollect Collector ({n} envs in one process)", rlcollect_collector,
+                  collector, {**kwargs, "kind": "async"}),
+        Contender("single", f"rlcollect Collector ({n} envs in one process)", collector,
                   {**kwargs, "kind": "single"}),
         Contender("puffer-serial", f"PufferLib loop, `Serial` ({n} envs in one process)", puffer_loop,
                   {**kwargs, "backend": "Serial"}),
