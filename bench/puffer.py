@@ -154,7 +154,11 @@ def plan(name: str, quick: bool) -> Plan:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(FAMILY, __doc__, WORKLOADS, repetitions=5, seconds=2.0, argv=argv)
-    version = getattr(_import_pufferlib(), "__version__", "?")
+    try:
+        version = getattr(_import_pufferlib(), "__version__", "?")
+    except ImportError as error:
+        raise SystemExit(f"bench.puffer needs PufferLib ({error}): pip install pufferlib, or see "
+                         "bench/README.md for its sources without the build") from None
     run(FAMILY, f"PufferLib {version}: rlcollect vs PufferLib's vectorization", args, plan)
 
 
