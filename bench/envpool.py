@@ -42,7 +42,15 @@ from bench.harness import (
     parse_args,
     run,
 )
-from bench.workloads import MLP, NATURE_CNN, ScaledTanh, iterate, make_nature_cnn, make_pong_preprocessed
+from bench.workloads import (
+    MLP,
+    NATURE_CNN,
+    ScaledTanh,
+    iterate,
+    make_nature_cnn,
+    make_pong_preprocessed,
+    step_arrays,
+)
 
 FAMILY = "envpool"
 WORKLOADS = ("pong-8", "halfcheetah-8")
@@ -86,12 +94,8 @@ def envpool_loop(workload_name: str, quick: bool, asynchronous: bool = False) ->
     n, steps = NUM_ENVS, frames_per_batch(workload_name, quick) // NUM_ENVS
     pool = envpool.make(TASKS[workload_name], env_type="gymnasium", num_envs=2 * n if asynchronous else n,
                         batch_size=n, seed=0)
-    obs_space, act_space = pool.observation_space, pool.action_space
-    observations = np.zeros((steps, n, *obs_space.shape), dtype=obs_space.dtype)
-    actions = np.zeros((steps, n, *act_space.shape), dtype=act_space.dtype)
-    rewards = np.zeros((steps, n), dtype=np.float32)
-    terminateds, truncateds = np.zeros((steps, n), dtype=bool), np.zeros((steps, n), dtype=bool)
-    env_ids = np.zeros((steps, n), dtype=np.int32)
+    observations, actions, rewards, terminateds, truncateds, env_ids = step_arrays(
+        steps, n, pool.observation_space, pool.action_space)
     if asynchronous:
         pool.async_reset()
         state = list(pool.recv())

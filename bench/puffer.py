@@ -40,8 +40,8 @@ import numpy as np
 import torch
 
 from bench.harness import Batches, Contender, Plan, Ratio, parse_args, run
-from bench.limit import WORKERS, WORKLOADS, collector, env_factory, workload_policy
-from bench.workloads import MLP, NATURE_CNN, workload
+from bench.limit import WORKERS, WORKLOADS, contenders, env_factory, workload_policy
+from bench.workloads import MLP, NATURE_CNN, step_arrays, workload
 
 FAMILY = "puffer"
 
@@ -95,12 +95,8 @@ def puffer_loop(
                                  **options)
     envs.async_reset(0)
     state = list(envs.recv())
-    obs_space, act_space = envs.single_observation_space, envs.single_action_space
-    observations = np.zeros((steps, n, *obs_space.shape), dtype=obs_space.dtype)
-    actions = np.zeros((steps, n, *act_space.shape), dtype=np.int64)
-    rewards = np.zeros((steps, n), dtype=np.float32)
-    terminateds, truncateds = np.zeros((steps, n), dtype=bool), np.zeros((steps, n), dtype=bool)
-    env_ids = np.zeros((steps, n), dtype=np.int64)
+    observations, actions, rewards, terminateds, truncateds, env_ids = step_arrays(
+        steps, n, envs.single_observation_space, envs.single_action_space, np.int64)
 
     def batch() -> int:
         resets = 0
@@ -123,13 +119,9 @@ def plan(name: str, quick: bool) -> Plan:
     n, steps = _counts(name, quick)
     half = n // WORKERS
     puffer = "PufferLib loop, `Multiprocessing`"
-    contenders = [
-        Contender("sync", f"**rlcollect MultiSyncCollector ({WORKERS} x {half} envs)**", collector,
-                  {**kwargs, "kind": "sync"}),
-        Contender("async", f"**rlcollect MultiAsyncCollector ({WORKERS} x {half} envs)**",
-                  collector, {**kwargs, "kind": "async"}),
-        Contender("single", f"rlcollect Collector ({n} envs in one process)", collector,
-                  {**kwargs, "kind": "single"}),
+    ours = [c for c in contenders(name, quick) if c.name in ("sync", "async", "single")]  # bench.limit's
+    rows = [
+        *ours,
         Contender("puffer-serial", f"PufferLib loop, `Serial` ({n} envs in one process)", puffer_loop,
                   {**kwargs, "backend": "Serial"}),
         Contender("puffer-1", f"{puffer} (1 worker x {n} envs)", puffer_loop,
@@ -149,7 +141,7 @@ def plan(name: str, quick: bool) -> Plan:
     policy = NATURE_CNN if name == "pong-8" else MLP
     env = "preprocessed Pong" if name == "pong-8" else "CartPole-v1"
     heading = f"{env}, {n} envs, {policy}, {steps} steps per env per batch"
-    return Plan(heading, contenders, ratios)
+    return Plan(heading, rows, ratios)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -28,7 +28,7 @@ __all__ = [
     "SLOW_DELAYS_S", "WORKLOADS", "NatureCNN", "PongCNN", "SlowEnv", "Workload", "iterate", "make_env",
     "make_nature_cnn", "make_policy", "make_pong_preprocessed", "make_slow_policy", "register",
     "slow_env_factories", "torchrl_env", "torchrl_nature_cnn", "torchrl_policy", "torchrl_pong_preprocessed",
-    "vector_loop", "workload",
+    "step_arrays", "vector_loop", "workload",
 ]
 
 MLP = "MLP obs-64-64-act (tanh)"
@@ -145,6 +145,17 @@ def iterate(collector: Any, warmup_batches: int = 1, pids: Callable[[], list[int
     return Batches(lambda: int(next(batches).numel()), collector.shutdown, warmup_batches, pids)
 
 
+def step_arrays(steps: int, n: int, obs_space: Any, act_space: Any, action_dtype: Any = None
+                ) -> tuple[np.ndarray, ...]:
+    """What a hand-written loop stores, preallocated ``[steps, n, ...]``: observations, actions
+    (``action_dtype``, default the space's), rewards, terminated and truncated flags, env ids."""
+    observations = np.zeros((steps, n, *(obs_space.shape or ())), dtype=obs_space.dtype)
+    actions = np.zeros((steps, n, *(act_space.shape or ())), dtype=action_dtype or act_space.dtype)
+    flags = np.zeros((2, steps, n), dtype=bool)
+    return (observations, actions, np.zeros((steps, n), dtype=np.float32), flags[0], flags[1],
+            np.zeros((steps, n), dtype=np.int64))
+
+
 def vector_loop(w: Workload, vector_env: Callable[..., gym.vector.VectorEnv]) -> Batches:
     """CleanRL's loop: a ``SyncVectorEnv`` or ``AsyncVectorEnv`` of all the workload's envs (same-step
     autoreset, as rlcollect) + the policy, each step stored into preallocated ``[T, N, ...]`` arrays."""
@@ -152,11 +163,8 @@ def vector_loop(w: Workload, vector_env: Callable[..., gym.vector.VectorEnv]) ->
     envs = vector_env([partial(make_env, w.env_id)] * w.num_envs,
                       autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     steps, n = w.steps, w.num_envs
-    obs_space, act_space = envs.single_observation_space, envs.single_action_space
-    observations = np.zeros((steps, n, *(obs_space.shape or ())), dtype=obs_space.dtype)
-    actions = np.zeros((steps, n, *(act_space.shape or ())), dtype=act_space.dtype)
-    rewards = np.zeros((steps, n), dtype=np.float32)
-    terminateds, truncateds = np.zeros((steps, n), dtype=bool), np.zeros((steps, n), dtype=bool)
+    observations, actions, rewards, terminateds, truncateds, _ = step_arrays(
+        steps, n, envs.single_observation_space, envs.single_action_space)
     obs, _ = envs.reset(seed=0)
 
     def batch() -> int:
