@@ -8,6 +8,10 @@ Examples:
     ['frames_per_batch', 'postproc']
     >>> idle_seconds("30")
     30.0
+    >>> check_ray_replay_buffer([])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    TypeError: replay_buffer=list: RayCollector requires a replay buffer with service_backend='ray' ...
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any
 from rlcollect.collectors.options import CollectorOptions
 from rlcollect.torchrl.translate import TORCHRL_ARGUMENTS
 
-__all__ = ["idle_seconds", "none_means_default"]
+__all__ = ["check_ray_replay_buffer", "idle_seconds", "none_means_default"]
 
 
 def none_means_default(cls: type, kwargs: dict[str, Any]) -> None:
@@ -52,3 +56,21 @@ def idle_seconds(count: str) -> float:
         raise ValueError(f"MAX_IDLE_COUNT={count!r} must be a positive int (seconds a worker may take "
                          "for a batch)")
     return float(seconds)
+
+
+def check_ray_replay_buffer(replay_buffer: Any) -> None:
+    """TorchRL's ``RayCollector`` writes only to a buffer its Ray actors can reach: TorchRL's Ray
+    service buffer (``ReplayBuffer(..., service_backend='ray')``) or a Ray actor with ``extend``;
+    an in-process buffer is refused with TorchRL's message (``rlcollect.RayCollector`` takes one
+    and extends it in this process)."""
+    if replay_buffer is None:
+        return
+    service = getattr(replay_buffer, "service_backend", None) == "ray" and callable(
+        getattr(replay_buffer, "client", None))
+    actor = callable(getattr(getattr(replay_buffer, "extend", None), "remote", None))
+    if not (service or actor):
+        raise TypeError(f"replay_buffer={type(replay_buffer).__name__}: RayCollector requires a replay "
+                        "buffer with service_backend='ray' and a client() method. Construct it with "
+                        "ReplayBuffer(..., service_backend='ray'). A regular in-process replay buffer "
+                        "cannot be shared with distant Ray actors (as in TorchRL; rlcollect.RayCollector "
+                        "takes one and extends it in this process).")

@@ -33,7 +33,7 @@ from rlcollect.data.formats import TorchRLLayout
 from rlcollect.envs.torchrl_env import dump_env_transform
 from rlcollect.policies.devices import warn_unmovable
 from rlcollect.torchrl.accessors import TorchRLAccessors
-from rlcollect.torchrl.arguments import idle_seconds, none_means_default
+from rlcollect.torchrl.arguments import check_ray_replay_buffer, idle_seconds, none_means_default
 from rlcollect.torchrl.backends import Selection, context_backend, select
 from rlcollect.torchrl.signatures import ASYNC, COLLECTOR, MULTI, RAY, RAY_DEFAULTS, torchrl_signature
 from rlcollect.torchrl.stats import TorchRLStats, torchrl_stats, worker_state_dict, worker_stats
@@ -360,6 +360,7 @@ class RayCollector(_PrivateKeys, collectors.RayCollector):  # type: ignore[misc]
 
     def __init__(self, create_env_fn: Any, policy: Any = None, **kwargs: Any) -> None:
         kwargs.setdefault("sync", False)
+        check_ray_replay_buffer(kwargs.get("replay_buffer"))
         inner = dict(kwargs.pop("collector_kwargs", None) or {})
         for name in _RAY_COLLECTOR_ARGUMENTS:
             value = kwargs.pop(name, None)

@@ -550,3 +550,21 @@ def test_init_fn_runs_once_in_each_worker_as_torchrl(name: str, tmp_path: Path) 
             collector.shutdown()
         pids = {int(path.name) for path in folder.iterdir()}
         assert len(pids) == 2 and os.getpid() not in pids, owner.__name__
+
+
+@pytest.mark.timeout(60)
+def test_ray_collector_refuses_an_in_process_replay_buffer_as_torchrl() -> None:
+    """TorchRL's RayCollector takes only a buffer its actors can reach; rlcollect's own takes any."""
+    from torchrl.collectors.distributed import RayCollector as TorchRLRayCollector
+    from torchrl.data import LazyTensorStorage, ReplayBuffer
+
+    buffer = ReplayBuffer(storage=LazyTensorStorage(100))
+    builds: list[Callable[[], Any]] = [
+        lambda: TorchRLRayCollector([make_cartpole], frames_per_batch=20, replay_buffer=buffer),
+        lambda: wing.RayCollector([make_cartpole], frames_per_batch=20, replay_buffer=buffer),
+        lambda: wing.Collector(make_cartpole, backend="ray", replay_buffer=buffer, frames_per_batch=20),
+    ]
+    for build in builds:
+        with pytest.raises(TypeError, match="cannot be shared with distant Ray actors"):
+            build()
+    assert "rlcollect.RayCollector takes one" in str(pytest.raises(TypeError, builds[1]).value)
