@@ -175,7 +175,8 @@ class EnvPoolEnv(GymVectorEnv):
 class Received:
     """One answer of an asynchronous pool: ``B`` envs (``env_ids``, local to the pool), their
     observations, rewards and flags; ``completes`` marks the rows that end a step the collector
-    sent (the others are the reset observations of envs that had finished)."""
+    sent (the others are the reset observations of envs that had finished), ``all_complete``
+    whether every row does (most answers: no reset observation among them)."""
 
     env_ids: np.ndarray
     obs: Any
@@ -183,6 +184,7 @@ class Received:
     terminated: np.ndarray
     truncated: np.ndarray
     completes: np.ndarray
+    all_complete: bool
 
 
 class EnvPoolStream(EnvPoolEnv):
@@ -202,6 +204,8 @@ class EnvPoolStream(EnvPoolEnv):
         super().__init__(pool, max_episode_steps, rebuild)
         self.pool_size = int(pool.config["num_envs"])
         self._finishing = np.ones(self.pool_size, dtype=bool)  # the next answer is a reset observation
+        self._resets = self.pool_size  # envs whose _finishing is set
+        self._complete = np.ones(self.num_envs, dtype=bool)  # an answer's completes, all set (read only)
         self._in_flight = 0  # envs sent an action (or a reset) and not received yet
 
     def _rows(self, config: dict[str, Any], max_episode_steps: int | None) -> int:
@@ -227,6 +231,7 @@ class EnvPoolStream(EnvPoolEnv):
         pool.async_reset()
         self._in_flight = self.pool_size
         self._finishing[:] = True
+        self._resets = self.pool_size
         self._steps[:] = 0
 
     def _reseed(self, seed: int) -> None:
@@ -248,10 +253,19 @@ class EnvPoolStream(EnvPoolEnv):
             assert buffers is not None
             check_vector_step(obs, reward, terminated, truncated, buffers.obs_ext_np, buffers.dict_obs,
                               step=step)
-        ids = np.asarray(info["env_id"], dtype=np.int32)  # as send() takes them
-        completes = ~self._finishing[ids]
-        self._finishing[ids] = (terminated | truncated) & completes
-        return Received(ids, obs, reward, terminated, truncated, completes)
+        ids = np.asarray(info["env_id"], dtype=np.intp)  # numpy's index type: the fastest to index with
+        ended = terminated | truncated
+        if self._resets:  # some env answers with its reset observation next: are they among these?
+            completes = ~self._finishing[ids]
+            done = int(np.count_nonzero(completes))
+            finishing = ended & completes
+            self._finishing[ids] = finishing
+            self._resets += int(np.count_nonzero(finishing)) - (len(ids) - done)
+            return Received(ids, obs, reward, terminated, truncated, completes, done == len(ids))
+        if ended.any():  # none does (most answers): no per-env lookup unless an episode ends
+            self._finishing[ids] = ended
+            self._resets = int(np.count_nonzero(ended))
+        return Received(ids, obs, reward, terminated, truncated, self._complete, True)
 
     def send(self, action: np.ndarray, env_ids: np.ndarray) -> None:
         """Send ``action`` (``[B, ...]``) to the envs ``env_ids``."""

@@ -64,12 +64,11 @@ class StreamLoop:
         self._written = 0  # of its completed frames
         self._version: int | None = None  # the version acting.version holds
         self._targets: dict[int, _Frames] = {}  # per batch buffers (a worker alternates slots)
-        self.starts = np.ones(envs.pool_size, dtype=bool)  # per env: its next answer starts an episode
+        self._by_env = bool(self.staged.extras)  # extras to stage per env (torch-indexed)
 
     def restart(self) -> None:
         """Forget the held answer (the envs were just reset)."""
         self.pending = None
-        self.starts[:] = True
 
     def collect(self, policy: PolicyAdapter, buffers: BatchBuffers, config: RolloutConfig,
                 traj_ids: TrajectoryIds, episodes: EpisodeTracker, policy_version: int | None) -> int:
@@ -83,6 +82,7 @@ class StreamLoop:
         total, filled, answers = frames.total, 0, 0
         buffers.terminated.zero_()
         buffers.truncated.zero_()
+        policy.bind(self.acting.buffers)  # nothing else binds it while this batch fills
         with torch.inference_mode(), set_interaction_type(config.exploration_type):
             while True:
                 if self.pending is None:
@@ -90,7 +90,7 @@ class StreamLoop:
                     answers += 1
                 answer = self.pending
                 completes = answer.completes
-                todo = None if completes.all() else np.flatnonzero(completes)  # None: every row
+                todo = None if answer.all_complete else np.flatnonzero(completes)  # None: every row
                 left = (len(completes) if todo is None else len(todo)) - self._written
                 count = min(left, total - filled)
                 if count:
@@ -115,18 +115,18 @@ class StreamLoop:
         positions ``start, ...``."""
         stop, staged = start + count, self.staged
         envs = answer.env_ids if rows is None else answer.env_ids[rows]
-        for key, obs in frames.obs.items():
-            frames.write_obs(obs, start, staged.obs[key][envs])
+        for key, obs in frames.obs.items():  # (take: a gather at half the cost of [envs])
+            frames.write_obs(obs, start, staged.obs[key].take(envs, 0))
             answered = get_nested(answer.obs, key) if frames.dict_obs else answer.obs
             frames.next_obs[key][start:stop] = answered if rows is None else answered[rows]
-        frames.action[start:stop] = staged.action[envs]
+        frames.action[start:stop] = staged.action.take(envs, 0)
         if frames.extras:
             envs_t = torch.from_numpy(envs)
             for key, extra in frames.extras.items():
                 extra[start:stop] = staged.extras[key][envs_t]
-        frames.version[start:stop] = staged.version[envs]
+        frames.version[start:stop] = staged.version.take(envs)
         if frames.is_init is not None and staged.is_init is not None:
-            frames.is_init[start:stop] = staged.is_init[envs]
+            frames.is_init[start:stop] = staged.is_init.take(envs)
         frames.reward[start:stop] = answer.reward if rows is None else answer.reward[rows]
         frames.terminated[start:stop] = answer.terminated if rows is None else answer.terminated[rows]
         frames.truncated[start:stop] = answer.truncated if rows is None else answer.truncated[rows]
@@ -135,17 +135,15 @@ class StreamLoop:
     def _act(self, policy: PolicyAdapter, answer: Received, policy_version: int | None) -> None:
         """The policy's actions for the answering envs, staged per env and sent."""
         acting, staged, envs = self.acting, self.staged, answer.env_ids
-        envs_t = torch.from_numpy(envs)
+        envs_t = torch.from_numpy(envs) if self._by_env else None
         acting.buffers.write_obs_all(0, answer.obs)
         if policy_version is not None and policy_version != self._version:
             acting.version[:] = self._version = policy_version
         for c in policy.carried:  # each answering env's own state, from its last step
             policy.carry[c.written].copy_(staged.extras[c.written][envs_t])
         if acting.is_init is not None and staged.is_init is not None:  # a reset observation starts one
-            acting.is_init[:] = self.starts[envs]
+            np.logical_not(answer.completes, out=acting.is_init)
             staged.is_init[envs] = acting.is_init
-        self.starts[envs] = (answer.terminated | answer.truncated) & answer.completes  # next: a reset one
-        policy.bind(acting.buffers)
         policy.act(0)
         policy.finish(1)
         for key, obs in acting.obs.items():
