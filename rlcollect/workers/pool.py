@@ -222,9 +222,12 @@ class WorkerPool(PoolShutdown):
         return self._wait_in_flight([w for w in workers if w in self._in_flight])
 
     def wait_one(self, workers: Iterable[int]) -> tuple[int, BatchReport]:
-        """Like :meth:`wait`, but one report; the others stay pending (and count as busy)."""
-        first, *rest = self.wait(workers)
-        self._stash = rest + self._stash
+        """Like :meth:`wait`, but one report, of the oldest weights among those that arrived
+        together (a batch of weights from before an update is not held back behind one of the
+        new weights); the others stay pending (and count as busy)."""
+        reports = self.wait(workers)
+        first = reports.pop(min(range(len(reports)), key=lambda i: reports[i][1].policy_version))
+        self._stash = reports + self._stash
         return first
 
     def _wait_in_flight(self, workers: list[int]) -> list[tuple[int, BatchReport]]:

@@ -7,6 +7,7 @@ past the budget, pending reports carried through a state, and a bounded shutdown
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import warnings
@@ -161,6 +162,22 @@ def test_pending_reports_survive_a_state_and_come_first() -> None:
     assert fresh.busy() == {0, 1}
     got = fresh.wait([0, 1])
     assert [r for _, r in got] == [r for _, r in pending] and not fresh.busy()
+
+
+def test_of_reports_that_arrived_together_the_oldest_weights_come_first() -> None:
+    """A worker's batch of the weights from before an update is not held back behind another
+    worker's batch of the new weights (what a learner reading ``policy_version`` expects)."""
+    pool = pool_of(FakeTransport())
+    for worker in (0, 1):
+        pool.collect(worker, (1, False, None))
+    pool.drain()
+    (w0, r0), (w1, r1) = sorted(pool.pending(), key=lambda x: x[0])
+    fresh = pool_of(FakeTransport())
+    fresh.restore_pending([(w0, dataclasses.replace(r0, policy_version=3)),
+                           (w1, dataclasses.replace(r1, policy_version=2))])
+    first, second = fresh.wait_one([0, 1]), fresh.wait_one([0, 1])
+    assert (first[0], first[1].policy_version) == (1, 2)
+    assert (second[0], second[1].policy_version) == (0, 3) and not fresh.busy()
 
 
 def test_shutdown_stops_every_worker_and_is_idempotent() -> None:
