@@ -262,9 +262,10 @@ class EnvPoolStream(EnvPoolEnv):
             self._finishing[ids] = finishing
             self._resets += int(np.count_nonzero(finishing)) - (len(ids) - done)
             return Received(ids, obs, reward, terminated, truncated, completes, done == len(ids))
-        if ended.any():  # none does (most answers): no per-env lookup unless an episode ends
+        ends = int(np.count_nonzero(ended))  # (cheaper than ended.any())
+        if ends:  # none does (most answers): no per-env lookup unless an episode ends
             self._finishing[ids] = ended
-            self._resets = int(np.count_nonzero(ended))
+            self._resets = ends
         return Received(ids, obs, reward, terminated, truncated, self._complete, True)
 
     def send(self, action: np.ndarray, env_ids: np.ndarray) -> None:
