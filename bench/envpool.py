@@ -12,7 +12,9 @@ process. Contenders, each in its own process (bench/README.md):
   (EnvPool's own autoreset: the step after an episode's end is a reset whose action is dropped);
 - EnvPool async loop: the same on an asynchronous pool (``num_envs=16, batch_size=8``:
   ``send`` / ``recv``, each step the 8 envs that answered first), a reference for what
-  asynchronous stepping gains on this machine;
+  asynchronous stepping gains on this machine (a row's rewards and flags are those of the envs
+  the next ``recv`` answers for, not of the row's actions: no pairing, so less work than a
+  correct loop);
 - rlcollect async: ``Collector("envpool:<task>", policy, num_envs=16,
   create_env_kwargs={"batch_size": 8}, ...)``: the same asynchronous pool, frames in the order
   they complete (``("collector", "env_ids")`` per frame), against the EnvPool async loop;
