@@ -171,6 +171,35 @@ class EnvPoolEnv(GymVectorEnv):
         self.action_space.seed(seeds[0])
 
 
+#: The entries of EnvPool's raw ``_recv`` state an answer reads, and the action entries ``_send``
+#: takes, in the layout read here (one observation array, one player, one action array).
+_RAW_STATE = ("obs", "reward", "done", "trunc", "info:env_id")
+_RAW_ACTIONS = ["env_id", "players.env_id", "action"]
+
+
+@dataclass(frozen=True)
+class _RawAccess:
+    """Where :data:`_RAW_STATE` sits in a pool's raw state list, and its actions' dtype."""
+
+    pool_id: int
+    state: tuple[int, ...]
+    action_dtype: np.dtype[Any]
+
+
+def _raw_access(pool: Any) -> _RawAccess | None:
+    """How to step ``pool`` through EnvPool's raw ``_recv`` / ``_send`` (what its public ``recv``
+    and ``send`` call after building a dict, an info dict and converting the arguments: about
+    20 µs an answer), for a pool of the layout read here; ``None`` otherwise, or if this EnvPool
+    lacks them: the public calls are used then."""
+    keys, actions = getattr(pool, "_state_keys", None), getattr(pool, "_action_keys", None)
+    spec = getattr(getattr(pool, "_spec", None), "_action_spec", None)
+    if (not isinstance(keys, list) or list(actions or ()) != _RAW_ACTIONS or not spec
+            or any(key not in keys for key in _RAW_STATE) or pool.config.get("max_num_players", 1) != 1
+            or not callable(getattr(pool, "_recv", None)) or not callable(getattr(pool, "_send", None))):
+        return None
+    return _RawAccess(id(pool), tuple(keys.index(key) for key in _RAW_STATE), np.dtype(spec[-1][0]))
+
+
 @dataclass
 class Received:
     """One answer of an asynchronous pool: ``B`` envs (``env_ids``, local to the pool), their
@@ -207,6 +236,7 @@ class EnvPoolStream(EnvPoolEnv):
         self._resets = self.pool_size  # envs whose _finishing is set
         self._complete = np.ones(self.num_envs, dtype=bool)  # an answer's completes, all set (read only)
         self._in_flight = 0  # envs sent an action (or a reset) and not received yet
+        self._raw: _RawAccess | None = None  # for the pool self.env holds (rebuilt when reseeded)
 
     def _rows(self, config: dict[str, Any], max_episode_steps: int | None) -> int:
         rows, size = int(config["batch_size"]), int(config["num_envs"])
@@ -237,6 +267,7 @@ class EnvPoolStream(EnvPoolEnv):
     def _reseed(self, seed: int) -> None:
         if self._rebuild is not None:
             self._in_flight = 0  # the pool is rebuilt: nothing of the old one is waited for
+            self._raw = None
         super()._reseed(seed)
 
     def step_info(self) -> dict[str, Any]:
@@ -246,14 +277,21 @@ class EnvPoolStream(EnvPoolEnv):
     def recv(self, step: int) -> Received:
         """The next ``B`` envs to answer (``step``: the batch step, for error messages)."""
         pool: Any = self.env
-        obs, reward, terminated, truncated, info = pool.recv()
+        raw = self._raw_of(pool)
+        if raw is None:
+            obs, reward, terminated, truncated, info = pool.recv()
+            env_ids = info["env_id"]
+        else:  # what the public recv returns, without its dicts
+            state = pool._recv()
+            obs, reward, done, truncated, env_ids = (state[i] for i in raw.state)
+            terminated = done & ~truncated
         self._in_flight -= self.num_envs
         if self.check_writes:
             buffers = self._buffers
             assert buffers is not None
             check_vector_step(obs, reward, terminated, truncated, buffers.obs_ext_np, buffers.dict_obs,
                               step=step)
-        ids = np.asarray(info["env_id"], dtype=np.intp)  # numpy's index type: the fastest to index with
+        ids = np.asarray(env_ids, dtype=np.intp)  # numpy's index type: the fastest to index with
         ended = terminated | truncated
         if self._resets:  # some env answers with its reset observation next: are they among these?
             completes = ~self._finishing[ids]
@@ -271,8 +309,18 @@ class EnvPoolStream(EnvPoolEnv):
     def send(self, action: np.ndarray, env_ids: np.ndarray) -> None:
         """Send ``action`` (``[B, ...]``) to the envs ``env_ids``."""
         pool: Any = self.env
-        pool.send(action, env_ids)
+        raw = self._raw_of(pool)
+        if raw is None:
+            pool.send(action, env_ids)
+        else:  # the arrays the public send builds (copies: EnvPool's threads read them later)
+            ids = env_ids.astype(np.int32)
+            pool._send([ids, ids, action.astype(raw.action_dtype, order="C")])
         self._in_flight += len(env_ids)
+
+    def _raw_of(self, pool: Any) -> _RawAccess | None:
+        if self._raw is None or self._raw.pool_id != id(pool):
+            self._raw = _raw_access(pool) or _RawAccess(id(pool), (), np.dtype(np.int32))
+        return self._raw if self._raw.state else None
 
     def step(self, t: int) -> None:
         raise RuntimeError("an asynchronous EnvPool is stepped by rlcollect.rollout.stream (recv / send)")

@@ -19,6 +19,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule
 
 from rlcollect import Collector, split_trajectories
+from rlcollect.envs import envpool_env
 from tests.envs.test_envpool import PongPolicy, PushRight
 
 envpool = pytest.importorskip("envpool", reason="EnvPool tests need envpool: pip install rlcollect[envpool]")
@@ -94,8 +95,15 @@ def assert_whole_trajectories(batches: list[TensorDictBase]) -> None:
         assert not one["next", "done"][:-1].any()
 
 
-def test_async_cartpole_equals_a_plain_async_loop() -> None:
-    """4 envs answering 2 at a time, one EnvPool thread: the same frames in the same order."""
+@pytest.mark.parametrize("raw", [True, False], ids=["raw-recv-send", "public-recv-send"])
+def test_async_cartpole_equals_a_plain_async_loop(raw: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """4 envs answering 2 at a time, one EnvPool thread: the same frames in the same order, through
+    EnvPool's raw ``_recv`` / ``_send`` (this EnvPool has them) or its public ``recv`` / ``send``."""
+    probe = envpool.make("CartPole-v1", env_type="gymnasium", num_envs=4, batch_size=2)
+    assert envpool_env._raw_access(probe) is not None  # the raw calls are used, not silently skipped
+    probe.close()
+    if not raw:
+        monkeypatch.setattr(envpool_env, "_raw_access", lambda pool: None)
     pool = {"batch_size": 2, "num_threads": 1, "max_episode_steps": 10}
     got = collect("envpool:CartPole-v1", PushRight(), rows=2, steps=25, batches=4, num_envs=4, seed=7,
                   create_env_kwargs=pool)
@@ -107,6 +115,24 @@ def test_async_cartpole_equals_a_plain_async_loop() -> None:
     again = collect("envpool:CartPole-v1", PushRight(), rows=2, steps=25, batches=4, num_envs=4, seed=7,
                     create_env_kwargs=pool)
     assert all((a == b).all() for a, b in zip(got, again, strict=True))  # one thread: run after run
+
+
+class FirstJoints(torch.nn.Module):
+    """A continuous policy: the tanh of the first 6 observations."""
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(obs[:, :6])
+
+
+def test_async_halfcheetah_continuous_actions_equal_a_plain_async_loop() -> None:
+    """Float actions go to EnvPool in its own dtype (float64) through the raw ``_send``: the same
+    frames as the public loop's."""
+    pool = {"batch_size": 2, "num_threads": 1, "max_episode_steps": 15}
+    got = collect("envpool:HalfCheetah-v4", FirstJoints(), rows=2, steps=20, batches=2, num_envs=4, seed=5,
+                  create_env_kwargs=pool)
+    want = reference("HalfCheetah-v4", FirstJoints(), 4, 2, 80, seed=5, num_threads=1, max_episode_steps=15)
+    assert want["trunc"].sum() > 0
+    assert_equal(frames(got), want)
 
 
 @pytest.mark.parametrize("steps", [1, 3])
