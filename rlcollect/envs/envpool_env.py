@@ -295,11 +295,11 @@ class EnvPoolStream(EnvPoolEnv):
         ended = terminated | truncated
         if self._resets:  # some env answers with its reset observation next: are they among these?
             completes = ~self._finishing[ids]
-            done = int(np.count_nonzero(completes))
+            complete = int(np.count_nonzero(completes))
             finishing = ended & completes
             self._finishing[ids] = finishing
-            self._resets += int(np.count_nonzero(finishing)) - (len(ids) - done)
-            return Received(ids, obs, reward, terminated, truncated, completes, done == len(ids))
+            self._resets += int(np.count_nonzero(finishing)) - (len(ids) - complete)
+            return Received(ids, obs, reward, terminated, truncated, completes, complete == len(ids))
         ends = int(np.count_nonzero(ended))  # (cheaper than ended.any())
         if ends:  # none does (most answers): no per-env lookup unless an episode ends
             self._finishing[ids] = ended
