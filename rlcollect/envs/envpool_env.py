@@ -181,7 +181,6 @@ _RAW_ACTIONS = ["env_id", "players.env_id", "action"]
 class _RawAccess:
     """Where :data:`_RAW_STATE` sits in a pool's raw state list, and its actions' dtype."""
 
-    pool_id: int
     state: tuple[int, ...]
     action_dtype: np.dtype[Any]
 
@@ -197,7 +196,7 @@ def _raw_access(pool: Any) -> _RawAccess | None:
             or any(key not in keys for key in _RAW_STATE) or pool.config.get("max_num_players", 1) != 1
             or not callable(getattr(pool, "_recv", None)) or not callable(getattr(pool, "_send", None))):
         return None
-    return _RawAccess(id(pool), tuple(keys.index(key) for key in _RAW_STATE), np.dtype(spec[-1][0]))
+    return _RawAccess(tuple(keys.index(key) for key in _RAW_STATE), np.dtype(spec[-1][0]))
 
 
 @dataclass
@@ -236,7 +235,7 @@ class EnvPoolStream(EnvPoolEnv):
         self._resets = self.pool_size  # envs whose _finishing is set
         self._complete = np.ones(self.num_envs, dtype=bool)  # an answer's completes, all set (read only)
         self._in_flight = 0  # envs sent an action (or a reset) and not received yet
-        self._raw: _RawAccess | None = None  # for the pool self.env holds (rebuilt when reseeded)
+        self._raw = _raw_access(pool)  # for the pool self.env holds (looked at again when rebuilt)
 
     def _rows(self, config: dict[str, Any], max_episode_steps: int | None) -> int:
         rows, size = int(config["batch_size"]), int(config["num_envs"])
@@ -267,8 +266,8 @@ class EnvPoolStream(EnvPoolEnv):
     def _reseed(self, seed: int) -> None:
         if self._rebuild is not None:
             self._in_flight = 0  # the pool is rebuilt: nothing of the old one is waited for
-            self._raw = None
         super()._reseed(seed)
+        self._raw = _raw_access(self.env)
 
     def step_info(self) -> dict[str, Any]:
         raise TypeError("info_keys with an asynchronous EnvPool (batch_size < num_envs): its rows are not "
@@ -277,7 +276,7 @@ class EnvPoolStream(EnvPoolEnv):
     def recv(self, step: int) -> Received:
         """The next ``B`` envs to answer (``step``: the batch step, for error messages)."""
         pool: Any = self.env
-        raw = self._raw_of(pool)
+        raw = self._raw
         if raw is None:
             obs, reward, terminated, truncated, info = pool.recv()
             env_ids = info["env_id"]
@@ -309,18 +308,13 @@ class EnvPoolStream(EnvPoolEnv):
     def send(self, action: np.ndarray, env_ids: np.ndarray) -> None:
         """Send ``action`` (``[B, ...]``) to the envs ``env_ids``."""
         pool: Any = self.env
-        raw = self._raw_of(pool)
+        raw = self._raw
         if raw is None:
             pool.send(action, env_ids)
         else:  # the arrays the public send builds (copies: EnvPool's threads read them later)
             ids = env_ids.astype(np.int32)
             pool._send([ids, ids, action.astype(raw.action_dtype, order="C")])
         self._in_flight += len(env_ids)
-
-    def _raw_of(self, pool: Any) -> _RawAccess | None:
-        if self._raw is None or self._raw.pool_id != id(pool):
-            self._raw = _raw_access(pool) or _RawAccess(id(pool), (), np.dtype(np.int32))
-        return self._raw if self._raw.state else None
 
     def step(self, t: int) -> None:
         raise RuntimeError("an asynchronous EnvPool is stepped by rlcollect.rollout.stream (recv / send)")

@@ -23,6 +23,7 @@ from typing import Any
 
 from rlcollect.collectors.options import CollectorOptions
 from rlcollect.torchrl.translate import TORCHRL_ARGUMENTS
+from rlcollect.workers.ray_transport import is_ray_writer
 
 __all__ = ["check_ray_replay_buffer", "idle_seconds", "none_means_default"]
 
@@ -67,8 +68,7 @@ def check_ray_replay_buffer(replay_buffer: Any) -> None:
         return
     service = getattr(replay_buffer, "service_backend", None) == "ray" and callable(
         getattr(replay_buffer, "client", None))
-    actor = callable(getattr(getattr(replay_buffer, "extend", None), "remote", None))
-    if not (service or actor):
+    if not (service or is_ray_writer(replay_buffer)):
         raise TypeError(f"replay_buffer={type(replay_buffer).__name__}: RayCollector requires a replay "
                         "buffer with service_backend='ray' and a client() method. Construct it with "
                         "ReplayBuffer(..., service_backend='ray'). A regular in-process replay buffer "

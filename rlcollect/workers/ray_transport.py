@@ -346,7 +346,7 @@ class RayTransport:
             _kill_if_stopped(info.pid)  # Ray cannot end a stopped (SIGSTOP) process; SIGKILL can
 
     def can_write(self, replay_buffer: Any) -> bool:
-        return callable(getattr(getattr(replay_buffer, "extend", None), "remote", None))  # a Ray actor
+        return is_ray_writer(replay_buffer)
 
     def close(self) -> None:
         for actor, _ in self._spares:
@@ -356,6 +356,11 @@ class RayTransport:
         if self.owns_ray and self.ray.is_initialized():
             with contextlib.suppress(Exception):
                 self.ray.shutdown()
+
+
+def is_ray_writer(replay_buffer: Any) -> bool:
+    """Whether ``replay_buffer`` is a Ray actor with ``extend``, which the actors write to themselves."""
+    return callable(getattr(getattr(replay_buffer, "extend", None), "remote", None))
 
 
 def _kill_if_stopped(pid: int) -> None:
