@@ -78,7 +78,15 @@ class AsyncBatchedCollector(PooledCollector):
         num_envs: envs in all (default: the length of the ``create_env_fn`` list, else
             ``envs_per_worker``); a multiple of ``envs_per_worker``.
         envs_per_worker: envs ``M`` per env worker; there are ``num_envs / M`` worker processes.
-        max_batch_size: most envs per forward pass (default: all); at least ``envs_per_worker``.
+        env_groups: groups ``G`` a worker steps its envs in (a divisor of ``envs_per_worker``;
+            default 1). With 2, each worker steps half its envs while the server computes the other
+            half's actions (Sample Factory's double-buffered sampling), so that neither waits for
+            the other where stepping ``M / G`` envs takes about as long as a forward pass; the
+            server then serves each group as a worker of its own (passes of ``M / G`` envs and
+            more). The frames are those of ``env_groups=1``. Takes Gymnasium envs (an env id, or a
+            function building one env), not a vector env or a pool.
+        max_batch_size: most envs per forward pass (default: all); at least ``envs_per_worker /
+            env_groups``.
         min_batch_size: envs to wait for before a forward pass, for at most ``server_timeout``
             seconds (default 1: serve whoever is waiting at once).
         server_timeout: see ``min_batch_size``.
@@ -127,6 +135,7 @@ class AsyncBatchedCollector(PooledCollector):
         total_frames: int = -1,
         num_envs: int | None = None,
         envs_per_worker: int = 1,
+        env_groups: int = 1,
         max_batch_size: int | None = None,
         min_batch_size: int = 1,
         server_timeout: float = 0.01,
@@ -159,8 +168,9 @@ class AsyncBatchedCollector(PooledCollector):
                 create_env_fn=sources, policy=policy, frames_per_batch=frames_per_batch,
                 total_frames=total_frames, num_workers=num_workers, num_envs_per_worker=envs_per_worker,
                 policy_device=device, sync=False, **arguments)
+        self._env_groups = _check_groups(env_groups, envs_per_worker)
         self._server_settings = _server_settings(max_batch_size, min_batch_size, server_timeout,
-                                                 envs_per_worker, num_workers * envs_per_worker)
+                                                 envs_per_worker, env_groups, num_workers * envs_per_worker)
         self._build(options, worker_processes(options))
 
     # -- the server -------------------------------------------------------------------------------
@@ -168,6 +178,10 @@ class AsyncBatchedCollector(PooledCollector):
                   steps: int, awaiting: list[int]) -> None:
         engine = probe.engine  # built here: the server's policy is this process's
         assert isinstance(engine, Rollout)  # a TensorDictRollout was refused by _build
+        if self._env_groups > 1 and not engine.envs.steps_rows:
+            raise TypeError(f"env_groups={self._env_groups}: a worker steps its envs in groups, which "
+                            f"takes a list of Gymnasium envs (an env id, or a function building one env); "
+                            f"{type(engine.envs).__name__} steps all its envs at once: use env_groups=1")
         policy = engine.policy
         if isinstance(policy, (ModulePolicy, TensorDictPolicy)) and policy.module is options.policy:  # yours:
             try:  # training must not race a forward pass
@@ -184,7 +198,7 @@ class AsyncBatchedCollector(PooledCollector):
             self._models["policy"] = policy.module
         super()._allocate(options, transport, probe, steps, awaiting)
         self._server = PolicyServer(
-            policy, self._slots, self.num_envs_per_worker, timeout=options.timeout,
+            policy, self._slots, self.num_envs_per_worker // self._env_groups, timeout=options.timeout,
             exploration_type=options.exploration_type, **self._server_settings,
         )
         self._pool.check = self._server.check
@@ -203,9 +217,11 @@ class AsyncBatchedCollector(PooledCollector):
         return dataclasses.replace(super()._worker_spec(worker), policy=None, policy_factory=None)
 
     def _worker_setup(self, worker: int) -> WorkerSetup:
-        served = self._server.policy
-        client = ServedPolicy(self._server.connect(worker), served.extras, self.options.timeout,
-                              served.action_dtype, served.reads_is_init)
+        served, groups = self._server.policy, self._env_groups
+        # the server serves each group of the worker's envs as a worker of its own
+        conns = [self._server.connect(worker * groups + group) for group in range(groups)]
+        client = ServedPolicy(conns, served.extras, self.options.timeout, served.action_dtype,
+                              served.reads_is_init)
         return dataclasses.replace(super()._worker_setup(worker), served_policy=client)
 
     def _ensure_started(self) -> None:
@@ -216,7 +232,8 @@ class AsyncBatchedCollector(PooledCollector):
             self._warm_forkserver()  # restarts, from now on, go through it
 
     def _dispatch(self, worker: int, slot: int, receive: bool = True, random: bool | None = None) -> None:
-        self._server.assign(worker, slot)
+        for group in range(self._env_groups):
+            self._server.assign(worker * self._env_groups + group, slot)
         super()._dispatch(worker, slot, receive, random)
 
     @property
@@ -299,12 +316,23 @@ def _group_envs(create_env_fn: Any, num_envs: int | None, envs_per_worker: int) 
     return sources, workers
 
 
+def _check_groups(env_groups: Any, envs_per_worker: int) -> int:
+    """``env_groups``, checked: a divisor of ``envs_per_worker``."""
+    groups: int = check_int("env_groups", env_groups, minimum=1, allowed="a positive int")
+    if envs_per_worker % groups:
+        raise ValueError(f"env_groups={groups} does not divide envs_per_worker={envs_per_worker}: "
+                         "each group has as many envs")
+    return groups
+
+
 def _server_settings(max_batch_size: Any, min_batch_size: Any, server_timeout: Any, envs_per_worker: int,
-                     num_envs: int) -> dict[str, Any]:
+                     env_groups: int, num_envs: int) -> dict[str, Any]:
     """The server's batching arguments, checked."""
-    if max_batch_size is not None:  # a worker's envs are served together
-        max_batch_size = check_int("max_batch_size", max_batch_size, minimum=envs_per_worker,
-                                   allowed=f"None or an int >= envs_per_worker={envs_per_worker}")
+    if max_batch_size is not None:  # a worker's envs (a group of them) are served together
+        least = f"envs_per_worker={envs_per_worker}" if env_groups == 1 else (
+            f"envs_per_worker / env_groups = {envs_per_worker // env_groups}")
+        max_batch_size = check_int("max_batch_size", max_batch_size, minimum=envs_per_worker // env_groups,
+                                   allowed=f"None or an int >= {least}")
     min_batch_size = check_int("min_batch_size", min_batch_size, minimum=1, allowed="a positive int")
     if min_batch_size > num_envs:
         raise ValueError(f"min_batch_size={min_batch_size} is more than the {num_envs} envs")

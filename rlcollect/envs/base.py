@@ -72,6 +72,17 @@ class EnvBatch(abc.ABC):
     def step(self, t: int) -> None:
         """Step every env with ``action[:, t]``; write step ``t`` and observation slot ``t + 1``."""
 
+    #: :meth:`step_rows` steps some of the envs (a list of Gymnasium envs can; a vector env or a
+    #: pool steps them all at once).
+    steps_rows: bool = False
+
+    def step_rows(self, t: int, start: int, stop: int) -> None:
+        """Step envs ``start`` to ``stop - 1`` only, as :meth:`step` steps them all (a worker that
+        steps its envs in groups, each while the policy server acts for another); adapters whose
+        envs step together (a vector env, a pool) cannot."""
+        raise TypeError(f"{type(self).__name__} steps all its envs at once; env_groups > 1 takes a "
+                        "list of Gymnasium envs (an env id or a function building one env)")
+
     def prepare_policy(self, policy: Any) -> None:
         """Give the user's policy what it takes from the env before its first call (TorchRL's
         ``RandomPolicy()`` without a spec takes the env's); most adapters have nothing to give."""

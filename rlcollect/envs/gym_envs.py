@@ -58,6 +58,7 @@ class GymEnvs(EnvBatch):
     """
 
     follows_num_envs = True  # num_envs copies of one env
+    steps_rows = True
 
     def __init__(self, envs: list[gym.Env[Any, Any]], max_episode_steps: int | None = None, *,
                  given: bool = False) -> None:
@@ -113,6 +114,9 @@ class GymEnvs(EnvBatch):
         self._steps[:] = [0] * self.num_envs
 
     def step(self, t: int) -> None:
+        self.step_rows(t, 0, self.num_envs)
+
+    def step_rows(self, t: int, start: int, stop: int) -> None:
         buffers = self._buffers
         assert buffers is not None
         # each step's actions are the envs' own (a copy, or python ints), as in a hand-written loop:
@@ -125,7 +129,8 @@ class GymEnvs(EnvBatch):
         checking, shape, dtype = self.check_writes, self._obs_shape, self._env_obs_dtype
         flag_types, array_type, rewritable, infos = FLAG_TYPES, ndarray, REWRITABLE, self._info_arrays
         slot = t + 1
-        for i, env in enumerate(self.envs):
+        envs = self.envs if stop - start == self.num_envs else self.envs[start:stop]
+        for i, env in enumerate(envs, start):
             result = env.step(actions[i])
             try:
                 obs, r, terminated, truncated, info = result

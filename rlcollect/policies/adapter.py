@@ -162,6 +162,9 @@ class PolicyAdapter(abc.ABC):
     #: The policy reads ``is_init`` (``[N, 1]`` bool: the envs whose observation starts an episode),
     #: which the batch then holds; only such a policy's state :attr:`~Carried.resets`.
     reads_is_init: bool = False
+    #: Groups of envs a policy server serves apart (its worker side): the rollout loop then steps
+    #: one group while the server acts for another (:func:`~rlcollect.rollout.loop.step_in_groups`).
+    groups: int = 1
     #: Check every output before writing it (``check="full"``; see ``rlcollect.data.checks``).
     check_writes: bool = True
     #: The dtype of the action the policy returned on its dry step (``None``: random actions).

@@ -3,11 +3,16 @@
 Per step: one policy call for all envs, then the env adapter's step. Nothing else happens per
 step; everything that can be done per batch (next observations, done flags, trajectory ids,
 policy versions, episode statistics) is done once, vectorised, in :func:`finish_batch`.
+
+A policy server that serves a worker's envs in groups (``policy.groups > 1``) gets the other
+order, :func:`step_in_groups`: each group's envs step while the server computes the next group's
+actions (Sample Factory's double-buffered sampling), the same frames in the same rows.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol, cast
 
 import numpy as np
 import torch
@@ -20,7 +25,7 @@ from rlcollect.policies.adapter import PolicyAdapter
 from rlcollect.rollout.config import RolloutConfig
 from rlcollect.rollout.episodes import EpisodeTracker
 
-__all__ = ["begin_batch", "collect_batch", "finish_batch"]
+__all__ = ["GroupedPolicy", "begin_batch", "collect_batch", "finish_batch", "step_all", "step_in_groups"]
 
 Observations = dict[tuple[str, ...], torch.Tensor]
 
@@ -106,18 +111,72 @@ def collect_batch(
     begin_batch(buffers, pending_obs, pending_init)
     steps = buffers.num_steps
     with torch.inference_mode(), set_interaction_type(config.exploration_type):
-        for t in range(steps):
-            if stop is not None and t and stop[0]:  # not before the first step: every worker advances
-                steps = t
-                break
-            policy.act(t)  # action[:, t] <- policy(observation slot t)
-            try:  # (free unless it raises)
-                envs.step(t)  # reward, flags [:, t]; observation slot t + 1 (reset obs if done)
-            except Exception as error:
-                if on_error is not None:
-                    on_error(t, error)
-                raise
+        if policy.groups == 1:
+            steps = step_all(envs, policy, steps, stop, on_error)
+        else:  # served in groups: each group steps while the server acts for another
+            steps = step_in_groups(envs, cast(GroupedPolicy, policy), steps, stop, on_error)
         policy.finish(steps)  # what the policy adapter checks once per batch (its outputs)
         envs.finish(steps)  # what the env adapter writes once per batch (rewards)
     finish_batch(buffers, steps, config, traj_ids, episodes, policy_version, pending_obs, pending_init)
+    return steps
+
+
+def step_all(envs: EnvBatch, policy: PolicyAdapter, steps: int, stop: np.ndarray | None = None,
+             on_error: Callable[[int, Exception], None] | None = None) -> int:
+    """Take ``steps`` steps of every env (see :func:`collect_batch`); return the steps taken."""
+    for t in range(steps):
+        if stop is not None and t and stop[0]:  # not before the first step: every worker advances
+            return t
+        policy.act(t)  # action[:, t] <- policy(observation slot t)
+        try:  # (free unless it raises)
+            envs.step(t)  # reward, flags [:, t]; observation slot t + 1 (reset obs if done)
+        except Exception as error:
+            if on_error is not None:
+                on_error(t, error)
+            raise
+    return steps
+
+
+class GroupedPolicy(Protocol):
+    """A policy server's worker side that serves its envs in groups (see
+    :class:`~rlcollect.workers.inference.ServedPolicy`)."""
+
+    rows: tuple[tuple[int, int], ...]  # each group's envs, (start, stop)
+
+    def ask(self, t: int, group: int) -> None: ...
+
+    def wait(self, group: int) -> None: ...
+
+    def settle(self) -> None: ...
+
+
+def step_in_groups(envs: EnvBatch, policy: GroupedPolicy, steps: int, stop: np.ndarray | None = None,
+                   on_error: Callable[[int, Exception], None] | None = None) -> int:
+    """Take ``steps`` steps, one group of envs at a time; return the steps taken.
+
+    Every group asks for its step-0 actions; then, at each step, each group in turn waits for its
+    actions, steps its envs and asks for the next step's, so that the server computes one group's
+    actions while another's envs step. ``stop`` is read where the first group would ask for the
+    next step (as :func:`collect_batch` reads it before each step but the first): every group takes
+    the same steps. An env's error waits for the answers still due before it is raised.
+    """
+    for group in range(len(policy.rows)):
+        policy.ask(0, group)
+    go_on = True
+    for t in range(steps):
+        for group, (start, end) in enumerate(policy.rows):
+            policy.wait(group)
+            try:
+                envs.step_rows(t, start, end)
+            except Exception as error:
+                policy.settle()
+                if on_error is not None:
+                    on_error(t, error)
+                raise
+            if group == 0:
+                go_on = t + 1 < steps and not (stop is not None and stop[0])
+            if go_on:
+                policy.ask(t + 1, group)
+        if not go_on:
+            return t + 1
     return steps

@@ -58,10 +58,13 @@ _SERVED, _FAILED, _STOPPED = b"\x01", b"\x00", b"\x02"
 class ServedPolicy(PolicyAdapter):
     """The worker's side: asks the server for the actions of step ``t`` and waits for them.
 
-    Picklable to a worker process while it starts (the pipe end travels with it).
+    Picklable to a worker process while it starts (the pipe ends travel with it).
 
     Args:
-        conn: this worker's end of its pipe to the server (:meth:`PolicyServer.connect`).
+        conn: this worker's end of its pipe to the server (:meth:`PolicyServer.connect`), or one
+            pipe per group of its envs (:attr:`groups`): the server then serves each group as a
+            worker of its own, and the rollout loop steps one group while the server acts for the
+            others (:func:`~rlcollect.rollout.loop.collect_batch`).
         extras: what the served policy writes besides the action.
         timeout: seconds to wait for one answer.
         action_dtype: the dtype of the served policy's actions (its dry step's), which decides
@@ -70,25 +73,46 @@ class ServedPolicy(PolicyAdapter):
             the flags of the step before) before it asks for the step's actions.
     """
 
-    _starts: EpisodeStarts | None = None  # set by bind()
+    _starts: list[EpisodeStarts] | None = None  # set by bind()
+    #: each group's envs, ``(start, stop)`` rows of the worker's; set by bind()
+    rows: tuple[tuple[int, int], ...] = ()
 
-    def __init__(self, conn: Connection, extras: tuple[Field, ...], timeout: float,
+    def __init__(self, conn: Connection | Sequence[Connection], extras: tuple[Field, ...], timeout: float,
                  action_dtype: torch.dtype | None = None, is_init: bool = False) -> None:
-        self._conn, self.extras, self._timeout = conn, extras, timeout
+        self._conns = [conn] if isinstance(conn, Connection) else list(conn)
+        self.groups = len(self._conns)
+        self.extras, self._timeout = extras, timeout
         self.action_dtype = action_dtype
         self.reads_is_init = is_init
         self._parent = -1  # the worker's parent process, read in the worker by bind()
+        self._asked: set[int] = set()  # the groups whose answer is due
 
     def _views(self, buffers: BatchBuffers) -> dict[str, Any]:
         # in the worker; the server writes the actions itself
-        starts = EpisodeStarts(buffers, slice(None)) if buffers.is_init is not None else None
-        return {"_parent": os.getppid(), "_starts": starts}
+        size = buffers.num_envs // self.groups
+        rows = tuple((g * size, (g + 1) * size) for g in range(self.groups))
+        starts = ([EpisodeStarts(buffers, slice(*r)) for r in rows] if buffers.is_init is not None
+                  else None)
+        return {"_parent": os.getppid(), "_starts": starts, "rows": rows}
 
     def act(self, t: int) -> None:
-        conn = self._conn
+        for group in range(self.groups):
+            self.ask(t, group)
+        for group in range(self.groups):
+            self.wait(group)
+
+    def ask(self, t: int, group: int) -> None:
+        """Ask for the actions of ``group``'s envs at step ``t`` (their observations are in slot
+        ``t``); :meth:`wait` for them before stepping those envs."""
         if self._starts is not None:  # the server reads is_init from the slot
-            self._starts.at(t)
-        conn.send_bytes(_STEP.pack(t))
+            self._starts[group].at(t)
+        self._conns[group].send_bytes(_STEP.pack(t))
+        self._asked.add(group)
+
+    def wait(self, group: int) -> None:
+        """Wait until the server has written the actions ``group``'s envs asked for."""
+        conn = self._conns[group]
+        self._asked.discard(group)
         deadline = time.monotonic() + self._timeout
         while not conn.poll(min(1.0, max(0.0, deadline - time.monotonic()))):
             if os.getppid() != self._parent:  # the collector's process is gone
@@ -100,6 +124,13 @@ class ServedPolicy(PolicyAdapter):
             raise RuntimeError("the policy server stopped: the collector is shutting down")
         if answer != _SERVED:
             raise RuntimeError("the policy server failed (its error is raised by the collector)")
+
+    def settle(self) -> None:
+        """Wait for every answer still due (an env failed while the server acted for another
+        group): the next batch's requests must not meet an old answer."""
+        for group in sorted(self._asked):
+            with contextlib.suppress(Exception):  # the env's error is the one raised
+                self.wait(group)
 
 
 class PolicyServer:

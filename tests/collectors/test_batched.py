@@ -145,6 +145,28 @@ def test_a_killed_worker_is_restarted_reconnected_and_no_frame_is_lost_or_repeat
     collector.shutdown()
 
 
+def test_a_killed_worker_stepping_its_envs_in_groups_reconnects_every_group() -> None:
+    env = functools.partial(CountingEnv, episode_length=50, step_sleep=0.005)
+    collector = AsyncBatchedCollector(env, WeightedPolicy(), num_envs=4, envs_per_worker=2, env_groups=2,
+                                      frames_per_batch=30, total_frames=12 * 30, seed=0, timeout=30)
+    first = collector.next()
+    assert first is not None and first.shape == (2, 15)
+    victim = collector.worker_pids[0]
+    assert victim is not None
+    timer = threading.Timer(0.1, os.kill, (victim, signal.SIGKILL))
+    timer.start()
+    with pytest.warns(RuntimeWarning, match="worker 0 failed .* restarting it with fresh envs"):
+        rest = [b.clone() for b in collector if b is not None]
+    timer.join()
+    batches = [first, *rest]
+    assert len(batches) == 12 and collector.stats().restarts == 1
+    seen = torch.cat([b["observation"].reshape(-1, 2) for b in batches])  # [uid, step] per frame
+    assert len({tuple(frame) for frame in seen.tolist()}) == len(seen) == 12 * 30
+    actions = torch.cat([b["action"].reshape(-1) for b in batches])
+    assert (actions == 1).all()  # every frame's action served (WeightedPolicy's), no zero left in a slot
+    collector.shutdown()
+
+
 class FailingPolicy(torch.nn.Module):
     """Raises at its ``fail_at``-th call (it runs in this process: the count is real)."""
 
@@ -197,6 +219,14 @@ def test_start_up_time_is_reported() -> None:
     ({"frames_per_batch": 0}, ValueError, "frames_per_batch must be a positive int, got 0"),
     ({"yield_completed_trajectories": True, "trajs_per_batch": 2}, ValueError,
      "give yield_completed_trajectories or trajs_per_batch, not both"),
+    ({"env_groups": 0}, ValueError, "env_groups must be a positive int, got 0"),
+    ({"env_groups": 3, "envs_per_worker": 2}, ValueError,
+     "env_groups=3 does not divide envs_per_worker=2: each group has as many envs"),
+    ({"env_groups": 2, "envs_per_worker": 4, "max_batch_size": 1}, ValueError,
+     "max_batch_size must be None or an int >= envs_per_worker / env_groups = 2, got 1"),
+    ({"env_groups": 2, "envs_per_worker": 2, "num_envs": 2, "create_env_fn": "envpool:CartPole-v1"},
+     TypeError, "env_groups=2: a worker steps its envs in groups, which takes a list of Gymnasium envs"),
+    ({"env_groups": 2, "envs_per_worker": 2}, None, ""),
 ])
 def test_construction_errors_name_the_argument(kwargs: dict[str, Any], error: type | None,
                                                 message: str) -> None:

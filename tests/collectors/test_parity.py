@@ -6,7 +6,8 @@ collector numbers them in its own strided space; they are checked unique and cha
 after a done). ``MultiAsyncCollector``, ``AsyncBatchedCollector`` (its policy served from this
 process) and an asynchronous ``RayCollector`` yield one worker's
 ``[2, T]`` rows at a time; worker ``w``'s ``k``-th batch must equal rows ``2w, 2w + 1`` of the
-reference's ``k``-th batch. Where an option regroups frames (``split_trajs``, ``trajs_per_batch``),
+reference's ``k``-th batch (also with ``env_groups=2``: each worker steps its envs one at a time
+while the server acts for the other). Where an option regroups frames (``split_trajs``, ``trajs_per_batch``),
 the trajectories are compared as a multiset. Random warm-up actions (``init_random_frames``) are
 compared as any others: each env draws them from a stream of its own, whichever worker steps it.
 
@@ -100,8 +101,10 @@ def build(kind: str, options: dict[str, Any], batches: int) -> Any:
     if kind in ("sync", "async"):
         cls = MultiSyncCollector if kind == "sync" else MultiAsyncCollector
         return cls(make_env, policy, num_workers=2, num_envs_per_worker=2, **frames, **options)
-    if kind == "batched":  # one policy server in this process, 2 env workers x 2 envs
-        return AsyncBatchedCollector(make_env, policy, num_envs=4, envs_per_worker=2, **frames, **options)
+    if kind.startswith("batched"):  # one policy server in this process, 2 env workers x 2 envs
+        groups = 2 if kind == "batched-groups" else 1  # each worker's envs stepped one at a time
+        return AsyncBatchedCollector(make_env, policy, num_envs=4, envs_per_worker=2, env_groups=groups,
+                                     **frames, **options)
     per_worker = {k: v for k, v in options.items() if k in PER_WORKER}
     top = {k: v for k, v in options.items() if k not in PER_WORKER}
     return RayCollector(make_env, policy, num_collectors=2, sync=kind == "ray-sync",
@@ -211,6 +214,18 @@ def test_multi_process_collectors_match_the_single_process_one(kind: str, name: 
     compare(kind, how, got, reference_for(name), cut_keeps_ids=name == "set_truncated")
     if name == "postproc":
         assert all(torch.equal(b["doubled_reward"], 2 * b["next", "reward"]) for b in got)
+
+
+#: the cases that reach AsyncBatchedCollector's workers stepping their envs in groups (env_groups=2)
+GROUPED = ("defaults", "max_frames_per_traj=7", "reset_at_each_iter", "set_truncated", "init_random_frames",
+           "trajs_per_batch", "check=off", "info_keys", "obs_dtype=float64")
+
+
+@pytest.mark.parametrize("name", GROUPED)
+def test_workers_stepping_their_envs_in_groups_match_the_single_process_collector(name: str) -> None:
+    options, how = CASES[name]
+    got, _ = run("batched-groups", options)
+    compare("batched-groups", how, got, reference_for(name), cut_keeps_ids=name == "set_truncated")
 
 
 @pytest.mark.timeout(240)

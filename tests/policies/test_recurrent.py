@@ -108,8 +108,10 @@ def build(kind: str, next_key: bool = True) -> Any:
     if kind in ("sync", "async"):
         cls = MultiSyncCollector if kind == "sync" else MultiAsyncCollector
         return cls(make_cartpole, policy, num_workers=2, num_envs_per_worker=2, **frames)
-    if kind == "batched":
-        return AsyncBatchedCollector(make_cartpole, policy, num_envs=4, envs_per_worker=2, **frames)
+    if kind.startswith("batched"):  # batched-groups: each worker steps one env while the other is served
+        groups = 2 if kind == "batched-groups" else 1
+        return AsyncBatchedCollector(make_cartpole, policy, num_envs=4, envs_per_worker=2, env_groups=groups,
+                                     **frames)
     return RayCollector(make_cartpole, policy, num_collectors=2, sync=kind == "ray-sync",
                         collector_kwargs={"num_envs": 2}, **frames)
 
@@ -135,7 +137,7 @@ def run_and_compare(kind: str, next_key: bool = True) -> None:
     assert want["done"].sum() >= 4 and want["is_init"][:, 1:].any()  # episodes end within the run
 
 
-@pytest.mark.parametrize("kind", ["single", "sync", "async", "batched"])
+@pytest.mark.parametrize("kind", ["single", "sync", "async", "batched", "batched-groups"])
 def test_recurrent_policy_equals_a_plain_loop(kind: str) -> None:
     run_and_compare(kind)
 

@@ -468,3 +468,74 @@ def test_is_init_follows_the_episode_ends_and_is_false_in_masked_frames() -> Non
     finish(0)  # stopped before its first step: every frame masked, the next batch starts as this one
     assert not bool(buffers.is_init.any())
     assert pending_init[:, 0].tolist() == [False, True]
+
+
+class LoggedGroups:
+    """A grouped served policy's side for :func:`step_in_groups`, logging each call."""
+
+    def __init__(self, log: list[tuple[Any, ...]], rows: tuple[tuple[int, int], ...]) -> None:
+        self.log, self.rows, self.due = log, rows, set()
+
+    def ask(self, t: int, group: int) -> None:
+        self.log.append(("ask", t, group))
+        self.due.add(group)
+
+    def wait(self, group: int) -> None:
+        assert group in self.due, "a group waits only for an answer it asked for"
+        self.due.discard(group)
+        self.log.append(("wait", group))
+
+    def settle(self) -> None:
+        self.log.append(("settle", *sorted(self.due)))
+        self.due.clear()
+
+
+class LoggedRows:
+    """An env batch that logs which rows step at which step; ``fail_at`` (t, start) raises there."""
+
+    def __init__(self, log: list[tuple[Any, ...]], fail_at: tuple[int, int] | None = None) -> None:
+        self.log, self.fail_at = log, fail_at
+
+    def step_rows(self, t: int, start: int, stop: int) -> None:
+        self.log.append(("step", t, start, stop))
+        if (t, start) == self.fail_at:
+            raise ValueError(f"env {start} failed at step {t}")
+
+
+def test_step_in_groups_steps_one_group_while_the_next_is_served() -> None:
+    from rlcollect.rollout.loop import step_in_groups
+
+    log: list[tuple[Any, ...]] = []
+    policy = LoggedGroups(log, ((0, 2), (2, 4)))
+    assert step_in_groups(LoggedRows(log), policy, 2) == 2  # type: ignore[arg-type]
+    assert log == [("ask", 0, 0), ("ask", 0, 1),
+                   ("wait", 0), ("step", 0, 0, 2), ("ask", 1, 0),  # group 1's step-0 actions meanwhile
+                   ("wait", 1), ("step", 0, 2, 4), ("ask", 1, 1),
+                   ("wait", 0), ("step", 1, 0, 2), ("wait", 1), ("step", 1, 2, 4)]
+    assert not policy.due  # nothing asked is left unanswered
+
+
+def test_step_in_groups_reads_stop_once_a_step_and_settles_before_an_env_error() -> None:
+    from rlcollect.rollout.loop import step_in_groups
+
+    log: list[tuple[Any, ...]] = []
+    stop = np.zeros(1, dtype=bool)
+    envs = LoggedRows(log)
+    envs.step_rows = lambda t, start, end: (log.append(("step", t, start, end)),  # type: ignore[method-assign]
+                                            stop.__setitem__(0, stop[0] or (t == 1 and start == 2)))
+    policy = LoggedGroups(log, ((0, 1), (1, 2), (2, 3)))
+    # raised while group 2 steps at t=1, after group 0 asked for step 2: read where group 0 would
+    # ask for step 3, so every group takes 3 steps and no answer is left due
+    assert step_in_groups(envs, policy, 5, stop) == 3  # type: ignore[arg-type]
+    assert [entry for entry in log if entry[0] == "step"][-3:] == [("step", 2, 0, 1), ("step", 2, 1, 2),
+                                                                  ("step", 2, 2, 3)]
+    assert not policy.due and log[-1] == ("step", 2, 2, 3) and ("ask", 3, 0) not in log
+
+    log.clear()
+    errors: list[tuple[int, str]] = []
+    policy = LoggedGroups(log, ((0, 2), (2, 4)))
+    with pytest.raises(ValueError, match="env 0 failed at step 1"):
+        step_in_groups(LoggedRows(log, fail_at=(1, 0)), policy, 4,  # type: ignore[arg-type]
+                       on_error=lambda t, error: errors.append((t, str(error))))
+    assert log[-2:] == [("step", 1, 0, 2), ("settle", 1)]  # group 1's step-1 answer awaited first
+    assert errors == [(1, "env 0 failed at step 1")] and not policy.due
