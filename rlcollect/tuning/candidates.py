@@ -10,7 +10,7 @@ Examples:
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rlcollect.tuning.costs import Costs
@@ -24,7 +24,8 @@ MIN_STEPS, MAX_STEPS = 16, 256
 @dataclass(frozen=True)
 class Candidate:
     """One configuration: ``workers`` processes of ``envs_per_worker`` envs (``Collector``: one
-    process, this one), ``steps`` steps of each env per batch.
+    process, this one), ``steps`` steps of each env per batch; ``env_groups``: the groups an
+    ``AsyncBatchedCollector`` worker steps its envs in (one while the server serves another).
 
     ``frames_per_batch`` is what a batch holds: every env's steps for ``Collector`` and
     ``MultiSyncCollector``, one worker's for ``MultiAsyncCollector`` and ``AsyncBatchedCollector``
@@ -35,6 +36,7 @@ class Candidate:
     workers: int
     envs_per_worker: int
     steps: int
+    env_groups: int = 1
 
     @property
     def num_envs(self) -> int:
@@ -49,6 +51,8 @@ class Candidate:
     def label(self) -> str:
         shape = f"{self.num_envs} envs" if self.kind == "Collector" else (
             f"{self.workers} x {self.envs_per_worker} envs")
+        if self.env_groups > 1:
+            shape += f" in {self.env_groups} groups"
         return f"{self.kind} ({shape}, {self.frames_per_batch} frames per batch)"
 
     def arguments(self, env_kwargs: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -58,6 +62,8 @@ class Candidate:
             else {"num_envs": self.num_envs, "envs_per_worker": self.envs_per_worker}
             if self.kind == "AsyncBatchedCollector"
             else {"num_workers": self.workers, "num_envs_per_worker": self.envs_per_worker})
+        if self.env_groups > 1:
+            shape["env_groups"] = self.env_groups
         extra = {"create_env_kwargs": dict(env_kwargs)} if env_kwargs else {}
         return {**shape, "frames_per_batch": self.frames_per_batch, **extra}
 
@@ -81,8 +87,13 @@ class Candidate:
 def predict(candidate: Candidate, costs: Costs) -> float:
     """Frames/s the candidate should deliver: each process steps its envs and runs the policy on
     them at its batch size, as many processes at once as there are cores; a policy server runs one
-    pass for every worker's envs while the workers wait for it."""
+    pass for every worker's envs while the workers wait for it, or, with the envs in groups, one
+    pass a group while the workers step another (each of them, and the server, one process)."""
     per_process = costs.env_us + costs.loop_us
+    if candidate.env_groups > 1:
+        served = costs.policy_at(candidate.envs_per_worker // candidate.env_groups)
+        cpu_bound = costs.cores * 1e6 / (per_process + served)
+        return min(cpu_bound, candidate.workers * 1e6 / per_process, 1e6 / served)
     if candidate.kind == "AsyncBatchedCollector":
         served = costs.policy_at(candidate.num_envs)  # per frame, one pass over every env
         cpu_bound = costs.cores * 1e6 / (per_process + served)
@@ -107,17 +118,27 @@ def candidates(costs: Costs, kinds: tuple[str, ...], num_envs: int | None, max_e
     """Every configuration to weigh: 1 to ``2 x cores`` workers (powers of two and the cores),
     envs per worker in powers of two, ``num_envs`` in all where given (else up to ``max_envs``),
     ``frames_per_batch`` where given (else sized by :data:`BATCH_SECONDS`)."""
+    totals = [num_envs] if num_envs is not None else [2**i for i in range(12) if 2**i <= max_envs]
+    for draft in _shapes(costs, kinds, totals):
+        if frames_per_batch is None:
+            yield replace(draft, steps=_steps(draft, costs))
+        elif frames_per_batch % (draft.frames_per_batch // MIN_STEPS) == 0:
+            yield replace(draft, steps=frames_per_batch // (draft.frames_per_batch // MIN_STEPS))
+
+
+def _shapes(costs: Costs, kinds: tuple[str, ...], totals: list[int]) -> Iterator[Candidate]:
+    """Each kind's workers, envs per worker and groups (at :data:`MIN_STEPS`): a policy server's
+    workers step their envs all at once (2 workers or more) or in 2 groups (1 worker or more:
+    the server then works while they step) where the envs can."""
     cores = costs.cores
     counts = sorted({1, cores, 2 * cores} | {2**i for i in range(8) if 2**i <= 2 * cores})
-    totals = [num_envs] if num_envs is not None else [2**i for i in range(12) if 2**i <= max_envs]
     for kind in kinds:
-        for workers in [1] if kind == "Collector" else [w for w in counts if w > 1]:
+        for workers in [1] if kind == "Collector" else counts:
             for total in totals:
                 if total % workers:
                     continue
-                draft = Candidate(kind, workers, total // workers, MIN_STEPS)
-                if frames_per_batch is None:
-                    yield Candidate(kind, workers, total // workers, _steps(draft, costs))
-                elif frames_per_batch % (draft.frames_per_batch // MIN_STEPS) == 0:
-                    yield Candidate(kind, workers, total // workers,
-                                    frames_per_batch // (draft.frames_per_batch // MIN_STEPS))
+                per_worker = total // workers
+                if workers > 1 or kind == "Collector":
+                    yield Candidate(kind, workers, per_worker, MIN_STEPS)
+                if kind == "AsyncBatchedCollector" and costs.steps_in_groups and per_worker % 2 == 0:
+                    yield Candidate(kind, workers, per_worker, MIN_STEPS, env_groups=2)

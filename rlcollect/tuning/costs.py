@@ -49,12 +49,15 @@ class Costs:
         policy_us: the policy's forward pass per frame, by batch size (envs per pass).
         loop_us: the rollout loop's own work per frame, besides the env and the policy.
         cores: the cores the limit counts.
+        steps_in_groups: the envs can step some at a time (a list of Gymnasium envs: see
+            ``AsyncBatchedCollector``'s ``env_groups``), not only all at once (a vector env, a pool).
     """
 
     env_us: float
     policy_us: Mapping[int, float]
     loop_us: float
     cores: int
+    steps_in_groups: bool = False
 
     def policy_at(self, batch_size: int) -> float:
         """The policy's cost per frame at ``batch_size`` (the nearest measured size at or below it)."""
@@ -131,7 +134,8 @@ def measure_costs(
                  for name, value in seconds_per_call.items()}
     policy_us = {size: per_frame[size] for size in sorted(set(sizes))}
     loop = max(0.0, per_frame["collect"] - per_frame["envs"] - policy_us[num_envs])
-    return Costs(env_us=per_frame["envs"], policy_us=policy_us, loop_us=loop, cores=cores or machine_cores())
+    return Costs(env_us=per_frame["envs"], policy_us=policy_us, loop_us=loop, cores=cores or machine_cores(),
+                 steps_in_groups=rollout.envs.steps_rows)
 
 
 def _collect(rollout: Rollout, buffers: BatchBuffers) -> None:

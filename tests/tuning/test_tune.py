@@ -5,6 +5,7 @@ it prints building a working collector, and every bad argument named."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 import gymnasium as gym
@@ -90,6 +91,23 @@ def test_candidates_keep_the_given_envs_and_batch() -> None:
     assert all(16 <= c.steps <= 256 and c.steps & (c.steps - 1) == 0 for c in free)
     # a batch that 3 envs cannot fill evenly: no candidate
     assert list(candidates(costs, ("Collector",), num_envs=3, max_envs=64, frames_per_batch=100)) == []
+
+
+def test_a_servers_workers_stepping_in_groups_are_weighed_where_the_envs_can() -> None:
+    costs = Costs(env_us=100.0, policy_us={1: 80.0, 2: 50.0, 4: 30.0}, loop_us=10.0, cores=2,
+                  steps_in_groups=True)
+    grouped = [c for c in candidates(costs, ("AsyncBatchedCollector",), num_envs=8, max_envs=8,
+                                     frames_per_batch=None) if c.env_groups == 2]
+    # 1 worker too (the server works while it steps); each group an even share of a worker's envs
+    assert {(c.workers, c.envs_per_worker) for c in grouped} == {(1, 8), (2, 4), (4, 2)}
+    one = next(c for c in grouped if c.workers == 1)
+    # the server's passes of 4 envs (30 us a frame) overlap the one worker's stepping (110 us)
+    assert predict(one, costs) == pytest.approx(min(2e6 / (110 + 30), 1e6 / 110, 1e6 / 30))
+    assert one.arguments()["env_groups"] == 2 and "1 x 8 envs in 2 groups" in one.label
+    assert "env_groups=2" in one.code()
+    without = replace(costs, steps_in_groups=False)  # a vector env or a pool steps all its envs at once
+    assert all(c.env_groups == 1 for c in candidates(without, ("AsyncBatchedCollector",), num_envs=8,
+                                                     max_envs=8, frames_per_batch=None))
 
 
 @pytest.mark.timeout(120)
