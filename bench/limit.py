@@ -19,8 +19,11 @@ stored). Each collector's row shows its frames/s as a fraction of one core's lim
 machine's, of the machine's limit with the policy priced at the collector's own batch size (a
 worker's envs for the worker collectors, what a policy server serves at once being at most all of
 them) and of the plain loops. Workloads: ``pong-8`` (preprocessed Pong, the Nature CNN, 8 envs:
-2 workers x 4 for the multi-process collectors) and ``cartpole-2x8`` (CartPole, the MLP, 16 envs:
-2 workers x 8).
+2 workers x 4 for the multi-process collectors), ``pong-16`` (the same, 16 envs: 2 workers x 8, so
+that a worker's policy pass is the 8 observations the 2-core limit is priced at) and
+``cartpole-2x8`` (CartPole, the MLP, 16 envs: 2 workers x 8). ``AsyncBatchedCollector`` also runs
+with one env worker of every env, stepped all at once and in 2 groups (``env_groups=2``: the
+worker steps one half while the server acts for the other).
 
     python -m bench.limit [--quick] [--workload pong-8] [--repetitions N] [--seconds S]
 """
@@ -51,13 +54,13 @@ from bench.harness import (
 from bench.workloads import iterate, make_env, make_nature_cnn, make_policy, make_pong_preprocessed, workload
 
 FAMILY = "limit"
-WORKLOADS = ("pong-8", "cartpole-2x8")
+WORKLOADS = ("pong-8", "pong-16", "cartpole-2x8")
 WORKERS = 2
 
 
 def env_factory(name: str) -> Any:
     """The workload's env factory (picklable): preprocessed Pong, or CartPole."""
-    return make_pong_preprocessed if name == "pong-8" else _CartPole()
+    return make_pong_preprocessed if name.startswith("pong-") else _CartPole()
 
 
 class _CartPole:
@@ -69,7 +72,7 @@ class _CartPole:
 
 def workload_policy(name: str) -> torch.nn.Module:
     """The workload's seeded policy: the Nature CNN for Pong, the MLP for CartPole."""
-    return make_nature_cnn() if name == "pong-8" else make_policy(workload(name))
+    return make_nature_cnn() if name.startswith("pong-") else make_policy(workload(name))
 
 
 def envs_alone(workload_name: str, quick: bool) -> Batches:
@@ -193,6 +196,11 @@ def collector(workload_name: str, quick: bool, kind: str) -> Batches:
         return iterate(rlcollect.AsyncBatchedCollector(
             source, policy, num_envs=w.num_envs, envs_per_worker=per_worker,
             frames_per_batch=w.frames_per_batch // WORKERS, **common), warmup_batches=WORKERS + 1)
+    if kind in ("batched-one", "batched-groups"):  # one env worker: the server has a core of its own
+        groups = 2 if kind == "batched-groups" else 1  # its envs stepped all at once, or in 2 groups
+        return iterate(rlcollect.AsyncBatchedCollector(
+            source, policy, num_envs=w.num_envs, envs_per_worker=w.num_envs, env_groups=groups,
+            frames_per_batch=w.frames_per_batch // WORKERS, **common), warmup_batches=2)
     multi = rlcollect.MultiSyncCollector if kind == "sync" else rlcollect.MultiAsyncCollector
     fpb = w.frames_per_batch if kind == "sync" else w.frames_per_batch // WORKERS
     built = multi(source, policy, num_workers=WORKERS, num_envs_per_worker=per_worker, frames_per_batch=fpb,
@@ -218,6 +226,10 @@ def contenders(name: str, quick: bool) -> list[Contender]:
                   {**kwargs, "kind": "async"}),
         Contender("batched", f"AsyncBatchedCollector ({WORKERS} x {m} envs, one policy server)", collector,
                   {**kwargs, "kind": "batched"}),
+        Contender("batched-one", f"AsyncBatchedCollector (1 x {w.num_envs} envs, one policy server)",
+                  collector, {**kwargs, "kind": "batched-one"}),
+        Contender("batched-groups", f"AsyncBatchedCollector (1 x {w.num_envs} envs in 2 groups, one policy "
+                  "server)", collector, {**kwargs, "kind": "batched-groups"}),
         Contender("single", f"Collector ({w.num_envs} envs in one process)", collector,
                   {**kwargs, "kind": "single"}),
     ]
@@ -236,7 +248,7 @@ def limit_table(
     for c in plan:
         if c.name in ("envs", "policy", "policy-worker", "plain") or c.name not in fps:
             continue
-        own = one_core if c.name == "single" else one_core_worker  # the policy at its own batch size
+        own = one_core if c.name in ("single", "batched-one") else one_core_worker  # its own batch size
         rows.append([c.label, f"{fps[c.name]:,.0f}", f"{fps[c.name] / one_core:.2f}",
                      f"{fps[c.name] / (cores * one_core):.2f}", f"{fps[c.name] / (cores * own):.2f}",
                      f"{fps[c.name] / plain:.2f}"])

@@ -121,10 +121,10 @@ class ScaledTanh(nn.Module):
 
 
 def make_policy(w: Workload) -> nn.Module:
-    """The seeded policy (same weights in every contender): the CNN for Atari, else the MLP (pong-8: the
-    Nature CNN, slow-8: the MLP for SlowEnv)."""
-    if w.name in ("pong-8", "slow-8"):
-        return make_nature_cnn() if w.name == "pong-8" else make_slow_policy()
+    """The seeded policy (same weights in every contender): the CNN for Atari, else the MLP (pong-8 and
+    pong-16: the Nature CNN, slow-8: the MLP for SlowEnv)."""
+    if w.name in ("pong-8", "pong-16", "slow-8"):
+        return make_slow_policy() if w.name == "slow-8" else make_nature_cnn()
     torch.manual_seed(0)
     if w.env_id.startswith("ALE/"):
         return PongCNN()
@@ -206,6 +206,7 @@ WORKLOADS.update({
     for w in (
         Workload("pong-8", "ALE/Pong-v5 (frameskip=1) + AtariPreprocessing(84, gray, skip 4) + "
                  "FrameStackObservation(4)", 1, 8, 256, NATURE_CNN),
+        Workload("pong-16", "pong-8's env, 16 copies", 1, 16, 512, NATURE_CNN),
         Workload("slow-8", "SlowEnv (sleeps 0.2 / 0.5 / 1 / 2 ms a step, 200-step episodes)", 4, 1, 256,
                  f"{MLP}, argmax"),
     )
