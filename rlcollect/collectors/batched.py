@@ -170,7 +170,8 @@ class AsyncBatchedCollector(PooledCollector):
                 policy_device=device, sync=False, **arguments)
         self._env_groups = _check_groups(env_groups, envs_per_worker)
         self._server_settings = _server_settings(max_batch_size, min_batch_size, server_timeout,
-                                                 envs_per_worker, env_groups, num_workers * envs_per_worker)
+                                                 envs_per_worker, self._env_groups,
+                                                 num_workers * envs_per_worker)
         self._build(options, worker_processes(options))
 
     # -- the server -------------------------------------------------------------------------------

@@ -64,7 +64,7 @@ class ServedPolicy(PolicyAdapter):
         conn: this worker's end of its pipe to the server (:meth:`PolicyServer.connect`), or one
             pipe per group of its envs (:attr:`groups`): the server then serves each group as a
             worker of its own, and the rollout loop steps one group while the server acts for the
-            others (:func:`~rlcollect.rollout.loop.collect_batch`).
+            others (:func:`~rlcollect.rollout.loop.step_in_groups`).
         extras: what the served policy writes besides the action.
         timeout: seconds to wait for one answer.
         action_dtype: the dtype of the served policy's actions (its dry step's), which decides

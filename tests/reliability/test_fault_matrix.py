@@ -236,16 +236,22 @@ def test_env_raising_once_in_step_restarts_and_collection_goes_on(kind: str, lea
 BATCHED_RECOVERY_LIMIT = 2.0  # seconds: the longest wait for a batch across one worker's failure
 
 
+@pytest.mark.parametrize("groups", [1, 2])
 @pytest.mark.parametrize("fault", ["env_raises", "sigkill"])
-def test_batched_collection_goes_on_while_a_worker_restarts(fault: str, leaks: Leaks, tmp_path: Path) -> None:
+def test_batched_collection_goes_on_while_a_worker_restarts(fault: str, groups: int, leaks: Leaks,
+                                                            tmp_path: Path) -> None:
     """AsyncBatchedCollector replaces a failed worker in the background (through a forkserver that
     may still be importing): the other worker's batches keep coming, no wait between two batches
     is over 2 s, and every frame arrives once, in order. The run lasts about 8 s, so that the
-    replacement is up before the last batch."""
+    replacement is up before the last batch. ``groups=2``: 2 envs a worker, stepped one at a time
+    (``env_groups=2``); an env that raises while the server acts for the other group."""
     marker = str(tmp_path / "failed")
     env = functools.partial(CountingEnv, episode_length=50, step_sleep=0.005,
                             **({"fail_at": 25, "fail_marker": marker} if fault == "env_raises" else {}))
-    collector = build("batched", env, total_frames=2 * 160 * 10, timeout=30)
+    shape = {} if groups == 1 else {"env": [env] * 4, "envs_per_worker": 2, "env_groups": 2}
+    # 10 steps of each of a worker's envs a batch; about 8 s either way (a step of 2 envs takes twice as long)
+    collector = build("batched", shape.pop("env", env), batch_steps=10 * groups, total_frames=2 * 160 * 10,
+                      timeout=30, **shape)
     faulted_at: list[float] = []
     got: list[tuple[float, TensorDictBase]] = []
     with warnings.catch_warnings(record=True) as caught:
@@ -262,9 +268,10 @@ def test_batched_collection_goes_on_while_a_worker_restarts(fault: str, leaks: L
     assert stats.restarts == 1
     assert any("restarting it with fresh envs" in str(w.message) for w in caught)
     counts = assert_exactly_once([b for _, b in got])
-    assert len(counts) == 3  # the failed worker came back with a fresh env
+    assert len(counts) == 3 * groups  # the failed worker came back with fresh envs
     gap = max(b - a for (a, _), (b, _) in zip(got, got[1:], strict=False))
-    record("batched_restart", fault=fault, longest_wait_s=round(gap, 3), frames=sum(counts.values()))
+    record("batched_restart", fault=fault, groups=groups, longest_wait_s=round(gap, 3),
+           frames=sum(counts.values()))
     assert gap < BATCHED_RECOVERY_LIMIT
     leaks.check()
 
