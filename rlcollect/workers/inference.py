@@ -6,7 +6,9 @@ Env workers run their usual rollout loop with a :class:`ServedPolicy` in place o
 reads their observations straight from the shared-memory slot each one is filling, runs the policy
 once on all of them, and writes the actions, the policy's extras and the policy version back into
 the slots before it answers. No observation or action crosses a pipe; there is one copy of the
-weights, and a weight update waits for the forward pass under way.
+weights, and a weight update waits for the forward pass under way. A worker that steps its envs
+in groups (``AsyncBatchedCollector(env_groups=G)``) has a pipe per group, each served as a worker
+of its own, and asks for one group's actions while it steps another's envs.
 
 Example (the server and one worker's side, in one process):
     >>> import gymnasium as gym, torch
