@@ -121,7 +121,7 @@ class GymEnvs(EnvBatch):
         assert buffers is not None
         # each step's actions are the envs' own (a copy, or python ints), as in a hand-written loop:
         # an env that keeps its action, or edits it in place, touches no batch
-        actions: Any = self._actions[:, t]
+        actions: Any = self._actions[start:stop, t]  # this group's rows only
         actions = actions.tolist() if self._actions_as_list else actions.copy()
         obs_array, rewards, limit, steps = self._obs_array, self._reward_rows[t], self._limit, self._steps
         # the checks (rlcollect.data.checks) cost two identity tests per env-step: flags are
@@ -130,8 +130,8 @@ class GymEnvs(EnvBatch):
         flag_types, array_type, rewritable, infos = FLAG_TYPES, ndarray, REWRITABLE, self._info_arrays
         slot = t + 1
         envs = self.envs if stop - start == self.num_envs else self.envs[start:stop]
-        for i, env in enumerate(envs, start):
-            result = env.step(actions[i])
+        for i, (env, action) in enumerate(zip(envs, actions, strict=True), start):
+            result = env.step(action)
             try:
                 obs, r, terminated, truncated, info = result
             except (TypeError, ValueError):
