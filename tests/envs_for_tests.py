@@ -216,11 +216,11 @@ def assert_ids_label_trajectories(batches: list[Any], cut_keeps_ids: bool = Fals
 def resumed_beside_fresh(build: Callable[[], Any], batches: int) -> tuple[list[Any], Any, Any, int]:
     """``batches`` batches of a collector ``build`` makes, then its state loaded into a second one:
     the batches, the second one's first batch, a fresh collector's first batch, and the frames the
-    second one counts after its batch (envs that do not pickle warn: tested where it matters)."""
+    second one counts after its batch (envs whose state is not data warn: tested where it matters)."""
     with build() as saved:
         before = [saved.next().clone() for _ in range(batches)]
         with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", "the envs could not be pickled")
+            warnings.filterwarnings("ignore", "the envs' state is not data")
             state = saved.state_dict()
     with build() as fresh:
         reference = fresh.next().clone()

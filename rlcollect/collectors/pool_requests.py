@@ -23,6 +23,7 @@ from rlcollect.collectors.pooled_state import PooledState
 from rlcollect.collectors.stats import CollectorStats
 from rlcollect.common.state import checked_state, stamped
 from rlcollect.data.layout import BatchLayout
+from rlcollect.envs.base import check_envs_data
 from rlcollect.weights.forms import check_model_ids
 from rlcollect.weights.schemes import NoWeightSyncScheme
 from rlcollect.workers.saved_reports import report_from_state, report_state
@@ -138,6 +139,9 @@ class WorkerRequests(PooledState):
         if len(workers) != self.num_workers or len(state_dict["next_traj_id"]) != self.num_workers:
             raise ValueError(f"{self._state_kind}.load_state_dict: the state holds {len(workers)} workers, "
                              f"this collector has num_workers={self.num_workers}")
+        for worker in workers:  # before anything changes: no worker is sent bytes to unpickle
+            rollout = worker.get("rollout") if isinstance(worker, Mapping) else None
+            check_envs_data(rollout.get("envs") if isinstance(rollout, Mapping) else None)
         self._ensure_started()
         self._pool.drain()
         self._frames, self._batches = int(state_dict["frames"]), int(state_dict["batches"])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import abc
-import pickle
 import sys
 import warnings
 from typing import Any
@@ -14,8 +13,9 @@ import torch
 
 from rlcollect.common.callers import outside_stacklevel
 from rlcollect.data.buffers import BatchBuffers
+from rlcollect.envs.env_state import NotData, capture, restore
 
-__all__ = ["EnvBatch", "own_copy", "source_env"]
+__all__ = ["EnvBatch", "check_envs_data", "own_copy", "source_env"]
 
 
 class EnvBatch(abc.ABC):
@@ -102,38 +102,69 @@ class EnvBatch(abc.ABC):
         """Close the envs."""
 
     @abc.abstractmethod
-    def _picklable_state(self) -> Any:
-        """The objects whose pickle captures the envs' full state (``None``: the envs are never
-        held in a state_dict, as TorchRL envs are not in TorchRL's)."""
-
-    @abc.abstractmethod
-    def _restore_picklable_state(self, state: Any) -> None:
-        """Swap in envs unpickled from :meth:`_picklable_state`."""
+    def _state_objects(self) -> Any:
+        """The objects whose attributes hold the envs' state (:mod:`rlcollect.envs.env_state`);
+        ``None``: the envs are never held in a state_dict, as TorchRL envs are not in TorchRL's."""
 
     def state_dict(self) -> dict[str, Any]:
-        """Episode step counters and, where the envs pickle, the envs themselves."""
-        try:
-            held = self._picklable_state()
-            envs: bytes | None = None if held is None else pickle.dumps(held)
-        except Exception as error:  # envs holding handles (sockets, simulators) do not pickle
-            warnings.warn(
-                f"the envs could not be pickled ({error!r}): this state_dict holds counters and "
-                "weights but not the envs' state; a collector loading it goes on with its own envs' "
-                "episodes (new trajectory ids), never an observation of these",
-                stacklevel=outside_stacklevel(),
-            )
-            envs = None
+        """Episode step counters and the envs' state as data, where it is data (see
+        :mod:`rlcollect.envs.env_state`); else ``None`` for the envs, with a warning naming what
+        is not data."""
+        held = self._state_objects()
+        envs: dict[str, Any] | None = None
+        if held is not None:
+            try:
+                envs = capture(held)
+            except NotData as error:  # envs holding handles (sockets, simulators, C objects)
+                warnings.warn(
+                    f"the envs' state is not data ({error}): this state_dict holds counters and "
+                    "weights but not the envs' state; a collector loading it goes on with its own "
+                    "envs' episodes (new trajectory ids), never an observation of these",
+                    stacklevel=outside_stacklevel(),
+                )
         return {"steps": torch.tensor(self._steps, dtype=torch.int64), "envs": envs}
 
     def load_state_dict(self, state: dict[str, Any]) -> bool:
-        """Restore what :meth:`state_dict` returned; ``False`` where it holds no envs (they did
-        not pickle): the envs then go on with their own episodes, step counters included."""
-        if state["envs"] is None:
+        """Write what :meth:`state_dict` returned into these envs, in place; ``False`` where it
+        holds no envs (they were not data): the envs then go on with their own episodes, step
+        counters included. No code is loaded from the state: the envs are the ones this collector
+        built, and the state only sets their attributes.
+
+        Raises:
+            ValueError: the envs' state is not data (pickle bytes: an old or crafted state) or is
+                of other envs (the first difference named); the envs are then unchanged.
+        """
+        envs = check_envs_data(state)
+        if envs is None:
             return False
-        self._steps[:] = np.asarray(state["steps"]).tolist()
-        self.close()
-        self._restore_picklable_state(pickle.loads(state["envs"]))
+        steps = np.asarray(state["steps"]).tolist()
+        restore(self._state_objects(), envs)
+        self._steps[:] = steps
         return True
+
+
+def check_envs_data(state: Any) -> dict[str, Any] | None:
+    """The envs' state in ``state`` (an :meth:`EnvBatch.state_dict`), once it is known to be data
+    (a collector with workers checks each worker's before it sends any).
+
+    Raises:
+        ValueError: it is something else, such as pickle bytes (never unpickled).
+
+    Examples:
+        >>> check_envs_data({"steps": None, "envs": None}) is None
+        True
+        >>> check_envs_data({"steps": None, "envs": b"\\x80"})  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: load_state_dict: the state's envs are bytes, not the data state_dict() writes ...
+    """
+    envs = state.get("envs") if isinstance(state, dict) else None
+    if envs is None or isinstance(envs, dict):
+        return envs
+    raise ValueError(
+        f"load_state_dict: the state's envs are {type(envs).__name__}, not the data state_dict() "
+        "writes (a dict); rlcollect never unpickles a state's bytes (a state saved by rlcollect "
+        "before states were data, or a crafted one): save it again with this version")
 
 
 def own_copy(obs: Any, row: int | None = None) -> Any:

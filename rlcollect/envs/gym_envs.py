@@ -197,8 +197,5 @@ class GymEnvs(EnvBatch):
         for env in self.envs:
             env.close()
 
-    def _picklable_state(self) -> Any:
+    def _state_objects(self) -> Any:
         return self.envs
-
-    def _restore_picklable_state(self, state: Any) -> None:
-        self.envs = list(state)

@@ -173,8 +173,7 @@ class TorchRLGymEnvs(GymEnvs):
     prepare_policy = TorchRLEnv.prepare_policy
     seed_action_spaces = TorchRLEnv.seed_action_spaces
     close = TorchRLEnv.close
-    _picklable_state = TorchRLEnv._picklable_state
-    _restore_picklable_state = TorchRLEnv._restore_picklable_state
+    _state_objects = TorchRLEnv._state_objects
 
 
 class TorchRLGymVector(GymVectorEnv):
@@ -221,5 +220,4 @@ class TorchRLGymVector(GymVectorEnv):
         if not self.torchrl_env.is_closed:
             self.torchrl_env.close()
 
-    _picklable_state = TorchRLEnv._picklable_state
-    _restore_picklable_state = TorchRLEnv._restore_picklable_state
+    _state_objects = TorchRLEnv._state_objects

@@ -142,8 +142,5 @@ class TorchRLEnv(EnvBatch):
         if not self.env.is_closed:
             self.env.close()
 
-    def _picklable_state(self) -> Any:
-        return None  # never pickled into a state_dict, as in TorchRL (no warning: by design)
-
-    def _restore_picklable_state(self, state: Any) -> None:
-        raise TypeError("TorchRL envs are not restored from a state_dict")
+    def _state_objects(self) -> Any:
+        return None  # never held in a state_dict, as in TorchRL (no warning: by design)

@@ -173,8 +173,5 @@ class GymVectorEnv(EnvBatch):
     def close(self) -> None:
         self.env.close()
 
-    def _picklable_state(self) -> Any:
+    def _state_objects(self) -> Any:
         return self.env
-
-    def _restore_picklable_state(self, state: Any) -> None:
-        self.env = state

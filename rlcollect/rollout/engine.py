@@ -295,7 +295,7 @@ class Rollout(ModelLookup):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from :meth:`state_dict`: the next batches equal the uninterrupted run's. From a
-        state without the envs (they did not pickle), each env goes on with its own episode (its
+        state without the envs (their state was not data), each env goes on with its own episode (its
         observation, step count, running return and policy state) under a new trajectory id:
         no frame pairs an observation of the saved envs with a step of these.
 

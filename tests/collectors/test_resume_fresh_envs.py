@@ -1,4 +1,4 @@
-"""Resume where the state holds no envs (they do not pickle, or TorchRL envs, which are never
+"""Resume where the state holds no envs (their state is not data, or TorchRL envs, which are never
 pickled into it): the loading collector's envs go on with their own episodes, under trajectory
 ids the saved run never handed out. No frame may pair an observation the saved envs held with a
 step of the new envs (a transition that never happened): the first batch after the load is the
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.timeout(120)
 
 
 class Unpicklable(gym.Wrapper[Any, Any, Any, Any]):
-    """CartPole holding a lock: it does not pickle, so a state_dict cannot hold it."""
+    """CartPole holding a lock: not data, so a state_dict cannot hold it."""
 
     def __init__(self) -> None:
         super().__init__(make_cartpole())
@@ -64,7 +64,7 @@ def test_episodes_in_progress_are_not_carried_into_the_new_envs() -> None:
     with single(100) as saved:
         for _ in range(3):
             saved.next()
-        with pytest.warns(UserWarning, match="could not be pickled"):
+        with pytest.warns(UserWarning, match="envs' state is not data"):
             state = saved.state_dict()
         count = saved.stats().episodes
     with single(100) as fresh:

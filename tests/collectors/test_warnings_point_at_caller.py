@@ -3,6 +3,7 @@ called rlcollect), not the line deep in the package where the check runs."""
 
 from __future__ import annotations
 
+import threading
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -23,10 +24,11 @@ def _cartpole() -> gym.Env:
 
 
 class _Unpicklable(gym.Wrapper):
-    """CartPole holding something that does not pickle (a simulator handle, a socket)."""
+    """CartPole holding something that is not data (a lock, as a simulator handle or a socket)."""
 
-    def __getstate__(self) -> Any:
-        raise TypeError("holds a handle")
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.handle = threading.Lock()
 
 
 class _NoParameters(nn.Module):
@@ -58,7 +60,7 @@ CASES: dict[str, tuple[Callable[[], Any], str]] = {
     "frames_per_batch rounded, Collector": (lambda: _rounded(Collector), "not a multiple"),
     "frames_per_batch rounded, MultiSync": (lambda: _rounded(MultiSyncCollector), "not a multiple"),
     "policy_weights= keyword": (_old_weights_keyword, "deprecated"),
-    "envs that do not pickle": (_unpicklable_envs, "could not be pickled"),
+    "envs whose state is not data": (_unpicklable_envs, "envs' state is not data"),
     "policy_device, no parameters": (
         lambda: rl_torchrl.Collector(_cartpole, _NoParameters(), frames_per_batch=4, total_frames=8,
                                      policy_device="cpu"), "no parameter or buffer"),

@@ -107,11 +107,8 @@ class CounterEnvs(EnvBatch):
     def close(self) -> None:
         pass
 
-    def _picklable_state(self) -> Any:
-        return (self.episode, self.step_in_episode, self.taken)
-
-    def _restore_picklable_state(self, state: Any) -> None:
-        self.episode, self.step_in_episode, self.taken = state
+    def _state_objects(self) -> Any:
+        return self
 
 
 def script(num_envs: int, total: int, ends: dict[tuple[int, int], str]) -> dict[str, np.ndarray]:
