@@ -24,7 +24,6 @@ from typing import Any
 
 import gymnasium as gym
 import torch
-from tensordict import TensorDict
 from tqdm import tqdm
 
 import rlcollect
@@ -42,6 +41,7 @@ from rlcollect.cli.requests import CollectOptions, CollectSummary
 from rlcollect.cli.signals import StopSignals
 from rlcollect.collectors import Collector, CollectorStats, MultiSyncCollector
 from rlcollect.collectors.loggers import CollectorLogger, TensorBoardLogger, WandbLogger
+from rlcollect.common.memmap_folder import load_memmap
 from rlcollect.data.checks import BadDataError
 from rlcollect.data.layout import observation_fields, stored_observation_space
 
@@ -222,11 +222,15 @@ def _collect_into(
     return time.perf_counter() - start, None
 
 
+#: Where ``--log`` writes by default, inside the run folder (a run's own files: ``--force`` deletes them).
+LOGS = "logs"
+
+
 def _make_logger(options: CollectOptions, out: Path) -> CollectorLogger | None:
     """The ``--log`` logger, writing to ``--log-dir`` (default ``out/logs``)."""
     if options.log is None:
         return None
-    log_dir = Path(options.log_dir) if options.log_dir is not None else out / "logs"
+    log_dir = Path(options.log_dir) if options.log_dir is not None else out / LOGS
     try:
         if options.log == "tensorboard":
             return TensorBoardLogger(log_dir)
@@ -253,6 +257,7 @@ def _setup_info(options: CollectOptions, collector: Collector | MultiSyncCollect
         "frames_requested": options.frames,
         "policy": options.policy,
         "seed": options.seed,
+        "logs": LOGS if options.log is not None and options.log_dir is None else None,  # --force deletes them
         "layout": "[batches, envs, time]" if collector.num_envs == options.num_envs else
                   "[batches, rows, time]: frames in the order they complete (an asynchronous EnvPool); "
                   "collector.env_ids names each frame's env",
@@ -273,7 +278,7 @@ def _check_stored_frames(summary: CollectSummary) -> None:
     """Load the folder back: it holds ``[batches, envs, T]``, and every frame the collector made."""
     if summary.batches == 0:
         return
-    stored = TensorDict.load_memmap(summary.out)
+    stored = load_memmap(summary.out)
     expected = (summary.batches, *summary.batch_shape)  # an interrupted run: the batches written
     if tuple(stored.batch_size) != expected:
         raise RuntimeError(
@@ -291,7 +296,7 @@ def format_summary(summary: CollectSummary, options: CollectOptions) -> str:
     num_envs, steps = summary.batch_shape
     policy = options.policy or "uniform random actions"
     state = "collected" if summary.complete else "INTERRUPTED after"
-    loader = "TensorDict.load_memmap" if options.next_obs else "rlcollect.load_run"
+    loader = "rlcollect.load_run"
     out = str(summary.out)
     lines = [
         f"{state} {summary.frames:,} frames of {options.env} ({num_envs} envs"

@@ -34,7 +34,7 @@ _PREFIX = "rlcollect: error: "
 
 _COLLECT_EPILOG = """\
 The run folder holds a memory-mapped TensorDict of batch_size [batches, envs, time], read back with
-tensordict.TensorDict.load_memmap(OUT) (rlcollect.load_run(OUT) with --no-next-obs), and run.json
+rlcollect.load_run(OUT) (or tensordict.TensorDict.load_memmap(OUT, allow_pickle=False)), and run.json
 describing the run. It grows batch by batch: a stopped run loads at its size. --policy names a factory
 called as factory(observation_space, action_space) with the single env's Gymnasium spaces; it
 returns an nn.Module or callable from observations [N, *obs] to actions [N, *act], or a TensorDict
@@ -170,19 +170,22 @@ def _add_collect(commands: Any) -> None:
     collect.add_argument("--log-dir", metavar="DIR",
                          help="where --log writes (default: OUT/logs)")
     collect.add_argument("--force", action="store_true",
-                         help="overwrite a previous run in --out (other non-empty folders are refused), "
-                         "and a Minari dataset of the same id")
+                         help="overwrite a previous run in --out, deleting only the files it wrote (a "
+                         "folder holding other files is refused, naming them), and a Minari dataset of "
+                         "the same id")
     collect.add_argument("--no-progress", action="store_true", help="no progress bar")
     collect.set_defaults(handler=_collect)
 
 
 def _positive_float(text: str) -> float:
+    """A number of seconds in (0, a day]: inf and nan are refused (the command must end)."""
+    allowed = f"a number of seconds > 0 and at most {86_400} (a day)"
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be {allowed}, got {text!r}") from None
+    if not 0 < value <= 86_400:
+        raise argparse.ArgumentTypeError(f"must be {allowed}, got {text!r}")
     return value
 
 

@@ -36,7 +36,7 @@ from rlcollect.cli.errors import CliError, one_line
 from rlcollect.data.run_folder import COMMIT, FINALS, RunFolderWriter, replace_file
 from rlcollect.data.run_folder import load_run as load_run_folder
 
-__all__ = ["RUN_INFO", "RunWriter", "check_out", "load_run", "prepare_out"]
+__all__ = ["RUN_INFO", "RunWriter", "check_out", "foreign_files", "load_run", "prepare_out", "run_files"]
 
 #: The file beside the memmap that records how the run was made.
 RUN_INFO = "run.json"
@@ -54,6 +54,9 @@ def check_out(path: str | Path, *, force: bool) -> Path:
     Raises:
         CliError: ``path`` is a file, a non-empty folder other than a run, or a run without ``force``.
     """
+    if not str(path).strip():
+        raise CliError("--out '' names no folder (an empty path would mean the current folder); "
+                       "give the folder for the run, e.g. --out runs/cartpole")
     out = Path(path)
     if out.exists() and not out.is_dir():
         raise CliError(f"--out {str(out)!r} is a file, not a folder")
@@ -65,7 +68,56 @@ def check_out(path: str | Path, *, force: bool) -> Path:
             )
         if not force:
             raise CliError(f"--out {str(out)!r} already holds a run; pass --force to overwrite it")
+        foreign = foreign_files(out)
+        if foreign:
+            shown = ", ".join(str(p.relative_to(out)) for p in foreign[:5])
+            more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+            raise CliError(f"--out {str(out)!r} holds a run and files it did not write ({shown}{more}); "
+                           "--force deletes only a run's own files: move those, or choose another folder")
     return out
+
+
+def run_files(out: Path) -> set[Path]:
+    """The files and folders a run wrote in ``out``: ``run.json``, the commit, the memmap tree its
+    ``meta.json`` files describe (next observations' finals included) and the logs ``run.json``
+    names; anything else there is someone else's."""
+    own = {out / name for name in (RUN_INFO, COMMIT, WRITE_TEST, FINALS)}
+    own |= {path.with_name(path.name + ".tmp") for path in set(own)}
+    own |= _memmap_tree(out) | _memmap_tree(out / FINALS)
+    try:
+        logs = json.loads((out / RUN_INFO).read_text()).get("logs")
+    except (OSError, ValueError, AttributeError):
+        logs = None
+    if isinstance(logs, str) and logs and not Path(logs).is_absolute() and ".." not in Path(logs).parts:
+        own.add(out / logs)
+        own |= set((out / logs).rglob("*"))
+    return own
+
+
+def _memmap_tree(folder: Path) -> set[Path]:
+    """``folder``'s ``meta.json`` and what it names (a leaf's ``.memmap``, a sub-TensorDict's folder)."""
+    meta = folder / "meta.json"
+    try:
+        record = json.loads(meta.read_text())
+    except (OSError, ValueError):
+        return set()
+    own = {meta, meta.with_name("meta.json.tmp")}
+    for name, entry in record.items() if isinstance(record, dict) else ():
+        if not isinstance(entry, dict) or "/" in name or name in ("", ".", ".."):
+            continue
+        if entry.get("type") == "TensorDict":
+            own |= {folder / name} | _memmap_tree(folder / name)
+        elif "dtype" in entry:
+            own.add(folder / f"{name}.memmap")
+    return own
+
+
+def foreign_files(out: Path) -> list[Path]:
+    """The files in ``out`` that its run did not write, in path order (folders are not files: one
+    holding none of the run's is left where it is)."""
+    own = run_files(out)
+    return sorted(path for path in out.rglob("*")
+                  if path not in own and (path.is_symlink() or not path.is_dir()))
 
 
 def prepare_out(path: str | Path, *, force: bool) -> Path:
@@ -75,9 +127,13 @@ def prepare_out(path: str | Path, *, force: bool) -> Path:
         CliError: as :func:`check_out`, or ``path`` cannot be removed, created or written.
     """
     out = check_out(path, force=force)
-    if out.is_dir() and any(out.iterdir()):
+    if out.is_dir() and any(out.iterdir()):  # a previous run, and only its files (check_out)
         try:
-            shutil.rmtree(out)
+            for own in sorted(run_files(out), key=lambda p: len(p.parts), reverse=True):  # deepest first
+                if own.is_dir() and not own.is_symlink():
+                    shutil.rmtree(own)
+                elif own.exists() or own.is_symlink():
+                    own.unlink()
         except OSError as error:
             raise CliError(f"--out {str(out)!r}: cannot remove the previous run ({error.strerror})") from None
     try:

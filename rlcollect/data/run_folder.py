@@ -47,6 +47,8 @@ import numpy as np
 import torch
 from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
 
+from rlcollect.common.memmap_folder import load_memmap, read_json, refuse_pickles
+
 __all__ = ["COMMIT", "FINALS", "WHERE", "RunFolderWriter", "load_rows", "load_run", "read_commit",
            "rebuild_next_observations", "replace_file"]
 
@@ -203,7 +205,7 @@ def read_commit(folder: str | Path) -> dict[str, Any] | None:
     path = Path(folder) / COMMIT
     if not path.is_file():
         return None
-    record = json.loads(path.read_text())
+    record = read_json(path)
     if record.get("format") != _FORMAT:
         raise ValueError(f"{path} has format {record.get('format')!r}; this rlcollect reads format {_FORMAT}")
     return dict(record)
@@ -216,7 +218,7 @@ def load_rows(folder: Path, rows: int) -> TensorDictBase:
         if rows:
             raise ValueError(f"{folder} commits {rows} rows but has no meta.json")
         return TensorDict(batch_size=[0])
-    meta = json.loads((folder / "meta.json").read_text())
+    meta = read_json(folder / "meta.json")
     entries: dict[str, Any] = {}
     for name, entry in meta.items():
         if not isinstance(entry, dict):
@@ -225,11 +227,16 @@ def load_rows(folder: Path, rows: int) -> TensorDictBase:
             entries[name] = load_rows(folder / name, rows)
         elif "dtype" in entry:
             entries[name] = _load_leaf(folder / f"{name}.memmap", entry, rows)
+        else:  # a non-tensor leaf (TensorDict pickles some): a run folder holds none
+            raise ValueError(f"{folder / 'meta.json'}: entry {name!r} is a {entry.get('type')!r}, not a "
+                             "tensor; a run folder holds tensors only")
     return TensorDict(entries, batch_size=[rows, *meta["shape"][1:]])
 
 
 def _load_leaf(path: Path, entry: dict[str, Any], rows: int) -> torch.Tensor:
-    dtype = getattr(torch, entry["dtype"].removeprefix("torch."))
+    dtype = getattr(torch, str(entry["dtype"]).removeprefix("torch."), None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"{path}: dtype {entry['dtype']!r} in meta.json is not a torch dtype")
     shape = torch.Size([rows, *entry["shape"][1:]])
     needed = shape.numel() * torch.empty((), dtype=dtype).element_size()
     held = path.stat().st_size if path.is_file() else 0
@@ -262,7 +269,8 @@ def load_run(folder: str | Path) -> TensorDictBase:
 
     Only what ``committed.json`` commits is read (memory-mapped), so a folder whose writer was
     killed at any instant loads with the batches before the one it was writing. A folder without
-    ``committed.json`` (any TensorDict memmap folder) is read with ``TensorDict.load_memmap``.
+    ``committed.json`` (any TensorDict memmap folder) is read with
+    :func:`~rlcollect.common.memmap_folder.load_memmap` (a pickled leaf is refused, never unpickled).
     A folder written without the next observations gets them rebuilt in memory
     (:func:`rebuild_next_observations`).
 
@@ -286,15 +294,16 @@ def load_run(folder: str | Path) -> TensorDictBase:
         torch.Size([2, 1, 64]) True
     """
     folder = Path(folder)
+    refuse_pickles(folder)
     record = read_commit(folder)
     if record is None:
         if not (folder / "meta.json").is_file():
             raise ValueError(f"{str(folder)!r} holds no run: no committed batches and no TensorDict "
                              "(a run stopped before writing anything leaves its folder so)")
-        stored = TensorDict.load_memmap(folder)
+        stored = load_memmap(folder)
         if not (folder / FINALS).is_dir():
             return stored
-        return rebuild_next_observations(stored, TensorDict.load_memmap(folder / FINALS))
+        return rebuild_next_observations(stored, load_memmap(folder / FINALS))
     stored = load_rows(folder, record["batches"])
     if record[FINALS] is None or not record["batches"]:
         return stored

@@ -21,7 +21,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Any, cast
 import torch
 from tensordict import TensorDictBase
 
+from rlcollect.common.memmap_folder import read_json, refuse_pickles
 from rlcollect.data.run_folder import FINALS, WHERE, load_rows, read_commit
 
 __all__ = ["RunReader"]
@@ -41,11 +41,13 @@ class RunReader:
     """The committed batches ``[batches, envs, T]`` of the run folder ``folder``, read on demand.
 
     Raises:
-        ValueError: ``folder`` holds no ``meta.json`` (not a TensorDict memmap folder).
+        ValueError: ``folder`` holds no ``meta.json`` (not a TensorDict memmap folder), or a
+            pickle file (named; never unpickled).
     """
 
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
+        refuse_pickles(self.folder)
         meta = _meta(self.folder)
         record = read_commit(self.folder)
         batches = record["batches"] if record is not None else meta["shape"][0]
@@ -110,5 +112,5 @@ def _meta(folder: Path) -> dict[str, Any]:
     path = folder / "meta.json"
     if not path.is_file():
         raise ValueError(f"{folder} is not a saved TensorDict folder (no meta.json)")
-    meta: dict[str, Any] = json.loads(path.read_text())
+    meta: dict[str, Any] = read_json(path)
     return meta

@@ -28,8 +28,9 @@ from typing import Any, cast
 
 import numpy as np
 import torch
-from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
+from tensordict import MemoryMappedTensor, TensorDictBase
 
+from rlcollect.common.memmap_folder import load_memmap
 from rlcollect.replay._locks import Lock
 from rlcollect.replay.storage import EMPTY, Storage
 
@@ -106,7 +107,7 @@ class MemmapStorage(Storage):
 
     def _refresh(self) -> None:
         if self._data is None and (meta := self._read_meta()) is not None and meta["initialized"]:
-            self._adopt(TensorDict.load_memmap(self.path / "data"))
+            self._adopt(load_memmap(self.path / "data"))
             self._open_files(create=False)
 
     def init(self, template: TensorDictBase) -> None:

@@ -309,6 +309,37 @@ def test_non_empty_folder_is_refused_even_with_force(tmp_path: Path, capsys: Cap
     assert (target / "notes.txt").read_text() == "keep me"
 
 
+@pytest.mark.timeout(60)
+def test_force_deletes_only_what_the_run_wrote(tmp_path: Path, capsys: Capsys) -> None:
+    """A run folder holding the user's files: --force refuses it, naming them, and deletes nothing."""
+    out = tmp_path / "run"
+    assert collect(out, frames=256, num_envs=2) == 0
+    (out / "my_notes.txt").write_text("keep me")
+    (out / "checkpoints").mkdir()
+    (out / "checkpoints" / "model.pt").write_bytes(b"weights")
+    (out / "next" / "stray.bin").write_bytes(b"x")  # inside a folder the run wrote
+    before = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    capsys.readouterr()
+    assert collect(out, "--force", frames=128, num_envs=2) == 2
+    assert_one_line_error(capsys, "holds a run and files it did not write "
+                                  "(checkpoints/model.pt, my_notes.txt, next/stray.bin)")
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == before
+    for stray in ("my_notes.txt", "checkpoints/model.pt", "next/stray.bin"):
+        (out / stray).unlink()
+    assert collect(out, "--force", frames=128, num_envs=2) == 0  # then the run's own files go
+    assert rlcollect.load_run(out).batch_size == torch.Size([1, 2, 64])
+    assert (out / "checkpoints").is_dir()  # an empty folder of the user's is left where it was
+
+
+def test_an_empty_out_is_refused(tmp_path: Path, capsys: Capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.txt").write_text("keep me")
+    assert main(["collect", "--env", "CartPole-v1", "--frames", "64", "--out", "", "--no-progress",
+                 "--force"]) == 2
+    assert_one_line_error(capsys, "--out '' names no folder")
+    assert [p.name for p in tmp_path.iterdir()] == ["mine.txt"]
+
+
 def test_a_folder_left_by_a_run_killed_before_its_first_write(tmp_path: Path) -> None:
     """Killed between making the folder and writing to it: it holds the write test's file at most.
     Loading it says there is no run; a new run takes it as an empty folder."""

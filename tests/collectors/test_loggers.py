@@ -86,3 +86,7 @@ def test_cli_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str) 
     else:
         assert list((out / "logs" / "wandb").glob("offline-run-*/run-*.wandb"))
     assert TensorDict.load_memmap(out).batch_size == torch.Size([2, 2, 128])  # logs beside the run
+    # the logs are the run's own files: --force replaces them with the new run's
+    assert main(["collect", "--frames", "256", "--num-envs", "2", "--out", str(out), "--seed", "0",
+                 "--no-progress", "--force"]) == 0
+    assert not (out / "logs").exists() and TensorDict.load_memmap(out).batch_size == torch.Size([1, 2, 128])
