@@ -9,8 +9,9 @@ How an update travels: the learner announces message ``n`` under a key of a ``TC
 then broadcasts a header ``[version, flag]`` and the weight tensors (sorted by flattened key). Each
 collector runs a daemon thread that polls the store for message ``n`` (checking its stop event
 between polls, so it never blocks in a collective nobody started), joins that broadcast into a
-staging copy, and publishes the copy only once complete; ``receive()`` applies the newest
-published copy to the collector's model. Every step is bounded by ``timeout``.
+staging copy, and publishes the copy only once complete and authenticated; ``receive()`` applies
+the newest published copy to the collector's model. Every step is bounded by ``timeout``. Who may
+speak on the port, and how each side proves it: :mod:`rlcollect.weights.distributed_auth`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,16 @@ import torch
 import torch.distributed as dist
 from tensordict import TensorDictBase
 
+from rlcollect.weights.distributed_auth import (
+    fresh_nonce,
+    namespace,
+    open_store,
+    process_group,
+    proof,
+    resolve_authkey,
+    same,
+    signature,
+)
 from rlcollect.weights.distributed_receiver import ReceiverSide
 from rlcollect.weights.distributed_wire import (
     ACK_WAIT,
@@ -67,8 +78,13 @@ class DistributedWeightSyncScheme(ReceiverSide):
     The group has a fixed size: once a receiver shuts down, the learner cannot broadcast any more
     (its ``send`` raises, and so does the ``receive`` of the other receivers). Use one port (one
     scheme) per model. A not yet initialised scheme pickles, so it can be handed to a spawned
-    process. Across machines gloo picks its network interface as ``torch.distributed`` does
-    (``GLOO_SOCKET_IFNAME``).
+    process. The learner listens on ``init_method``'s address only, and gloo on the loopback
+    interface when that address is a loopback one; across machines gloo picks its network
+    interface as ``torch.distributed`` does (``GLOO_SOCKET_IFNAME``).
+
+    The processes of a group share one secret, ``authkey``: nothing is applied before the learner
+    proves it holds it (an impostor on the port is a ``PermissionError``), nor from a broadcast
+    whose bytes do not match their MAC (:mod:`~rlcollect.weights.distributed_auth`).
 
     Args:
         init_method: ``"tcp://host:port"`` where the learner (rank 0) listens; ``host`` must be
@@ -79,6 +95,10 @@ class DistributedWeightSyncScheme(ReceiverSide):
             GPUs: each process uses its current CUDA device).
         timeout: seconds any step may take (joining the group, one broadcast) before it fails.
         strategy: ``"tensordict"`` or ``"state_dict"`` (see :class:`WeightSyncScheme`).
+        authkey: the group's secret (bytes), the same in the learner and every receiver; ``None``:
+            ``$RLCOLLECT_AUTHKEY`` if set, else this process's ``multiprocessing`` authkey, which
+            the processes it starts inherit and a pickled scheme carries. Processes started
+            apart (another machine, another shell) need ``authkey`` or ``$RLCOLLECT_AUTHKEY``.
 
     Raises:
         ValueError: an argument out of range (the message names it and what is allowed).
@@ -105,8 +125,10 @@ class DistributedWeightSyncScheme(ReceiverSide):
     def __init__(
         self, init_method: str = "tcp://127.0.0.1:29500", world_size: int = 2, rank: int = 0,
         backend: str = "gloo", timeout: float = 60.0, strategy: Strategy = "tensordict",
+        authkey: bytes | None = None,
     ) -> None:
         super().__init__(strategy)
+        self._authkey = resolve_authkey(authkey)
         self._host, self._port = address(init_method)
         if not is_int(world_size) or world_size < 2:
             raise ValueError(f"world_size={world_size!r}: the learner and at least one receiver, an int >= 2")
@@ -229,12 +251,19 @@ class DistributedWeightSyncScheme(ReceiverSide):
     def _connect_sender(self) -> None:
         assert self._reference is not None
         tensors = self._wire_tensors(self._reference)
-        store = self._join_store(is_master=True)
+        raw = self._join_store(is_master=True)
+        store = dist.PrefixStore(namespace(self._authkey), raw)  # type: ignore[attr-defined]
         try:
             store.set("layout", json.dumps(self._layout))
-            hellos = [f"hello/{rank}" for rank in range(1, self._world_size)]
-            self._wait_keys(store, hellos, "every receiver to connect")
-            refusals = [msg for msg in (store.get(key).decode() for key in hellos) if msg != "ok"]
+            nonce, ranks = fresh_nonce(), range(1, self._world_size)
+            raw.set("auth/nonce", nonce)
+            self._wait_keys(raw, [f"auth/challenge/{rank}" for rank in ranks], "every receiver to connect")
+            for rank in ranks:  # prove to each receiver that this learner holds the group's secret
+                challenge = raw.get(f"auth/challenge/{rank}").decode()
+                raw.set(f"auth/proof/{rank}", proof(self._authkey, "learner", rank, challenge, ""))
+            self._wait_keys(store, [f"hello/{rank}" for rank in ranks],
+                            "every receiver's answer (a receiver with another authkey cannot give one)")
+            refusals = [refusal for rank in ranks if (refusal := self._refusal(store, rank, nonce))]
             if refusals:
                 store.set("start", "refused: " + "; ".join(refusals))
                 raise ValueError("; ".join(refusals))
@@ -247,10 +276,18 @@ class DistributedWeightSyncScheme(ReceiverSide):
             raise
         self._version, self._connected = 0, True
 
+    def _refusal(self, store: Store, rank: int, nonce: str) -> str | None:
+        """What receiver ``rank`` answered, unless ``"ok"`` with a proof of the group's secret."""
+        answer, _, mac = store.get(f"hello/{rank}").decode().rpartition("|")
+        if not same(mac, proof(self._authkey, "receiver", rank, nonce, answer)):
+            return f"rank {rank} did not prove it holds this group's authkey"
+        return None if answer == "ok" else answer
+
     def _broadcast(self, version: int, flag: int, tensors: list[torch.Tensor]) -> None:
         """Announce message ``n`` in the store (unless a receiver left), then broadcast it."""
         assert self._store is not None and self._pg is not None
-        n, value = self._next, f"{version},{flag}"
+        n = self._next
+        value = f"{version},{flag},{signature(self._authkey, n, version, flag, tensors)}"
         current = self._store.compare_set(message(n), "", value).decode()
         if current != value:  # a receiver claimed this message number when it shut down
             self._broken = left(current)
@@ -313,12 +350,8 @@ class DistributedWeightSyncScheme(ReceiverSide):
                         for name, key in self._order]
 
     def _join_store(self, is_master: bool) -> Store:
-        delta = datetime.timedelta(seconds=self._timeout)
         try:
-            if is_master:
-                return dist.TCPStore(self._host, self._port, self._world_size, True,  # type: ignore[attr-defined]
-                                     delta, wait_for_workers=False)
-            return dist.TCPStore(self._host, self._port, None, False, delta)  # type: ignore[attr-defined]
+            return open_store(self._host, self._port, self._world_size if is_master else None, self._timeout)
         except Exception as exc:
             what = "listen at" if is_master else "reach the learner at"
             raise RuntimeError(f"{self._who()}: could not {what} {self._init_method} within "
@@ -333,16 +366,9 @@ class DistributedWeightSyncScheme(ReceiverSide):
 
     def _new_group(self, store: Store) -> Any:
         """A private process group (the default one, if any, is untouched)."""
-        prefixed = dist.PrefixStore("pg", store)  # type: ignore[attr-defined]
-        delta = datetime.timedelta(seconds=self._timeout)
         try:
-            if self._backend == "gloo":
-                return dist.ProcessGroupGloo(prefixed, self._rank, self._world_size, delta)
-            nccl: Any = getattr(dist, "ProcessGroupNCCL")  # noqa: B009 (absent from CPU builds)
-            options = nccl.Options()
-            options.is_high_priority_stream = False
-            options._timeout = delta
-            return nccl(prefixed, self._rank, self._world_size, options)
+            return process_group(dist.PrefixStore("pg", store), self._rank, self._world_size,  # type: ignore[attr-defined]
+                                 self._backend, self._host, self._timeout)
         except Exception as exc:
             raise RuntimeError(f"{self._who()}: could not form the {self._backend} group of "
                                f"{self._world_size} ranks at {self._init_method} within "

@@ -8,11 +8,14 @@ from __future__ import annotations
 import json
 import threading
 import time
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import torch
+import torch.distributed as dist
 from tensordict import TensorDictBase
 
+from rlcollect.weights.distributed_auth import fresh_nonce, namespace, proof, same, signature
 from rlcollect.weights.distributed_wire import (
     POLL_MAX,
     POLL_MIN,
@@ -35,6 +38,7 @@ class ReceiverSide(WeightSyncScheme):
 
     if TYPE_CHECKING:  # the scheme's own (DistributedWeightSyncScheme)
         _init_method: str
+        _authkey: bytes
         _rank: int
         _world_size: int
         _timeout: float
@@ -117,14 +121,18 @@ class ReceiverSide(WeightSyncScheme):
 
     def _connect_receiver(self) -> None:
         assert self._reference is not None
-        store = self._join_store(is_master=False)
+        raw = self._join_store(is_master=False)
+        store = dist.PrefixStore(namespace(self._authkey), raw)  # type: ignore[attr-defined]
         try:
             if store.add(f"joined/{self._rank}", 1) > 1:
                 raise ValueError(f"rank={self._rank}: another receiver already joined the group at "
                                  f"{self._init_method} with this rank; give each collector process its own")
+            nonce = self._authenticate_learner(raw)
             self._wait_keys(store, ["layout"], "the learner's model description")
             refusal = compare(json.loads(store.get("layout").decode()), self._layout, self._rank)
-            store.set(f"hello/{self._rank}", refusal or "ok")
+            answer = refusal or "ok"
+            mac = proof(self._authkey, "receiver", self._rank, nonce, answer)
+            store.set(f"hello/{self._rank}", f"{answer}|{mac}")
             if refusal:
                 raise ValueError(refusal)
             self._wait_keys(store, ["start"], "the learner to start")
@@ -139,9 +147,13 @@ class ReceiverSide(WeightSyncScheme):
                     raise RuntimeError(f"{self._who()}: the learner's initial weights did not come within "
                                        f"timeout={self._timeout}s")
                 time.sleep(POLL_MIN)
-            take(pg, store.get(message(0)).decode(), staging, self._device)
+            value = store.get(message(0)).decode()
+            version, flag = take(pg, value, staging, self._device)
+            if not self._authentic(value, 0, version, flag, staging.tensors):
+                raise PermissionError(f"{self._who()}: the initial weights from {self._init_method} do not "
+                                      "match their signature (altered on the way); none was applied")
         except BaseException:
-            del store
+            del store, raw
             raise
         self.apply_weights(staging.td)
         self._store, self._pg = store, pg
@@ -153,6 +165,29 @@ class ReceiverSide(WeightSyncScheme):
         self._thread = threading.Thread(target=self._run, args=(store, pg), daemon=True,
                                         name=f"DistributedWeightSyncScheme-rank{self._rank}")
         self._thread.start()
+
+    def _authenticate_learner(self, raw: Store) -> str:
+        """Challenge the process at ``init_method`` to prove it holds the group's secret; returns
+        the learner's own nonce, which this receiver's answer must prove it holds the secret too."""
+        nonce, key = fresh_nonce(), f"auth/challenge/{self._rank}"
+        if raw.compare_set(key, "", nonce).decode() != nonce:
+            raise PermissionError(f"{self._who()}: rank {self._rank}'s challenge at {self._init_method} was "
+                                  "written by another process first (a second receiver of this rank, or a "
+                                  "stranger on the learner's port)")
+        self._wait_keys(raw, [f"auth/proof/{self._rank}", "auth/nonce"],
+                        "the learner's proof of the authkey")
+        if not same(raw.get(f"auth/proof/{self._rank}").decode(),
+                    proof(self._authkey, "learner", self._rank, nonce, "")):
+            raise PermissionError(f"{self._who()}: the process listening at {self._init_method} did not "
+                                  "prove it holds this group's authkey (an impostor on that port, or a "
+                                  "learner given another authkey or $RLCOLLECT_AUTHKEY); nothing it sent "
+                                  "was applied")
+        return str(raw.get("auth/nonce").decode())
+
+    def _authentic(self, value: str, n: int, version: int, flag: int, tensors: list[torch.Tensor]) -> bool:
+        """Whether message ``n`` (its store ``value`` and the tensors received) is the learner's."""
+        mac = value.split(",")[2] if value.count(",") == 2 else ""
+        return same(mac, signature(self._authkey, n, version, flag, tensors))
 
     def _run(self, store: Store, pg: Any) -> None:
         """The receiving thread: message after message, until the learner stops or we do."""
@@ -175,6 +210,12 @@ class ReceiverSide(WeightSyncScheme):
                 assert self._staging is not None
                 version, flag = take(pg, value, self._staging, self._device)
                 n += 1
+                received = self._staging.tensors if flag != STOP else []
+                if not self._authentic(value, n - 1, version, flag, received):
+                    warnings.warn(f"{self._who()}: message {n - 1} (version {version}) from "
+                                  f"{self._init_method} does not match its signature (altered on the way): "
+                                  "dropped, never applied", RuntimeWarning, stacklevel=1)
+                    continue
                 if flag == STOP:
                     store.add("stopped", 1)
                     return

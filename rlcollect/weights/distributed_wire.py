@@ -34,11 +34,12 @@ def take(pg: Any, value: str, staging: Buffers, device: torch.device) -> tuple[i
     into ``staging`` unless it is a stop. Returns ``(version, flag)``."""
     if value.startswith("left "):
         raise RuntimeError(left(value))
-    version, flag = (int(part) for part in value.split(","))
+    version, flag = (int(part) for part in value.split(",")[:2])  # then the message's MAC
     header = torch.zeros(2, dtype=torch.int64, device=device)
     pg.broadcast(header, 0).wait()
     if header.tolist() != [version, flag]:
-        raise RuntimeError(f"the broadcast header {header.tolist()} differs from the announced [{value}]: "
+        raise RuntimeError(f"the broadcast header {header.tolist()} differs from the announced "
+                           f"[{version}, {flag}]: "
                            "the group is out of step")
     if flag == DATA:
         works = [pg.broadcast(t, 0) for t in staging.tensors]
