@@ -11,7 +11,7 @@ calls (:mod:`~rlcollect.collectors.remote`) and profiling (:mod:`~rlcollect.coll
 from __future__ import annotations
 
 import abc
-import inspect
+import threading
 import time
 import warnings
 import weakref
@@ -27,6 +27,7 @@ from rlcollect.collectors.checks import refuse_dataloader_workers
 from rlcollect.collectors.profiles import ProfileApi
 from rlcollect.collectors.remote import RemoteApi
 from rlcollect.collectors.stats import CollectorStats
+from rlcollect.collectors.stream import Batches
 from rlcollect.collectors.weight_api import WeightApi
 from rlcollect.policies.devices import policy_on_device
 from rlcollect.rollout.episodes import episode_table
@@ -52,7 +53,8 @@ class BaseCollector(BackgroundCollection, WeightApi, RemoteApi, ProfileApi, Iter
     frames_per_batch: int
     requested_frames_per_batch: int
     _iterator: Iterator[TensorDictBase | None] | None = None
-    _stream_ref: weakref.ref[Generator[TensorDictBase | None, None, None]] | None = None
+    _stream_ref: weakref.ref[Batches] | None = None
+    _busy_lock: threading.RLock | None = None
     #: The reference's flags: the policy's device trusted without a warning (policy devices are
     #: always checked by a dry step here), the policy compiled or captured in CUDA graphs, chatter.
     trust_policy: bool = False
@@ -98,11 +100,23 @@ class BaseCollector(BackgroundCollection, WeightApi, RemoteApi, ProfileApi, Iter
         """
         refuse_dataloader_workers(type(self).__name__)
         live = self._stream_ref() if self._stream_ref is not None else None
-        if live is not None and inspect.getgeneratorstate(live) != inspect.GEN_CLOSED:
+        if live is not None and not live.finished:
             return live
-        stream = self._stream()
+        stream = Batches(self._stream(), self._busy, lambda: self._background is not None)
         self._stream_ref = weakref.ref(stream)
         return stream
+
+    @property
+    def _busy(self) -> threading.RLock:
+        """Held while a batch is being made: a state from another thread waits for it."""
+        if self._busy_lock is None:
+            self._busy_lock = threading.RLock()
+        return self._busy_lock
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise TypeError(f"a {type(self).__name__} cannot be pickled or copied: it holds its envs, threads "
+                        "and worker processes. Build a collector where it is needed (from the same "
+                        "arguments), and carry its progress with state_dict() / load_state_dict()")
 
     def _stream(self) -> Generator[TensorDictBase | None, None, None]:
         self._iteration_started = True

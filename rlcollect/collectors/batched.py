@@ -202,7 +202,7 @@ class AsyncBatchedCollector(PooledCollector):
             policy, self._slots, self.num_envs_per_worker // self._env_groups, timeout=options.timeout,
             exploration_type=options.exploration_type, **self._server_settings,
         )
-        self._pool.check = self._server.check
+        self._pool.check, self._pool.stalled = self._server.check, self._server.stalled
         self._finalizer.detach()
         self._finalizer = weakref.finalize(self, _stop, self._server, self._pool)
 

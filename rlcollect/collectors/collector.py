@@ -19,6 +19,7 @@ from rlcollect.collectors.base import BaseCollector
 from rlcollect.collectors.checks import check_seed
 from rlcollect.collectors.options import CollectorOptions
 from rlcollect.collectors.stats import CollectorStats
+from rlcollect.collectors.stream import between_batches
 from rlcollect.common.state import checked_state, stamped
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.envs.base import source_env
@@ -283,9 +284,11 @@ class Collector(BaseCollector):
         return checked + self.num_envs
 
     def state_dict(self) -> dict[str, Any]:
-        """Counters, trajectory ids, episode sums, RNG states, weights and envs."""
-        return stamped(self._state_kind, {"policy_version": self._policy_version,
-                                          "rollout": self._rollout.state_dict()})
+        """Counters, trajectory ids, episode sums, RNG states, weights and envs (from another
+        thread: once the batch under way is made)."""
+        with between_batches(self._busy, self.options.timeout, "state_dict()"):
+            return stamped(self._state_kind, {"policy_version": self._policy_version,
+                                              "rollout": self._rollout.state_dict()})
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Continue from :meth:`state_dict`: the next batches equal the uninterrupted run's.

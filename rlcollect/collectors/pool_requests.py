@@ -21,6 +21,7 @@ import torch
 
 from rlcollect.collectors.pooled_state import PooledState
 from rlcollect.collectors.stats import CollectorStats
+from rlcollect.collectors.stream import between_batches
 from rlcollect.common.state import checked_state, stamped
 from rlcollect.data.layout import BatchLayout
 from rlcollect.envs.base import check_envs_data
@@ -109,8 +110,13 @@ class WorkerRequests(PooledState):
         """Every worker's state after its batch in flight, those batches, and the counters.
 
         A collector loaded with it yields the batches that were in flight first, then continues:
-        the same frames as the uninterrupted run.
+        the same frames as the uninterrupted run. From another thread, it is taken once the batch
+        under way is handed out.
         """
+        with between_batches(self._busy, self.options.timeout, "state_dict()"):
+            return self._state_between_batches()
+
+    def _state_between_batches(self) -> dict[str, Any]:
         self._ensure_started()
         self._pool.drain()
         pending = []

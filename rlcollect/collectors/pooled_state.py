@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,7 @@ class PooledState:
     """What a collector with workers holds (see :class:`~rlcollect.collectors.pooled.PooledCollector`)."""
 
     options: CollectorOptions
+    _busy: threading.RLock  # BaseCollector's: held while a batch is being made
     num_workers: int
     num_envs: int
     num_envs_per_worker: int

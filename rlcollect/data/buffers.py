@@ -23,12 +23,12 @@ Examples:
 from __future__ import annotations
 
 import math
-import os
 from typing import Any
 
 import torch
 from tensordict import TensorDict
 
+from rlcollect.common.resources import check_shared_memory, cleaned_shared_memory, physical_memory
 from rlcollect.data.layout import DONE_FLAGS, BatchLayout, Field, get_nested
 
 __all__ = ["BatchBuffers", "physical_memory"]
@@ -43,14 +43,6 @@ def _key(key: NestedKey) -> str | NestedKey:
 #: Bytes of every frame besides observations, action and extras: reward (4), three flags (3),
 #: trajectory id (8), policy version (8), mask (1).
 FIXED_FRAME_BYTES = 24
-
-
-def physical_memory() -> int:
-    """Bytes of memory of this machine (``2**40`` where the OS does not say)."""
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
-    except (AttributeError, ValueError, OSError):
-        return 2**40
 
 
 class BatchBuffers:
@@ -115,15 +107,16 @@ class BatchBuffers:
         for batches whose collection may stop early (preemption).
         """
         n, t = num_envs, num_steps
-        fields = (*layout.observations, *layout.observations, layout.action, *layout.extras, *layout.infos)
-        frame_bytes = sum(math.prod(f.shape) * f.dtype.itemsize for f in fields) + FIXED_FRAME_BYTES
-        need, memory = n * (t + 1) * frame_bytes, physical_memory()
+        need, memory = BatchBuffers.nbytes(layout, n, t), physical_memory()
         if need > memory:  # named here, not by the allocator
             raise ValueError(
-                f"frames_per_batch: a batch of {n} envs x {t} steps ({n * t} frames) of {frame_bytes} bytes "
-                f"each needs {need / 2**30:.1f} GiB, more than this machine's {memory / 2**30:.1f} GiB: "
-                "lower frames_per_batch (or the number of envs)"
+                f"frames_per_batch: a batch of {n} envs x {t} steps ({n * t} frames) of "
+                f"{need // (n * (t + 1))} bytes each needs {need / 2**30:.1f} GiB, more than this "
+                f"machine's {memory / 2**30:.1f} GiB: lower frames_per_batch (or the number of envs)"
             )
+        if shared:  # checked here, not by torch's allocator (whose error names no argument)
+            check_shared_memory(need, f"a batch slot of {n} envs x {t} steps",
+                                "frames_per_batch (or the number of envs)")
 
         def zeros(field: Field, steps: int) -> torch.Tensor:
             return torch.zeros((n, steps, *field.shape), dtype=field.dtype)
@@ -151,8 +144,16 @@ class BatchBuffers:
             data.set("is_init", torch.zeros(n, t, 1, dtype=torch.bool))
         storage = TensorDict({"batch": data, "obs_ext": obs_ext}, batch_size=[n])
         if shared:
-            storage.share_memory_()
+            with cleaned_shared_memory():
+                storage.share_memory_()
         return storage
+
+    @staticmethod
+    def nbytes(layout: BatchLayout, num_envs: int, num_steps: int) -> int:
+        """About the bytes :meth:`allocate_storage` takes for ``num_envs`` x ``num_steps`` frames."""
+        fields = (*layout.observations, *layout.observations, layout.action, *layout.extras, *layout.infos)
+        frame_bytes = sum(math.prod(f.shape) * f.dtype.itemsize for f in fields) + FIXED_FRAME_BYTES
+        return num_envs * (num_steps + 1) * frame_bytes
 
     @staticmethod
     def misfit(storage: TensorDict, layout: BatchLayout) -> str:

@@ -56,6 +56,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from rlcollect.common.resources import check_memory, check_shared_memory, cleaned_shared_memory
 from rlcollect.common.state import check_tensor, checked_state
 from rlcollect.replay._locks import Lock, pid_alive
 
@@ -106,6 +107,9 @@ class Storage:
     def _allocate(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         return torch.zeros(shape, dtype=dtype)
 
+    def _check_room(self, need: int) -> None:  # a storage no memory of this machine holds
+        check_memory(need, f"capacity={self.capacity}", "capacity, or use storage='memmap' (a folder)")
+
     def _allocate_data(self, template: TensorDictBase) -> TensorDictBase:
         keys = list(template.keys(True, True))
         tensors = [self._allocate((self.capacity, *t.shape[1:]), t.dtype)
@@ -145,6 +149,8 @@ class Storage:
             if self._data is not None:
                 self.check_layout(template)
                 return
+            frame = sum(t[:1].numel() * t.element_size() for t in template.values(True, True))
+            self._check_room(self.capacity * (frame + 3 * 8))  # the frames, their stamps and reservations
             self._count = self._allocate((3,), torch.int64)
             self._stamp = self._allocate((self.capacity,), torch.int64).fill_(EMPTY)
             self._reserved = self._allocate((self.capacity,), torch.int64).fill_(EMPTY)
@@ -374,8 +380,13 @@ class SharedStorage(Storage):
     def _make_lock(self) -> Lock:
         return Lock.temporary()
 
+    def _check_room(self, need: int) -> None:
+        check_shared_memory(need, f"a shared replay buffer of capacity={self.capacity}",
+                            "capacity, or use storage='memmap' (a folder on disk, no shared memory)")
+
     def _allocate(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        return torch.zeros(shape, dtype=dtype).share_memory_()  # type: ignore[no-untyped-call,no-any-return]
+        with cleaned_shared_memory():
+            return torch.zeros(shape, dtype=dtype).share_memory_()  # type: ignore[no-untyped-call,no-any-return]
 
     def __getstate__(self) -> dict[str, Any]:
         if self._data is None:

@@ -34,6 +34,8 @@ __all__ = ["Trial", "TuneResult", "run_trial", "tune"]
 COST_SHARE = 0.2
 #: A trial's timed part runs at least this long, after its first batches.
 MIN_TRIAL_SECONDS = 1.0
+#: The longest tuning asked for: a day (seconds beyond it, inf or NaN, are refused).
+MAX_SECONDS = 86_400.0
 #: About one configuration is run per this many seconds of the budget (at least one per kind).
 TRIAL_SECONDS = 4.0
 #: The fastest few configurations are run again, and their figure is the mean of their runs.
@@ -177,8 +179,8 @@ def tune(
 def _check(seconds: float, num_envs: int | None, max_envs: int, frames_per_batch: int | None,
            kinds: Sequence[str]) -> None:
     """Each argument's allowed values, named in the error."""
-    if not seconds > 0:
-        raise ValueError(f"seconds must be > 0, got {seconds}")
+    if not 0 < seconds <= MAX_SECONDS:  # NaN and inf too: tuning must end
+        raise ValueError(f"seconds must be a number in (0, {MAX_SECONDS}] (a day at most), got {seconds}")
     sizes = {"num_envs": num_envs, "max_envs": max_envs, "frames_per_batch": frames_per_batch}
     for name, value in sizes.items():
         if value is not None and (not isinstance(value, int) or value < 1):

@@ -43,6 +43,7 @@ Examples:
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -52,6 +53,8 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from rlcollect.common.owner import check_owner
+from rlcollect.common.resources import check_shared_memory, cleaned_shared_memory
 from rlcollect.common.state import check_tensor, checked_state
 from rlcollect.weights.forms import apply_weights, as_weights, check_update
 
@@ -130,9 +133,13 @@ class WeightStore:
     def __init__(self, models: Mapping[str, torch.nn.Module], num_workers: int) -> None:
         # "policy" first: models nested in it are applied after it when written together
         self.model_ids = sorted(models, key=lambda k: (k != "policy", k))
-        self._copies: dict[str, list[TensorDictBase]] = {
-            k: [as_weights(models[k]).clone().share_memory_()] for k in self.model_ids
-        }
+        self._owner = os.getpid()  # a forked child of this process may not write the weights
+        weights = {k: as_weights(models[k]) for k in self.model_ids}
+        _check_room(sum(_nbytes(w) for w in weights.values()), ", ".join(map(repr, self.model_ids)))
+        with cleaned_shared_memory():
+            self._copies: dict[str, list[TensorDictBase]] = {
+                k: [weights[k].clone().share_memory_()] for k in self.model_ids
+            }
         workers, count = num_workers, len(self.model_ids)
 
         def shared(*shape: int) -> torch.Tensor:
@@ -163,6 +170,7 @@ class WeightStore:
 
         Everything is checked before the first write: a rejected update changes nothing.
         """
+        check_owner(self._owner, "its shared weights")
         check_update(weights, {model_id: copies[0] for model_id, copies in self._copies.items()})
         workers = sorted(set(worker_ids))
         if not workers:
@@ -191,7 +199,9 @@ class WeightStore:
         copies = self._copies[model_id]
         free = next((i for i in range(len(copies)) if i not in taken), None)
         if free is None:
-            copies.append(weights.clone().share_memory_())
+            _check_room(_nbytes(weights), repr(model_id))
+            with cleaned_shared_memory():
+                copies.append(weights.clone().share_memory_())
             free = len(copies) - 1
         return free
 
@@ -263,3 +273,14 @@ class WeightStore:
                 counters["written_at"].copy_(state["written_at"])
             finally:
                 counters["sequence"] += 1
+
+
+def _nbytes(weights: TensorDictBase) -> int:
+    return sum(t.numel() * t.element_size() for t in weights.values(True, True))
+
+
+def _check_room(need: int, models: str) -> None:
+    """``/dev/shm`` can hold one more shared copy of ``models``' weights (``need`` bytes)."""
+    check_shared_memory(need, f"a shared copy of the weights of {models}",
+                        "weight_sync_schemes={'policy': MultiProcessWeightSyncScheme()} (weights through "
+                        "the workers' pipes, no shared memory)")

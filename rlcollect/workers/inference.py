@@ -181,6 +181,8 @@ class PolicyServer:
         self._versions = [s.policy_version for s in slots]
         self._workers_per_pass = max(1, (max_batch_size or slots[0].num_envs) // envs_per_worker)
         self._min, self._server_timeout = min_batch_size, server_timeout
+        self._timeout = timeout  # a forward pass running longer is a hang (check() raises it)
+        self._pass_began: float | None = None  # when the forward pass under way began
         self._exploration_type = exploration_type
         self.version = 0
         self.lock = threading.Lock()  # held during a forward pass; a weight update takes it too
@@ -215,12 +217,27 @@ class PolicyServer:
             self._thread.start()
 
     def check(self) -> None:
-        """Raise the policy's error, if the server stopped on one."""
+        """Raise the policy's error, if the server stopped on one, or a ``TimeoutError`` if its
+        forward pass under way has run longer than ``timeout`` (a policy that hangs)."""
+        self._check_pass(self._timeout)
         if self.error is not None:
             error, self.error = self.error, None
             if hasattr(error, "add_note"):
                 error.add_note(f"raised in the policy server; its traceback:\n{self._error_text}")
             raise error
+
+    def stalled(self) -> None:
+        """Called when a worker is overdue: a ``TimeoutError`` if the server is the cause (a forward
+        pass under way for over half of ``timeout``, which the worker waits for)."""
+        self._check_pass(self._timeout / 2)
+
+    def _check_pass(self, limit: float) -> None:
+        began = self._pass_began
+        if began is not None and time.monotonic() - began > limit:
+            raise TimeoutError(
+                f"the policy server's forward pass has run {time.monotonic() - began:.1f} s, while "
+                f"timeout={self._timeout} s: the policy's call on the envs' observations did not return "
+                "(a policy that hangs; for a policy that is only slow, raise timeout=)")
 
     def stop(self, timeout: float) -> None:
         """Stop the thread (within ``timeout`` s), tell every worker (one waiting for its actions
@@ -312,7 +329,11 @@ class PolicyServer:
                    for key in keys}
         obs.update(self._state_inputs(blocks))
         with self.lock:
-            outputs = self.policy.outputs(obs)
+            self._pass_began = time.monotonic()
+            try:
+                outputs = self.policy.outputs(obs)
+            finally:
+                self._pass_began = None
             version = self.version
         for i, (slot, rows, t) in enumerate(blocks):
             for target, output in zip(self._targets[slot], outputs, strict=True):

@@ -23,6 +23,7 @@ closing flag; no worker is started once it is set), then stops every worker, bou
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 import time
 import warnings
@@ -30,6 +31,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from rlcollect.common.callers import outside_stacklevel
+from rlcollect.common.owner import check_owner
 from rlcollect.rollout.profiling import ProfileConfig
 from rlcollect.workers.failures import FailureLog, where
 from rlcollect.workers.pool_shutdown import PoolShutdown
@@ -86,6 +88,7 @@ class WorkerPool(PoolShutdown):
     ) -> None:
         self.transport = transport
         self.check = check
+        self.stalled: Callable[[], None] | None = None  # why a worker is overdue, if not its own fault
         self._setup = setup
         self.timeout, self.max_restarts = timeout, max_restarts
         self.start_timeout = timeout if start_timeout is None else start_timeout
@@ -105,6 +108,7 @@ class WorkerPool(PoolShutdown):
         self._closing = threading.Event()  # set first by shutdown: every wait gives up
         self._lock = threading.RLock()  # held while a worker is spawned: shutdown waits for it
         self._stopped = threading.Event()  # set once shutdown has stopped every worker
+        self._owner = os.getpid()  # a forked child of this process may not use the workers
 
     # -- starting -------------------------------------------------------------------------------
     def start(self, profile: ProfileConfig | None = None) -> None:
@@ -139,6 +143,7 @@ class WorkerPool(PoolShutdown):
                 self._check_open()
 
     def _check_open(self) -> None:
+        check_owner(self._owner, "its worker processes")
         if self.closed or self._closing.is_set():
             raise PoolClosed("the workers were shut down: build a new collector to collect more")
 
@@ -177,6 +182,7 @@ class WorkerPool(PoolShutdown):
     # -- commands -------------------------------------------------------------------------------
     def collect(self, worker: int, argument: Any) -> None:
         """Ask ``worker`` for a batch (sent again after a restart)."""
+        check_owner(self._owner, "its worker processes")
         self._in_flight[worker] = (argument, time.monotonic())
         self.transport.send(worker, ("collect", argument))
 
@@ -276,6 +282,8 @@ class WorkerPool(PoolShutdown):
         (a Ray actor waiting for resources)."""
         now = time.monotonic()
         if worker not in self._starting:
+            if self.stalled is not None:  # what the worker waits for may be the cause (a server)
+                self.stalled()
             self._restart(worker, None, f"no answer within timeout={self.timeout} s")
             return
         began, deadline, told = self._starting[worker]

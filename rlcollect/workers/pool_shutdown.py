@@ -9,6 +9,7 @@ Workers that built a probe and wait for their setup (the pool never started) are
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from typing import Any
@@ -37,10 +38,13 @@ class PoolShutdown:
     _awaiting: set[int]
     _in_flight: dict[int, tuple[Any, float]]
     _stash: list[tuple[int, BatchReport]]
+    _owner: int  # the pid of the process that started the workers
 
     def close_soon(self) -> None:
         """Ask every worker to close after its command under way, without waiting, and start no
         other (after an error in background collection); :meth:`shutdown` still stops them."""
+        if os.getpid() != self._owner:  # a fork of the owner: the workers are not this process's
+            return
         with self._lock:
             self._closing.set()
             if self.started and not self.closed:
@@ -60,6 +64,9 @@ class PoolShutdown:
         every worker before it propagates. A call while another one is stopping the workers waits
         for it (up to its own timeout, and the second or so more of the ending).
         """
+        if os.getpid() != self._owner:  # a fork of the owner (its finalizers, at its exit): the
+            self.closed = True  # workers go on serving the owner, untouched
+            return
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         self._closing.set()
         if not self.closed:

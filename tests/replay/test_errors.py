@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import torch
+from tensordict import TensorDict
 
 from rlcollect.replay import ReplayBuffer
 from tests.replay.frames_for_tests import make_batch
@@ -116,3 +117,12 @@ def test_loads_refuses_another_kind_of_buffer(tmp_path: Path) -> None:
         ReplayBuffer(11, sampler="prioritized").loads(tmp_path)
     with pytest.raises(FileNotFoundError, match="holds no dumped replay buffer"):
         ReplayBuffer(10).loads(tmp_path / "nothing")
+
+
+@pytest.mark.parametrize("storage", ["memory", "shared"])
+def test_a_capacity_no_memory_holds_is_named_with_its_bytes(storage: str) -> None:
+    buffer = ReplayBuffer(2**40, storage=storage)  # a trillion frames of one float
+    words = r"capacity=1099511627776 needs 28.0 TiB(, more than| of shared memory)"
+    with pytest.raises((ValueError, MemoryError), match=words):
+        buffer.extend(TensorDict({"x": torch.zeros(2)}, [2]))  # 4 bytes a frame, and 24 of bookkeeping
+    assert len(buffer) == 0

@@ -135,7 +135,7 @@ def test_tune_picks_its_fastest_trial_and_builds_it() -> None:
 
 
 @pytest.mark.parametrize(("arguments", "message"), [
-    ({"seconds": 0}, "seconds must be > 0, got 0"),
+    ({"seconds": 0}, r"seconds must be a number in \(0, 86400.0\] \(a day at most\), got 0"),
     ({"num_envs": 0}, "num_envs must be a positive integer, got 0"),
     ({"frames_per_batch": 2.5}, "frames_per_batch must be a positive integer, got 2.5"),
     ({"kinds": ("Collector", "SyncDataCollector")}, "kinds must be some of"),
@@ -160,6 +160,11 @@ def test_the_command_prints_the_pick_and_its_code(capsys: pytest.CaptureFixture[
     assert main(["tune", "--seconds", "0"]) == 2
     assert main(["tune", "--kinds", "Nope"]) == 2
     assert "must be a number of seconds > 0" in capsys.readouterr().err
+    for endless in ("inf", "nan", "1e9"):  # tuning must end
+        assert main(["tune", "--seconds", endless]) == 2
+        assert f"at most 86400 (a day), got '{endless}'" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"seconds must be a number in \(0, 86400.0\]"):
+        tune("CartPole-v1", seconds=float("inf"))
 
 
 @pytest.mark.timeout(60)
