@@ -35,6 +35,7 @@ PAGES: dict[str, tuple[str, list[str]]] = {
     "torchrl.md": ("Coming from TorchRL", ["Coming from TorchRL"]),
     "cli.md": ("The command line", ["Command line"]),
     "benchmarks.md": ("Benchmarks", ["Benchmarks"]),
+    "security.md": ("Security and trust", ["Security and trust"]),
     "reliability.md": ("Reliability", ["Reliability"]),
     "examples.md": ("Examples", ["Examples"]),
     "architecture.md": ("Architecture", ["Architecture"]),
