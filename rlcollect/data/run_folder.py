@@ -49,8 +49,8 @@ from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
 
 from rlcollect.common.memmap_folder import load_memmap, read_json, refuse_pickles
 
-__all__ = ["COMMIT", "FINALS", "WHERE", "RunFolderWriter", "load_rows", "load_run", "read_commit",
-           "rebuild_next_observations", "replace_file"]
+__all__ = ["COMMIT", "FINALS", "WHERE", "RunFolderWriter", "leaf_dtype", "load_rows", "load_run",
+           "read_commit", "rebuild_next_observations", "replace_file"]
 
 #: The sub-folder of a run without next observations that holds the ones that cannot be rebuilt.
 FINALS = "final_observations"
@@ -233,10 +233,16 @@ def load_rows(folder: Path, rows: int) -> TensorDictBase:
     return TensorDict(entries, batch_size=[rows, *meta["shape"][1:]])
 
 
-def _load_leaf(path: Path, entry: dict[str, Any], rows: int) -> torch.Tensor:
+def leaf_dtype(entry: dict[str, Any], path: Path) -> torch.dtype:
+    """The torch dtype a ``meta.json`` entry names for the leaf ``path`` (never another attribute)."""
     dtype = getattr(torch, str(entry["dtype"]).removeprefix("torch."), None)
     if not isinstance(dtype, torch.dtype):
         raise ValueError(f"{path}: dtype {entry['dtype']!r} in meta.json is not a torch dtype")
+    return dtype
+
+
+def _load_leaf(path: Path, entry: dict[str, Any], rows: int) -> torch.Tensor:
+    dtype = leaf_dtype(entry, path)
     shape = torch.Size([rows, *entry["shape"][1:]])
     needed = shape.numel() * torch.empty((), dtype=dtype).element_size()
     held = path.stat().st_size if path.is_file() else 0

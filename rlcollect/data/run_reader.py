@@ -30,7 +30,7 @@ import torch
 from tensordict import TensorDictBase
 
 from rlcollect.common.memmap_folder import read_json, refuse_pickles
-from rlcollect.data.run_folder import FINALS, WHERE, load_rows, read_commit
+from rlcollect.data.run_folder import FINALS, WHERE, leaf_dtype, load_rows, read_commit
 
 __all__ = ["RunReader"]
 
@@ -65,7 +65,7 @@ class RunReader:
             if entry.get("type") == "TensorDict":
                 self._find_leaves(folder / name, (*prefix, name))
             elif "dtype" in entry:
-                dtype = getattr(torch, entry["dtype"].removeprefix("torch."))
+                dtype = leaf_dtype(entry, folder / f"{name}.memmap")
                 key = (*prefix, name)  # (mypy reads d[(*a, b)] as Python 3.11's d[*a, b])
                 self._leaves[key] = (folder / f"{name}.memmap", dtype, tuple(entry["shape"][3:]))
 

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["NotData", "capture", "restore"]
+__all__ = ["NotData", "Refused", "capture", "restore"]
 
 _CODE = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.ModuleType, type,
          functools.partial, types.MethodWrapperType, types.WrapperDescriptorType)
@@ -45,6 +45,10 @@ _ARRAY_KINDS = "biufcUSmM"  # numpy dtype kinds that are plain bytes (no objects
 _BIT_GENERATORS = {name: getattr(np.random, name)
                    for name in ("PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64")}
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class written in Python
+
+
+class Refused(ValueError):
+    """A state that is not :func:`capture`'s, or of other envs (the message names the path)."""
 
 
 class NotData(TypeError):
@@ -168,27 +172,33 @@ class _Restore:
         if isinstance(state, (*_PLAIN, torch.Tensor)):
             return state.clone() if isinstance(state, torch.Tensor) else state
         if not isinstance(state, dict) or not isinstance(state.get("kind"), str):
-            raise ValueError(f"{path}: {type(state).__name__} is not an env state's value (plain data or "
+            raise Refused(f"{path}: {type(state).__name__} is not an env state's value (plain data or "
                              "a mapping with a 'kind')")
         kind = state["kind"]
         if kind == "code":
             return live
         if kind == "same":
             if state.get("path") not in self.at:
-                raise ValueError(f"{path} refers to {state.get('path')!r}, which the state does not hold "
+                raise Refused(f"{path} refers to {state.get('path')!r}, which the state does not hold "
                                  "before it")
             return self.at[state["path"]]
         method = getattr(self, f"_{kind}", None)
         if method is None:
-            raise ValueError(f"{path}: kind {kind!r} is not one an env state holds")
-        restored = method(live, state, path)
+            raise Refused(f"{path}: kind {kind!r} is not one an env state holds")
+        try:
+            restored = method(live, state, path)
+        except Refused:
+            raise
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError) as error:
+            raise Refused(f"{path}: not a {kind!r} value as capture() writes it ({type(error).__name__}: "
+                          f"{error})") from None
         self.at[path] = restored
         return restored
 
     def _dtype(self, live: Any, state: dict[str, Any], path: str) -> Any:
         dtype = np.dtype(str(state["str"]))
         if dtype.kind not in _ARRAY_KINDS:
-            raise ValueError(f"{path}: dtype {dtype} is not data")
+            raise Refused(f"{path}: dtype {dtype} is not data")
         return dtype
 
     def _array(self, live: Any, state: dict[str, Any], path: str) -> Any:
@@ -206,31 +216,34 @@ class _Restore:
     def _generator(self, live: Any, state: dict[str, Any], path: str) -> Any:
         name = state["bit_generator"]
         if name not in _BIT_GENERATORS:
-            raise ValueError(f"{path}: bit generator {name!r} is not one of {sorted(_BIT_GENERATORS)}")
+            raise Refused(f"{path}: bit generator {name!r} is not one of {sorted(_BIT_GENERATORS)}")
         data = self.value(None, state["state"], f"{path}.bit_generator.state")
+        fresh = np.random.Generator(_BIT_GENERATORS[name]())
+        try:
+            fresh.bit_generator.state = data  # checked on a new object: nothing live changes yet
+        except (TypeError, ValueError, KeyError) as error:
+            raise Refused(f"{path}: not a {name} state ({error})") from None
         if isinstance(live, np.random.Generator) and type(live.bit_generator).__name__ == name:
             self.actions.append(lambda: setattr(live.bit_generator, "state", data))
             return live
-        fresh = np.random.Generator(_BIT_GENERATORS[name]())
-        try:
-            fresh.bit_generator.state = data  # a new object: nothing live changes yet
-        except (TypeError, ValueError, KeyError) as error:
-            raise ValueError(f"{path}: not a {name} state ({error})") from None
         return fresh
 
     def _random_state(self, live: Any, state: dict[str, Any], path: str) -> Any:
         data = self.value(None, state["state"], f"{path}.state")
+        np.random.RandomState().set_state(data)  # checked on a scratch copy first
         target = live if isinstance(live, np.random.RandomState) else np.random.RandomState()
         self.actions.append(lambda: target.set_state(data))
         return target
 
     def _random(self, live: Any, state: dict[str, Any], path: str) -> Any:
         version, internal, gauss = state["state"]
+        random.Random().setstate((version, tuple(internal), gauss))  # checked on a scratch copy first
         target = live if isinstance(live, random.Random) else random.Random()
         self.actions.append(lambda: target.setstate((version, tuple(internal), gauss)))
         return target
 
     def _torch_generator(self, live: Any, state: dict[str, Any], path: str) -> Any:
+        torch.Generator().set_state(state["state"])  # checked on a scratch generator first
         target = live if isinstance(live, torch.Generator) else torch.Generator()
         self.actions.append(lambda: target.set_state(state["state"]))
         return target
@@ -269,7 +282,7 @@ class _Restore:
 
     def _object(self, live: Any, state: dict[str, Any], path: str) -> Any:
         if not _is_python_object(live) or _class_name(live) != state["class"]:
-            raise ValueError(f"{path} is a {_class_name(live)} here and a {state['class']} in the state: "
+            raise Refused(f"{path} is a {_class_name(live)} here and a {state['class']} in the state: "
                              "the state was taken of other envs")
         self.at[path] = live  # an attribute may refer back to the object that holds it
         attrs = vars(live)

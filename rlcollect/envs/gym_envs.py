@@ -27,13 +27,27 @@ REWRITABLE: tuple[type, ...] = (ndarray, torch.Tensor)
 
 
 def old_api_error(env: Any, call: str, expected: str, result: Any) -> ValueError:
-    """The error for an env whose ``reset()`` or ``step()`` does not return what Gymnasium's do."""
-    got = f"a tuple of {len(result)} values" if isinstance(result, tuple) else type(result).__name__
+    """The error for an env whose ``reset()`` or ``step()`` does not return what Gymnasium's do.
+
+    Examples:
+        >>> print(old_api_error("env", "reset()", "(obs, info)", (1.0, None)))  # doctest: +ELLIPSIS
+        env 'env' returned a tuple of 2 values (float, NoneType) from reset(), not (obs, info) ...
+    """
+    got = (f"a tuple of {len(result)} values ({', '.join(type(v).__name__ for v in result[:6])})"
+           if isinstance(result, tuple) else type(result).__name__)
     return ValueError(
-        f"env {env!r:.120} returned {got} from {call}, not {expected}: rlcollect needs the Gymnasium "
-        "API. Port the env, or wrap an old gym env with shimmy (pip install shimmy; "
+        f"env {env!r:.120} returned {got} from {call}, not {expected} (info a dict): rlcollect needs "
+        "the Gymnasium API. Port the env, or wrap an old gym env with shimmy (pip install shimmy; "
         "gymnasium.make('GymV21Environment-v0', env=...))"
     )
+
+
+def reset_observation(env: Any, result: Any, where: str = "reset()") -> Any:
+    """The observation of ``result``, what ``env.reset()`` returned, checked as Gymnasium's
+    ``(obs, info)`` at every reset (``where`` says which, for the message)."""
+    if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict):
+        return result[0]
+    raise old_api_error(env, where, "(obs, info)", result)
 
 
 class GymEnvs(EnvBatch):
@@ -104,10 +118,7 @@ class GymEnvs(EnvBatch):
         buffers = self._buffers
         assert buffers is not None, "bind() the buffers before reset()"
         for i, env in enumerate(self.envs):
-            result = env.reset(seed=None if seeds is None else seeds[i])
-            if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict)):
-                raise old_api_error(env, "reset()", "(obs, info)", result)
-            obs = result[0]
+            obs = reset_observation(env, env.reset(seed=None if seeds is None else seeds[i]))
             if self.check_writes:
                 check_observation(obs, buffers.obs_ext_np, buffers.dict_obs, env=i, step=slot)
             buffers.write_obs(i, slot, obs)
@@ -155,7 +166,7 @@ class GymEnvs(EnvBatch):
                                      or obs.shape != shape):
                         check_observation(obs, buffers.next_obs_np, buffers.dict_obs, env=i, step=t)
                     buffers.finals.append((i, t, own_copy(obs)))  # the reset may rewrite obs
-                    obs, _ = env.reset()
+                    obs = reset_observation(env, env.reset(), f"reset() (env {i}, after step {t})")
                     count = 0
             steps[i] = count
             if obs_array is not None:

@@ -16,6 +16,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.data.checks import check_observation, check_vector_step
 from rlcollect.envs.base import EnvBatch, own_copy
+from rlcollect.envs.gym_envs import reset_observation
 from rlcollect.envs.infos import vector_info_row, write_vector_infos
 
 __all__ = ["GymVectorEnv"]
@@ -154,13 +155,12 @@ class GymVectorEnv(EnvBatch):
     def _reset_all(self, seeds: list[int] | None) -> Any:
         """Reset every env (seeded from ``seeds[0]``); return their observations."""
         # a vector env seeded with s seeds sub-env i with s + i, Gymnasium's own convention
-        obs, _ = self.env.reset(seed=None if seeds is None else seeds[0])
-        return obs
+        return reset_observation(self.env, self.env.reset(seed=None if seeds is None else seeds[0]))
 
     def _reset_some(self, obs: Any, to_reset: np.ndarray) -> Any:
         """Reset the envs ``to_reset`` marks (a bool mask); return every env's observation."""
-        obs, _ = self.env.reset(options={"reset_mask": to_reset})
-        return obs
+        return reset_observation(self.env, self.env.reset(options={"reset_mask": to_reset}),
+                                 "reset(options={'reset_mask': ...})")
 
     def _check(self, obs: Any, reward: Any, terminated: Any, truncated: Any, *, step: int) -> None:
         assert self._buffers is not None

@@ -64,6 +64,12 @@ class FailureLog:
         """The error to raise for ``worker``: the worker's own exception (with a note of where and
         why), else a ``RuntimeError`` naming it."""
         history = self.history(worker, hostname)
+        if failure is not None and failure.error is not None and not isinstance(failure.error, Exception):
+            # SystemExit, KeyboardInterrupt or another BaseException of the worker's env or policy:
+            # raised as such, it would end your process silently (sys.exit's status) or as a Ctrl-C
+            return RuntimeError(f"rlcollect {self.noun} {worker}: its env or policy raised "
+                                f"{failure.error_type}({failure.message}), which ends a worker, not your "
+                                f"process{history}\n{failure.traceback}")
         if failure is not None and failure.error is not None:
             error = failure.error
             note = f"raised in rlcollect {self.noun} {worker}{history}; its traceback:\n{failure.traceback}"

@@ -162,14 +162,23 @@ class WorkerFailure:
 
     @classmethod
     def from_exception(cls, error: BaseException) -> WorkerFailure:
-        """Capture ``error`` with its traceback; keep the object only if it survives pickling."""
-        text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        """Capture ``error`` with its traceback; keep the object only if it survives pickling (and
+        its message only if ``str()`` of it works: an exception whose ``__str__`` raises is named)."""
+        try:
+            message = str(error)
+        except Exception as failure:
+            message = f"<its str() raised {type(failure).__name__}>"
+        try:
+            text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        except Exception:
+            text = "".join(traceback.format_tb(error.__traceback__)) + f"{type(error).__name__}: {message}\n"
         try:
             cloudpickle.loads(cloudpickle.dumps(error))
+            str(error)  # the parent shows it: one whose str() raises travels as its type and text
             kept: BaseException | None = error
         except Exception:
             kept = None
-        return cls(kept, type(error).__name__, str(error), text)
+        return cls(kept, type(error).__name__, message, text)
 
 
 class WorkerView:

@@ -36,6 +36,7 @@ from rlcollect import AsyncBatchedCollector, Collector, MultiAsyncCollector, Mul
 from rlcollect.cli.main import main as cli_main
 from rlcollect.replay import ReplayBuffer
 from rlcollect.weights import SharedMemWeightSyncScheme
+from tests.reliability.bad_input_trust import ENTRIES as TRUST_ENTRIES
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -332,7 +333,7 @@ CASES += section(
     case("env reset returns obs only", collector(create_env_fn=lambda: OldResetEnv()), V,
          names(r"env <.*OldResetEnv", r"returned ndarray from reset\(\)", "Gymnasium API", "shimmy")),
     case("env step returns 4 values", collect(OldStepEnv), V,
-         names(r"env <.*OldStepEnv", r"returned a tuple of 4 values from step\(\)",
+         names(r"env <.*OldStepEnv", r"returned a tuple of 4 values \(.*\) from step\(\)",
                r"\(obs, reward, terminated, truncated, info\)", "shimmy")),
     case("env without spaces", collector(create_env_fn=lambda: NoSpacesEnv()), T,
          names(r"env <.*NoSpacesEnv", r"observation_space=None", r"gymnasium\.spaces\.Space")),
@@ -744,6 +745,9 @@ CASES += section(
          names(r"autoreset_mode", r"reset_mask|partial reset")),
 )
 
+for _section, _id, _build, _error, _pattern in TRUST_ENTRIES:  # trust, resources and misuse
+    CASES += section(_section, case(_id, _build, _error, _pattern))
+
 OUTCOMES: dict[str, str] = {}
 
 
@@ -780,7 +784,8 @@ def assert_refused(case_id: str, build: Callable[[], Any], error: Any, pattern: 
 
 def test_the_table_has_at_least_150_cases() -> None:
     counts = collections.Counter(SECTIONS.values())
-    assert len(CASES) == len(SECTIONS) >= 150, counts  # ids are unique: one section entry each
+    # ids are unique (one section entry each); 263 cases, and 150 of trust, resources and misuse
+    assert len(CASES) == len(SECTIONS) >= 413, counts
     assert all(count >= 5 for count in counts.values()), counts
 
 
