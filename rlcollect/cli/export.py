@@ -140,14 +140,27 @@ def _episode(rows: RunReader | _InMemory, observation_keys: list[Key], env: int,
     obs = {key: np.concatenate([steps_of(key),
                                 rows.next_observation(key, last_batch, env, last_step)[None].numpy()])
            for key in observation_keys}
+    actions, rewards = steps_of(("action",)), steps_of(("next", "reward")).reshape(stop - start)
+    arrays: list[tuple[str, np.ndarray]] = [("rewards", rewards), ("actions", actions),
+                                            *((f"observations {'.'.join(k)}", v) for k, v in obs.items())]
+    for name, values in arrays:
+        if values.dtype.kind in "fc" and not np.isfinite(values).all():
+            step = int(np.flatnonzero(~np.isfinite(values.reshape(len(values), -1)).all(axis=1))[0])
+            raise NotFinite(f"the {name} of trajectory {trajectory_id} (env {env}, its step {step}) are "
+                            f"{values[step].tolist()}: not finite; a dataset holds finite values only (this "
+                            "folder was damaged or written by other code: a collector stores none)")
     return {
         "observations": obs[("observation",)] if observation_keys == [("observation",)] else obs,
-        "actions": steps_of(("action",)),
-        "rewards": steps_of(("next", "reward")).reshape(stop - start),
+        "actions": actions,
+        "rewards": rewards,
         "terminations": steps_of(("next", "terminated")).reshape(stop - start),
         "truncations": steps_of(("next", "truncated")).reshape(stop - start),
         "trajectory_id": trajectory_id,
     }
+
+
+class NotFinite(ValueError):
+    """An episode of a run folder holds a value that is not finite."""
 
 
 def _steps_of_each_env(run: TensorDictBase) -> TensorDictBase:
@@ -209,7 +222,10 @@ def export_minari(run_path: str | Path, dataset_id: str, *, force: bool = False)
     observation_space, action_space = _spaces(info)
     keys = [field.key for field in observation_fields(observation_space)]
     episodes = run_episodes(run, keys)
-    first = next(episodes, None)
+    try:
+        first = next(episodes, None)
+    except NotFinite as error:
+        raise CliError(f"{str(run_path)!r}: {error}") from None
     if first is None:
         raise CliError(f"{str(run_path)!r} holds no episode that ended: a Minari dataset needs whole "
                        "episodes (collect more --frames)")
@@ -230,12 +246,16 @@ def export_minari(run_path: str | Path, dataset_id: str, *, force: bool = False)
     spec = gym.spec(env) if env in gym.registry else None
     with warnings.catch_warnings():  # Minari's advice on metadata (author, code link) is not ours
         warnings.filterwarnings("ignore", category=UserWarning, module="minari")
-        minari.create_dataset_from_buffers(
-            dataset_id, buffers(), observation_space=observation_space,
-            action_space=action_space, env=spec, data_format="hdf5", jpeg_encoding=False,
-            algorithm_name=f"rlcollect collect --policy {info.get('policy') or 'random'}",
-            description=f"{env} collected by rlcollect {info.get('rlcollect_version', '')}",
-        )
+        try:
+            minari.create_dataset_from_buffers(
+                dataset_id, buffers(), observation_space=observation_space,
+                action_space=action_space, env=spec, data_format="hdf5", jpeg_encoding=False,
+                algorithm_name=f"rlcollect collect --policy {info.get('policy') or 'random'}",
+                description=f"{env} collected by rlcollect {info.get('rlcollect_version', '')}",
+            )
+        except NotFinite as error:  # no half-written dataset is left
+            shutil.rmtree(path, ignore_errors=True)
+            raise CliError(f"{str(run_path)!r}: {error}") from None
     total = math.prod(run.batch_size)
     return ExportSummary(dataset_id, path, written[0], written[1], total - written[1])
 

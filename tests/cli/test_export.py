@@ -166,3 +166,20 @@ def test_export_of_an_asynchronous_envpool_run(tmp_path: Path, capsys: Capsys) -
     expected = [episode for _, episode in sorted(ended, key=lambda pair: pair[0])]
     assert len(expected) > 10
     assert_dataset_equals(minari.load_dataset("test/async-v0"), expected, ["observation"])
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("index", [3, 261])  # the first episode; one of the second batch, mid-export
+def test_a_nan_in_the_folder_is_an_error_and_no_dataset_is_left(tmp_path: Path, capsys: Capsys,
+                                                               index: int) -> None:
+    out = tmp_path / "run"
+    assert main(["collect", "--frames", "512", "--num-envs", "2", "--out", str(out), "--seed", "1",
+                 "--no-progress"]) == 0
+    rewards = np.memmap(out / "next" / "reward.memmap", dtype=np.float32, mode="r+")
+    rewards[index] = np.nan  # the folder damaged after its run (a collector stores no NaN)
+    rewards.flush()
+    capsys.readouterr()
+    assert main(["export", str(out), "--format", "minari", "--dataset-id", "test/nan-v0"]) == 2
+    err = capsys.readouterr().err
+    assert "the rewards of trajectory" in err and "are nan: not finite" in err, err
+    assert not (tmp_path / "datasets" / "test" / "nan-v0").exists()
