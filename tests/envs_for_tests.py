@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -245,3 +246,14 @@ class PixelEnv(gym.Env[np.ndarray, int]):
 
     observation_space = spaces.Box(0, 255, (84, 84, 4), np.uint8)
     action_space = spaces.Discrete(2)
+
+
+class Payload:
+    """Unpickling it creates the folder ``marker``: the proof that a reader ran code from the data
+    (the crafted states and folders of the trust tests carry it)."""
+
+    def __init__(self, marker: str | os.PathLike[str]) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self) -> Any:
+        return (os.makedirs, (self.marker,))

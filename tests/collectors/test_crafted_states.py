@@ -5,7 +5,6 @@ where the envs' state goes, as states held before they were data) is refused by 
 from __future__ import annotations
 
 import io
-import os
 import pickle
 from pathlib import Path
 from typing import Any
@@ -14,19 +13,9 @@ import pytest
 import torch
 
 from rlcollect import AsyncBatchedCollector, Collector, MultiAsyncCollector, MultiSyncCollector
-from tests.envs_for_tests import TiltPolicy, make_cartpole
+from tests.envs_for_tests import Payload, TiltPolicy, make_cartpole
 
 pytestmark = pytest.mark.timeout(120)
-
-
-class Payload:
-    """Unpickling it creates ``marker``: the proof that a reader ran code from the file."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
-
-    def __reduce__(self) -> Any:
-        return (os.makedirs, (str(self.marker),))
 
 
 def build(kind: str) -> Any:

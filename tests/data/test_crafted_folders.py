@@ -4,7 +4,6 @@ JSON is an error naming the file."""
 
 from __future__ import annotations
 
-import os
 import pickle
 from collections.abc import Callable
 from pathlib import Path
@@ -18,16 +17,9 @@ from rlcollect import ReplayBuffer, load_run
 from rlcollect.cli.main import main
 from rlcollect.data.run_folder import RunFolderWriter
 from rlcollect.data.run_reader import RunReader
+from tests.envs_for_tests import Payload
 
 pytestmark = pytest.mark.timeout(60)
-
-
-class Payload:
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
-
-    def __reduce__(self) -> Any:
-        return (os.makedirs, (str(self.marker),))
 
 
 def plant(folder: Path, marker: Path) -> Path:

@@ -28,6 +28,7 @@ from rlcollect.cli.main import main as cli_main
 from rlcollect.data.run_folder import RunFolderWriter
 from rlcollect.data.run_reader import RunReader
 from rlcollect.replay import ReplayBuffer
+from tests.envs_for_tests import Payload
 
 V, T = ValueError, TypeError
 Entry = tuple[str, str, Callable[[], Any], Any, str]
@@ -38,14 +39,8 @@ def add(section: str, case_id: str, build: Callable[[], Any], error: Any, patter
     ENTRIES.append((section, case_id, build, error, pattern))
 
 
-class Marker:
-    """Unpickled, it creates ``/tmp/rlcollect-bad-input-ran``: a reader ran code from the data."""
-
-    def __reduce__(self) -> Any:
-        return (os.makedirs, (os.path.join(tempfile.gettempdir(), "rlcollect-bad-input-ran"),))
-
-
-PICKLED = pickle.dumps(Marker())
+#: Unpickled, it creates ``/tmp/rlcollect-bad-input-ran``: a reader ran code from the data.
+PICKLED = pickle.dumps(Payload(os.path.join(tempfile.gettempdir(), "rlcollect-bad-input-ran")))
 
 
 def cartpole() -> gym.Env[Any, Any]:
