@@ -53,15 +53,15 @@ def run_tune(options: TuneOptions) -> str:
     from rlcollect.tuning import tune
 
     policy = None
+    observation_space, action_space = env_spaces(options.env, options.env_kwargs)  # a bad --env named
     if options.policy is not None:
-        observation_space, action_space = env_spaces(options.env, options.env_kwargs)
         policy = build_policy(options.policy, observation_space, action_space)
     try:
         result = tune(options.env, policy, seconds=options.seconds, num_envs=options.num_envs,
                       max_envs=options.max_envs, frames_per_batch=options.frames_per_batch,
                       kinds=tuple(options.kinds), env_kwargs=options.env_kwargs or None,
                       progress=options.progress)
-    except (ValueError, RuntimeError) as error:
+    except (ValueError, TypeError, RuntimeError) as error:
         raise CliError(one_line(str(error))) from None
     report = result.report(env=repr(options.env))
     if options.policy is None:

@@ -249,6 +249,9 @@ def check_action(output: Any, space: gym.Space[Any], num_envs: int) -> None:
             f"the policy returned {type(output).__name__}; expected a tensor (or a numpy array) of shape "
             f"{expected_shape} with {expected} for action space {space}{several}"
         )
+    if output.layout != torch.strided:
+        raise ValueError(f"the policy's action is a {output.layout} tensor; the batch stores dense ones: "
+                         "return output.to_dense()")
     if lacks_unit_dims(tuple(output.shape), expected_shape):  # stored reshaped (see checked_output)
         output = output.reshape(expected_shape)
     if tuple(output.shape) != expected_shape or (

@@ -162,6 +162,12 @@ def check_weights(model_id: str, weights: TensorDictBase, reference: TensorDictB
                               f"not have (it has {_dotted(known)})")
     for key in weights.keys(True, True):
         value, target = weights.get(key), reference.get(key)
+        if value.layout != torch.strided:
+            raise TypeError(f"weights for {model_id!r}: {_dotted([key])[0]!r} is a {value.layout} tensor; "
+                            "weights are sent dense: value.to_dense()")
+        if value.device.type == "meta":
+            raise ValueError(f"weights for {model_id!r}: {_dotted([key])[0]!r} is on the meta device (a "
+                             "tensor without data): send weights with values")
         if value.shape != target.shape:
             raise ValueError(f"weights for {model_id!r}: {_dotted([key])[0]!r} has shape "
                              f"{tuple(value.shape)}, the module's has {tuple(target.shape)}")

@@ -272,6 +272,8 @@ for extra in ("my_notes.txt", "checkpoints/model.pt", "x/memmap/leaf.bin", ".hid
     add("CLI trust", f"collect --force over a run holding {extra}",
         cli([*COLLECT, "--out", "{out}", "--force"], run_with(extra)), CliFailed,
         rf"holds a run and files it did not write \({extra.replace('.', '[.]')}\)")
+add("CLI trust", "tune --env-kwargs g=abc", cli(["tune", "--env-kwargs", "g=abc", "--seconds", "2"]),
+    CliFailed, r"exit 2: .*--env 'CartPole-v1' cannot be made with --env-kwargs g='abc'")
 for seconds in ("inf", "nan", "-inf", "1e9", "86401", "1e400"):
     add("CLI trust", f"tune --seconds {seconds}", cli(["tune", f"--seconds={seconds}"]), CliFailed,
         rf"at most 86400 \(a day\), got '{seconds}'")
@@ -395,3 +397,39 @@ for storage in ("memory", "shared"):
         lambda storage=storage: ReplayBuffer(2**40, storage=storage).extend(
             TensorDict({"x": torch.zeros(2)}, [2])),
         (V, MemoryError), r"capacity=1099511627776 needs 28\.0 TiB")
+
+
+# -- sparse and meta tensors ------------------------------------------------------------------------
+class Weighted(torch.nn.Module):
+    """CartPole's actions from one [2, 4] weight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(2, 4))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return (obs @ self.w.T).argmax(-1)
+
+
+def sent(weights: Any) -> Callable[[], Any]:
+    def build() -> Any:
+        with Collector(cartpole, Weighted(), frames_per_batch=8) as collector:
+            collector.update_policy_weights_(weights)
+    return build
+
+
+def acting(policy: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[], Any]:
+    return lambda: Collector(cartpole, policy, frames_per_batch=8).shutdown()
+
+
+SPARSE: list[tuple[str, Callable[[], Any], Any, str]] = [
+    ("sparse COO weights", sent({"w": torch.zeros(2, 4).to_sparse()}), T, r"'w' is a torch.sparse_coo"),
+    ("sparse CSR weights", sent({"w": torch.zeros(2, 4).to_sparse_csr()}), T, r"'w' is a torch.sparse_csr"),
+    ("meta weights", sent({"w": torch.zeros(2, 4, device="meta")}), V, r"'w' is on the meta device"),
+    ("a sparse COO action", acting(lambda o: torch.zeros(o.shape[0], dtype=torch.int64).to_sparse()), V,
+     r"the policy's action is a torch.sparse_coo tensor"),
+    ("a sparse float action", acting(lambda o: torch.zeros(o.shape[0]).to_sparse()), V,
+     r"action is a torch.sparse_coo tensor"),
+]
+for name, build, error, words in SPARSE:
+    add("sparse and meta tensors", name, build, error, words)
