@@ -36,6 +36,7 @@ from rlcollect.envs.factory import EnvSource
 from rlcollect.policies.module_policy import ModulePolicy
 from rlcollect.policies.tensordict_policy import TensorDictPolicy
 from rlcollect.rollout.engine import Rollout, RolloutSpec, compile_adapter
+from rlcollect.rollout.models import check_fits
 from rlcollect.rollout.summary import EngineSummary
 from rlcollect.weights.forms import check_model_ids
 from rlcollect.weights.frozen import FrozenWeights
@@ -264,6 +265,10 @@ class AsyncBatchedCollector(PooledCollector):
         return {**state, "server": {"version": self._server.version, "policy": weights}}
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        server = state_dict.get("server") if isinstance(state_dict, Mapping) else None
+        module = self._server.policy.module
+        if module is not None and isinstance(server, Mapping):  # the served policy's, before anything
+            check_fits(module, server.get("policy"), "served policy")
         super().load_state_dict(state_dict)  # checks every key, "server" included, first
         server = state_dict["server"]
         with self._server.lock:

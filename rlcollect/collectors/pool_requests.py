@@ -150,8 +150,8 @@ class WorkerRequests(PooledState):
             check_envs_data(rollout.get("envs") if isinstance(rollout, Mapping) else None)
         self._ensure_started()
         self._pool.drain()
+        self._weights.load_state_dict(state_dict["weights"])  # checked whole first: another model refused
         self._frames, self._batches = int(state_dict["frames"]), int(state_dict["batches"])
-        self._weights.load_state_dict(state_dict["weights"])
         self._pool.next_traj_id = list(state_dict["next_traj_id"])
         for worker, state in enumerate(workers):
             self._pool.request(worker, "load_state_dict", state)

@@ -310,6 +310,7 @@ class Rollout(ModelLookup):
                              f"these envs' are {sorted(map(str, self.pending_obs))}")
         for key, value in pending.items():  # the envs' count and spaces, before anything changes
             check_tensor(f"the state's observation {key} (one row per env)", value, self.pending_obs[key])
+        self.check_weights_state(state["models"])
         self.frames, self.batches = int(state["frames"]), int(state["batches"])
         restored = self.envs.load_state_dict(state["envs"])
         self.episodes.load_state_dict(state["episodes"], running=restored)

@@ -47,6 +47,12 @@ class ModelLookup:
         """The module updated under ``model_id`` (see :func:`find_module`)."""
         return find_module(self.models, model_id)
 
+    def check_weights_state(self, models: Any) -> None:
+        """Raise ``ValueError`` (before anything changes) if ``models``, a state's weights by model
+        id, does not fit these modules: their keys and shapes, named."""
+        for model_id, weights in dict(models).items():
+            check_fits(self.module(model_id), weights, repr(model_id))
+
     def act_with_copy(self) -> torch.nn.Module | None:
         """From now on, have the policy act with a deep copy of its module (the callable around it,
         a compiled or a numpy wrapper, copied with it), updated under ``"policy"`` in its place;
@@ -103,3 +109,13 @@ def env_modules(envs: Any, paths: Sequence[str]) -> dict[str, torch.nn.Module]:
             raise TypeError(f"model id {path!r} is {type(module).__name__} in the env, not an nn.Module")
         found[path] = module
     return found
+
+
+def check_fits(module: torch.nn.Module, weights: Any, what: str) -> None:
+    """Raise ``ValueError`` unless ``weights`` (a state's ``state_dict`` of ``what``) has
+    ``module``'s keys and shapes (a state of another model is named, not half loaded)."""
+    ours = {key: tuple(value.shape) for key, value in module.state_dict().items()}
+    theirs = {str(key): tuple(getattr(value, "shape", ())) for key, value in dict(weights or {}).items()}
+    if theirs != ours:
+        raise ValueError(f"load_state_dict: the state's {what} weights are {theirs}, this collector's "
+                         f"{what} has {ours}: the state was taken of another model")

@@ -254,7 +254,13 @@ class WeightStore:
         saved_copies = {model_id: [td if isinstance(td, TensorDictBase) else TensorDict(td, batch_size=[])
                                    for td in saved] for model_id, saved in state["copies"].items()}
         for model_id, saved in saved_copies.items():
+            ours = set(self._copies[model_id][0].keys(True, True))
             for td in saved:
+                theirs = set(td.keys(True, True))
+                if theirs != ours:  # a state of another model (another policy class, say)
+                    raise ValueError(f"WeightStore.load_state_dict: the state's {model_id!r} weights hold "
+                                     f"{sorted(map(str, theirs))}, this collector's model "
+                                     f"{sorted(map(str, ours))}: the state was taken of another model")
                 for key, value in td.items(include_nested=True, leaves_only=True):
                     check_tensor(f"the weight state's {model_id!r} entry {key!r}", value,
                                  self._copies[model_id][0].get(key))

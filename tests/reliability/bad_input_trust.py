@@ -433,3 +433,32 @@ SPARSE: list[tuple[str, Callable[[], Any], Any, str]] = [
 ]
 for name, build, error, words in SPARSE:
     add("sparse and meta tensors", name, build, error, words)
+
+
+# -- a state of another model ---------------------------------------------------------------------------
+class Other(torch.nn.Module):
+    """Another policy class for CartPole: a [3, 4] layer, its first two outputs compared."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.v = torch.nn.Linear(4, 3)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.v(obs)[..., :2].argmax(-1)
+
+
+def another_model(cls: type, **arguments: Any) -> Callable[[], Any]:
+    """The state of ``cls`` running :class:`Weighted`, loaded into one running :class:`Other`."""
+    def build() -> Any:
+        with cls(cartpole, Weighted(), frames_per_batch=8, **arguments) as collector:
+            collector.next()
+            state = collector.state_dict()
+        with cls(cartpole, Other(), frames_per_batch=8, **arguments) as other:
+            other.load_state_dict(state)
+    return build
+
+
+for cls, arguments in ((Collector, {}), (MultiSyncCollector, {"num_workers": 1}),
+                       (MultiAsyncCollector, {"num_workers": 1}), (AsyncBatchedCollector, {"num_envs": 1})):
+    add("states", f"{cls.__name__} state of another model", another_model(cls, **arguments), V,
+        r"was taken of another model")
