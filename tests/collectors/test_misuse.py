@@ -107,8 +107,7 @@ def test_a_state_from_another_thread_is_taken_between_batches(kind: str) -> None
 @pytest.mark.parametrize("kind", ["MultiSyncCollector", "MultiAsyncCollector"])
 def test_a_forked_child_cannot_use_its_parents_workers(kind: str) -> None:
     with build(kind) as collector, build(kind) as reference:
-        collector.next()
-        reference.next()
+        ours, theirs = by_worker(collector, kind, 1), by_worker(reference, kind, 1)  # before the fork
         read, write = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child: every use refused, and its exit leaves the workers alone
@@ -127,21 +126,29 @@ def test_a_forked_child_cannot_use_its_parents_workers(kind: str) -> None:
         _, status = os.waitpid(pid, 0)
         assert os.read(read, 1000) == b"ok" and status == 0
         os.close(read)
-        ours = [collector.next().clone() for _ in range(4)]
-        theirs = [reference.next().clone() for _ in range(4)]
-    # the parent's stream lost nothing: its batches are the untouched collector's (an asynchronous
-    # one's workers interleave as they come: compared worker by worker, ids strided by worker)
-    def worker(batch: Any) -> int:
-        return 0 if kind == "MultiSyncCollector" else int(batch["collector", "traj_ids"].flatten()[0]) % 2
-
-    compared = 0
-    for w in (0, 1):
-        mine, same = [b for b in ours if worker(b) == w], [b for b in theirs if worker(b) == w]
-        for a, b in zip(mine, same, strict=False):
+        # the parent's stream lost nothing: its batches are the untouched collector's (an
+        # asynchronous one's workers interleave as they come: compared worker by worker, ids
+        # strided by worker, each worker's first 3 batches, 2 or more of them after the fork)
+        ours, theirs = by_worker(collector, kind, 3, ours), by_worker(reference, kind, 3, theirs)
+    for w in ours:
+        for a, b in zip(ours[w], theirs[w], strict=False):  # each worker's first 3 or more
             assert torch.equal(a["observation"], b["observation"])
             assert torch.equal(a["collector", "traj_ids"], b["collector", "traj_ids"])
-            compared += 1
-    assert compared >= 3
+
+
+def by_worker(collector: Any, kind: str, each: int,
+              found: dict[int, list[Any]] | None = None) -> dict[int, list[Any]]:
+    """``found`` and the next batches, by worker, until each worker has ``each`` or more (a
+    synchronous batch is both workers': worker 0); none is dropped."""
+    if found is None:
+        found = {0: []} if kind == "MultiSyncCollector" else {0: [], 1: []}
+    for _ in range(30):
+        if all(len(batches) >= each for batches in found.values()):
+            return found
+        batch = collector.next().clone()
+        worker = 0 if kind == "MultiSyncCollector" else int(batch["collector", "traj_ids"].flatten()[0]) % 2
+        found[worker].append(batch)
+    raise AssertionError(f"no {each} batches of each worker in 30: {[len(b) for b in found.values()]}")
 
 
 class HangsAfterThreeCalls(torch.nn.Module):
