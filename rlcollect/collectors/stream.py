@@ -3,7 +3,7 @@
 Iterating a collector from two threads at once, or while :meth:`~rlcollect.BaseCollector.start`
 collects in the background, would interleave two readers in one rollout (or hand one of them
 ``None``); :class:`Batches` refuses both with a message saying what to do instead. A state taken
-from another thread waits for the batch under way (:meth:`Batches.between_batches`), so it is
+from another thread waits for the batch under way (:func:`between_batches`), so it is
 always the state between two batches.
 
 Examples:

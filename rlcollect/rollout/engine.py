@@ -311,8 +311,8 @@ class Rollout(ModelLookup):
         for key, value in pending.items():  # the envs' count and spaces, before anything changes
             check_tensor(f"the state's observation {key} (one row per env)", value, self.pending_obs[key])
         self.check_weights_state(state["models"])
+        restored = self.envs.load_state_dict(state["envs"])  # all or nothing: refused, nothing changed
         self.frames, self.batches = int(state["frames"]), int(state["batches"])
-        restored = self.envs.load_state_dict(state["envs"])
         self.episodes.load_state_dict(state["episodes"], running=restored)
         if restored:
             self.traj_ids.load_state_dict(state["traj_ids"])

@@ -80,3 +80,26 @@ def test_a_state_is_plain_data_all_the_way_down() -> None:
     with build("Collector") as collector:
         collector.next()
         assert classes(collector.state_dict()) == set()
+
+
+def test_a_refused_env_state_changes_nothing() -> None:
+    """A state whose last env is of another class: refused, and the collector goes on exactly as a
+    twin that was never given it (its counters, its envs, its next batch)."""
+    with build("Collector") as saved:
+        for _ in range(2):
+            saved.next()
+        state = saved.state_dict()
+    last = state["rollout"]["envs"]["envs"]["items"][-1]
+    while "env" in last["attrs"]:
+        last = last["attrs"]["env"]
+    last["class"] = "gymnasium.envs.classic_control.pendulum.PendulumEnv"
+    with build("Collector") as refusing, build("Collector") as twin:
+        refusing.next()
+        twin.next()
+        before = refusing.state_dict()["rollout"]["frames"]
+        with pytest.raises(ValueError, match="PendulumEnv in the state"):
+            refusing.load_state_dict(state)
+        assert refusing.state_dict()["rollout"]["frames"] == before
+        ours, theirs = refusing.next(), twin.next()
+        assert torch.equal(ours["observation"], theirs["observation"])
+        assert torch.equal(ours["next", "reward"], theirs["next", "reward"])
