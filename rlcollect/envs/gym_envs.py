@@ -42,12 +42,14 @@ def old_api_error(env: Any, call: str, expected: str, result: Any) -> ValueError
     )
 
 
-def reset_observation(env: Any, result: Any, where: str = "reset()") -> Any:
+def reset_observation(env: Any, result: Any, call: str = "reset()", index: int | None = None,
+                      step: int | None = None) -> Any:
     """The observation of ``result``, what ``env.reset()`` returned, checked as Gymnasium's
-    ``(obs, info)`` at every reset (``where`` says which, for the message)."""
+    ``(obs, info)`` at every reset (env ``index``'s, after ``step``, named in the message)."""
     if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict):
         return result[0]
-    raise old_api_error(env, where, "(obs, info)", result)
+    raise old_api_error(env, call if index is None else f"{call} (env {index}, after step {step})",
+                        "(obs, info)", result)
 
 
 class GymEnvs(EnvBatch):
@@ -166,7 +168,7 @@ class GymEnvs(EnvBatch):
                                      or obs.shape != shape):
                         check_observation(obs, buffers.next_obs_np, buffers.dict_obs, env=i, step=t)
                     buffers.finals.append((i, t, own_copy(obs)))  # the reset may rewrite obs
-                    obs = reset_observation(env, env.reset(), f"reset() (env {i}, after step {t})")
+                    obs = reset_observation(env, env.reset(), index=i, step=t)
                     count = 0
             steps[i] = count
             if obs_array is not None:
