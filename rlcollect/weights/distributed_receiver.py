@@ -100,6 +100,8 @@ class ReceiverSide(WeightSyncScheme):
             RuntimeError: the scheme is not initialised, was shut down, or the group could not be
                 joined in time (the cause is chained).
             ValueError: the learner's model and a receiver's differ (keys, shapes, dtypes).
+            PermissionError: the process at ``init_method`` did not prove it holds the group's
+                ``authkey`` (nothing it sent was applied).
         """
         if worker_idx is not None:
             self.worker_idx = worker_idx
