@@ -17,6 +17,7 @@ import numpy as np
 from tensordict import LazyStackedTensorDict, TensorDictBase
 
 from rlcollect.collectors.pooled_state import PooledState
+from rlcollect.workers.pool import PoolClosed
 from rlcollect.workers.wire import unpack_into
 from rlcollect.workers.worker import BatchReport
 
@@ -112,6 +113,13 @@ class WorkerBatches(PooledState):
                 slot ^= 1
             elif self._more_wanted(0):  # after the learner had the batch: its new weights are used
                 self._dispatch_all(slot)
+        self._refuse_if_closed()
+
+    def _refuse_if_closed(self) -> None:
+        """The stream ended because the workers were shut down (not because every frame was
+        collected): an error, as a shut down collector's next batch is in every collector."""
+        if self._pool.closed:
+            raise PoolClosed("the workers were shut down: build a new collector to collect more")
 
     def _gather(self, slot: int) -> int:
         """Wait for every worker's rows of ``slot``; preempt the late ones; return the frames."""
@@ -140,3 +148,4 @@ class WorkerBatches(PooledState):
             if self._more_wanted(len(pool.busy()) * self.frames_per_batch):
                 self._dispatch(worker, report.slot ^ 1)  # it fills its other slot meanwhile
             yield from self._delivery.outputs(self._rows(report.slot, worker))
+        self._refuse_if_closed()

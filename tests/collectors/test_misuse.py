@@ -174,3 +174,14 @@ def test_a_policy_that_hangs_in_the_server_is_a_timeout_not_a_hang() -> None:
             pass
     assert time.monotonic() - began < 30
     collector.shutdown()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_next_after_shutdown_raises_in_every_collector(kind: str) -> None:
+    """An endless collector shut down after a batch: its next() is an error saying so, never the
+    None of a finished collector (the reference's behaviour)."""
+    collector = build(kind)
+    assert collector.next() is not None
+    collector.shutdown()
+    with pytest.raises(RuntimeError, match="shut down"):
+        collector.next()
