@@ -45,7 +45,7 @@ from rlcollect.collectors.options import CollectorOptions
 from rlcollect.collectors.pool_batches import WorkerBatches
 from rlcollect.collectors.pool_requests import WorkerRequests
 from rlcollect.collectors.probe import preload_modules, probe_in_worker, probe_rollout, worker_builds_probe
-from rlcollect.common.resources import check_descriptors, check_shared_memory
+from rlcollect.common.resources import check_descriptors
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.rollout.engine import RolloutSpec
 from rlcollect.rollout.episodes import EpisodeRecords
@@ -132,13 +132,8 @@ class PooledCollector(WorkerBatches, WorkerRequests, BaseCollector):
         masked = options.preemptive_threshold is not None
         shared = transport.shared_slots
         layout = probe.layout
-        if shared and layout is not None:  # every slot at once: none is taken unless all fit
-            check_shared_memory(num_slots * BatchBuffers.nbytes(layout, self.num_envs, steps),
-                                f"{num_slots} batch slot(s) of {self.num_envs} envs x {steps} steps",
-                                "frames_per_batch (or the number of envs)")
-        self._slots: list[BatchBuffers] = [] if layout is None else [
-            BatchBuffers.allocate(layout, self.num_envs, steps, shared=shared, masked=masked)
-            for _ in range(num_slots)]
+        self._slots: list[BatchBuffers] = [] if layout is None else BatchBuffers.allocate_slots(
+            num_slots, layout, self.num_envs, steps, shared=shared, masked=masked)
         check_descriptors(3 * workers + 3, f"{workers} worker processes", "num_workers")  # pipes, sentinels
         self._whole: dict[tuple[int, int], TensorDictBase] = {}  # (slot, worker): a worker's whole batch
         self._stop_flags = (torch.zeros(num_slots, dtype=torch.uint8).share_memory_()  # type: ignore[no-untyped-call]

@@ -114,9 +114,6 @@ class BatchBuffers:
                 f"{need // (n * (t + 1))} bytes each needs {need / 2**30:.1f} GiB, more than this "
                 f"machine's {memory / 2**30:.1f} GiB: lower frames_per_batch (or the number of envs)"
             )
-        if shared:  # checked here, not by torch's allocator (whose error names no argument)
-            check_shared_memory(need, f"a batch slot of {n} envs x {t} steps",
-                                "frames_per_batch (or the number of envs)")
 
         def zeros(field: Field, steps: int) -> torch.Tensor:
             return torch.zeros((n, steps, *field.shape), dtype=field.dtype)
@@ -176,6 +173,18 @@ class BatchBuffers:
         """Allocate and wrap new storage (see :meth:`allocate_storage`)."""
         storage = cls.allocate_storage(layout, num_envs, num_steps, shared=shared, masked=masked)
         return cls(storage, layout, num_steps)
+
+    @classmethod
+    def allocate_slots(cls, count: int, layout: BatchLayout, num_envs: int, num_steps: int, *,
+                       shared: bool, masked: bool = False) -> list[BatchBuffers]:
+        """``count`` slots as :meth:`allocate` makes one; shared ones only once ``/dev/shm`` is
+        known to hold all of them (checked here, not by torch's allocator, whose error names no
+        argument)."""
+        if shared:
+            check_shared_memory(count * cls.nbytes(layout, num_envs, num_steps),
+                                f"{count} batch slot(s) of {num_envs} envs x {num_steps} steps",
+                                "frames_per_batch (or the number of envs)")
+        return [cls.allocate(layout, num_envs, num_steps, shared=shared, masked=masked) for _ in range(count)]
 
     def write_obs(self, env: int, slot: int, obs: Any) -> None:
         """Write one env's (possibly Dict) observation into observation slot ``slot``."""

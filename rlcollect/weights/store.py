@@ -135,7 +135,7 @@ class WeightStore:
         self.model_ids = sorted(models, key=lambda k: (k != "policy", k))
         self._owner = os.getpid()  # a forked child of this process may not write the weights
         weights = {k: as_weights(models[k]) for k in self.model_ids}
-        _check_room(sum(_nbytes(w) for w in weights.values()), ", ".join(map(repr, self.model_ids)))
+        _check_room(sum(w.bytes() for w in weights.values()), ", ".join(map(repr, self.model_ids)))
         with cleaned_shared_memory():
             self._copies: dict[str, list[TensorDictBase]] = {
                 k: [weights[k].clone().share_memory_()] for k in self.model_ids
@@ -199,7 +199,7 @@ class WeightStore:
         copies = self._copies[model_id]
         free = next((i for i in range(len(copies)) if i not in taken), None)
         if free is None:
-            _check_room(_nbytes(weights), repr(model_id))
+            _check_room(weights.bytes(), repr(model_id))
             with cleaned_shared_memory():
                 copies.append(weights.clone().share_memory_())
             free = len(copies) - 1
@@ -279,10 +279,6 @@ class WeightStore:
                 counters["written_at"].copy_(state["written_at"])
             finally:
                 counters["sequence"] += 1
-
-
-def _nbytes(weights: TensorDictBase) -> int:
-    return sum(t.numel() * t.element_size() for t in weights.values(True, True))
 
 
 def _check_room(need: int, models: str) -> None:

@@ -23,16 +23,21 @@ from tests.weights.test_distributed import CTX, constant, finish, free_port, get
 SHORT = 8.0  # the schemes' bound on each step where a test expects a step to fail
 
 
-def impostor(port: int, out: Any) -> None:
-    """A learner with another secret that took the port first (a stranger's process)."""
+def with_another_key(port: int, rank: int, out: Any) -> None:
+    """A scheme of rank ``rank`` holding another secret: rank 0 is an impostor that took the port
+    first (a stranger's process), rank 1 a receiver given the wrong key. Reports each stage."""
     torch.set_num_threads(1)
-    scheme = DistributedWeightSyncScheme(url(port), world_size=2, rank=0, timeout=SHORT,
+    scheme = DistributedWeightSyncScheme(url(port), world_size=2, rank=rank, timeout=SHORT,
                                          authkey=b"stranger" * 4)
     try:
-        scheme.init_on_sender(model_id="policy", model=linear(7.0))
-        out.put(("listening", None))
+        module = linear(7.0)
+        if rank == 0:
+            scheme.init_on_sender(model_id="policy", model=module)
+            out.put(("listening", None))
+        else:
+            scheme.init_on_receiver(model_id="policy", model=module)
         scheme.connect()
-        out.put(("connected", None))
+        out.put(("connected", values(module)))
     except Exception as exc:
         out.put((type(exc).__name__, str(exc)))
     finally:
@@ -42,7 +47,7 @@ def impostor(port: int, out: Any) -> None:
 @pytest.mark.timeout(120)
 def test_an_impostor_on_the_port_is_refused_and_nothing_it_sends_is_applied() -> None:
     port, out = free_port(), CTX.Queue()
-    proc = CTX.Process(target=impostor, args=(port, out), name="impostor")
+    proc = CTX.Process(target=with_another_key, args=(port, 0, out), name="impostor")
     proc.start()
     assert get(out) == ("listening", None)
     module = linear(-1.0)
@@ -114,20 +119,6 @@ def test_a_strangers_writes_to_the_store_change_nothing() -> None:
             proc.kill()
 
 
-def receiver_with_another_key(port: int, out: Any) -> None:
-    torch.set_num_threads(1)
-    scheme = DistributedWeightSyncScheme(url(port), world_size=2, rank=1, timeout=SHORT, authkey=b"other" * 8)
-    try:
-        module = linear(-1.0)
-        scheme.init_on_receiver(model_id="policy", model=module)
-        scheme.connect()
-        out.put(("connected", values(module)))
-    except Exception as exc:
-        out.put((type(exc).__name__, str(exc)))
-    finally:
-        scheme.shutdown()
-
-
 def listening_addresses(pid: int) -> dict[str, str]:
     """``{socket inode: local address}`` of the TCP sockets process ``pid`` listens on."""
     inodes = set()
@@ -156,7 +147,7 @@ def listening_addresses(pid: int) -> dict[str, str]:
 @pytest.mark.timeout(120)
 def test_a_receiver_with_another_key_cannot_join_and_every_socket_is_on_loopback() -> None:
     port, out = free_port(), CTX.Queue()
-    proc = CTX.Process(target=receiver_with_another_key, args=(port, out), name="receiver")
+    proc = CTX.Process(target=with_another_key, args=(port, 1, out), name="receiver")
     proc.start()
     scheme = DistributedWeightSyncScheme(url(port), world_size=2, rank=0, timeout=SHORT)
     scheme.init_on_sender(model_id="policy", model=linear(0.5))
