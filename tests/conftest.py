@@ -1,14 +1,40 @@
-"""Fixtures several test packages share."""
+"""Fixtures several test packages share, and the rules of running tests side by side.
+
+The default run uses pytest-xdist (``-n auto``: one worker per core, at most four): most cases wait
+on child processes they start. The runs apart (``-m ray`` and the like) run one case at a time. A
+case marked ``alone`` runs while no other case runs: it looks at what the whole machine holds
+(``/dev/shm``), which another worker's case would change.
+"""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 # TorchRL's vendored collector tests run apart (python -m tests.torchrl_suite.run), not in the default run
 collect_ignore = [] if os.environ.get("RLCOLLECT_TORCHRL_SUITE") else ["torchrl_suite"]
+
+#: pytest-xdist workers at most for ``-n auto``: more would only slow the cases that start processes
+MAX_WORKERS = 4
+
+
+#: The markers of the runs apart, which run one case at a time: a shared Ray cluster, faults timed
+#: against health checks, training that uses every core, the wheel build
+APART = ("ray", "reliability", "learning", "packaging", "soak")
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: a worker per core, at most :data:`MAX_WORKERS`; none (one case at a time, in
+    this process) for a run apart (``-m ray`` and the like)."""
+    expression = config.option.markexpr or ""
+    if any(re.search(rf"(?<!not )\b{marker}\b", expression) for marker in APART):
+        return 0
+    return max(1, min(MAX_WORKERS, len(os.sched_getaffinity(0))))
 
 
 @pytest.fixture(scope="module")
@@ -25,3 +51,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "ray_session" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.ray)
+
+
+@pytest.fixture(autouse=True)
+def _turn(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Under pytest-xdist, a case marked ``alone`` waits until no other case runs, and the others
+    wait while it runs: a shared lock for every case, an exclusive one for ``alone`` cases, taken
+    through a gate so that an ``alone`` case waiting is not overtaken forever."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        yield
+        return
+    folder = Path(tmp_path_factory.getbasetemp()).parent  # the same for every worker of the run
+    alone = request.node.get_closest_marker("alone") is not None
+    with open(folder / "turn.gate", "a") as gate, open(folder / "turn.room", "a") as room:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(room, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(room, fcntl.LOCK_UN)

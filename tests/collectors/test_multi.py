@@ -222,6 +222,7 @@ def alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.alone  # /dev/shm is the machine's: another case's entries would show
 def test_no_child_process_or_shared_memory_left_after_shutdown() -> None:
     before_children, before_shm = child_pids(), shm_entries()
     collector = MultiSyncCollector("CartPole-v1", TiltPolicy(), num_workers=2, frames_per_batch=8,
