@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: venv
-	$(BIN)/rlcollect collect --env CartPole-v1 --frames 20000 --num-envs 8 --out runs/demo --seed 0 --force
+	$(BIN)/rlcollect collect --env CartPole-v1 --frames 20480 --num-envs 8 --out runs/demo --seed 0 --force
 	$(BIN)/rlcollect inspect runs/demo
 
 test: venv

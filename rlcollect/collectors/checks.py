@@ -238,3 +238,24 @@ def check_frames_per_batch(value: Any, num_workers: int, sync: bool) -> int:
     return per_worker[0] * (num_workers if sync else 1)
 
 
+
+def batch_steps(frames_per_batch: int, total_frames: int, envs_per_batch: int) -> tuple[int, list[str]]:
+    """``T``, the steps of a batch of ``frames_per_batch`` frames over ``envs_per_batch`` envs
+    (rounded up), and what was rounded: a batch up to whole steps of every env, ``total_frames`` up
+    to whole batches (TorchRL warns of both too).
+
+    Examples:
+        >>> steps, notes = batch_steps(300, 1000, 1)
+        >>> steps, notes[0].split(": ")[1]
+        (300, '1200 frames (4 batches) will be collected')
+    """
+    steps = -(frames_per_batch // -envs_per_batch)
+    batch, notes = steps * envs_per_batch, []
+    if batch != frames_per_batch:
+        notes.append(f"frames_per_batch={frames_per_batch} is not a multiple of the {envs_per_batch} envs; "
+                     f"collecting {batch} frames per batch")
+    batches = -(total_frames // -batch)
+    if total_frames > 0 and batches * batch != total_frames:
+        notes.append(f"total_frames={total_frames} is not a multiple of the {batch} frames of a batch: "
+                     f"{batches * batch} frames ({batches} batches) will be collected")
+    return steps, notes

@@ -16,7 +16,6 @@ Examples:
 from __future__ import annotations
 
 import dataclasses
-import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from rlcollect.collectors.checks import (
     MAX_ENVS_PER_PROCESS,
     MAX_WORKERS,
     START_METHODS,
+    batch_steps,
     check_batch_memory,
     check_callable,
     check_device,
@@ -322,15 +322,12 @@ class CollectorOptions:
 
     # -- what is derived from the options -----------------------------------------------------
     def steps_per_batch(self, envs_per_batch: int, *, warn: bool = True) -> int:
-        """``T``: ``frames_per_batch`` over ``envs_per_batch`` envs, rounded up (with a warning
-        pointing at your call of the collector)."""
-        steps = math.ceil(self.frames_per_batch / envs_per_batch)
-        if warn and steps * envs_per_batch != self.frames_per_batch:
-            warnings.warn(
-                f"frames_per_batch={self.frames_per_batch} is not a multiple of the {envs_per_batch} "
-                f"envs; collecting {steps * envs_per_batch} frames per batch",
-                stacklevel=outside_stacklevel(),
-            )
+        """``T``: ``frames_per_batch`` over ``envs_per_batch`` envs, rounded up, and ``total_frames``
+        to whole batches (:func:`~rlcollect.collectors.checks.batch_steps`), each rounding with a
+        warning pointing at your call of the collector."""
+        steps, notes = batch_steps(self.frames_per_batch, self.total_frames, envs_per_batch)
+        for note in notes if warn else ():
+            warnings.warn(note, stacklevel=outside_stacklevel())
         return steps
 
     def rollout_spec(self, worker: int = 0) -> RolloutSpec:

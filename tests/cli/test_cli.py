@@ -77,7 +77,8 @@ def test_stored_batches_are_the_collectors_batches(tmp_path: Path) -> None:
     assert collect(out, "--frames-per-batch", "96", frames=300, num_envs=3) == 0
     stored = TensorDict.load_memmap(out)
 
-    collector = Collector("CartPole-v1", frames_per_batch=96, total_frames=300, num_envs=3, seed=0)
+    with pytest.warns(UserWarning, match=r"total_frames=300 .* 384 frames \(4 batches\)"):
+        collector = Collector("CartPole-v1", frames_per_batch=96, total_frames=300, num_envs=3, seed=0)
     batches = list(collector)
     assert stored.batch_size == torch.Size([len(batches), 3, 32])
     assert stored.numel() == collector.stats().frames == 4 * 96

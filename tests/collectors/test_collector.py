@@ -263,7 +263,8 @@ def test_stats_count_frames_and_episodes() -> None:
 
 
 def test_len_next_and_shutdown() -> None:
-    collector = Collector("CartPole-v1", None, frames_per_batch=10, total_frames=25)
+    with pytest.warns(UserWarning, match=r"total_frames=25 .* 30 frames \(3 batches\)"):
+        collector = Collector("CartPole-v1", None, frames_per_batch=10, total_frames=25)
     assert len(collector) == 3
     assert [collector.next() is not None for _ in range(4)] == [True, True, True, False]
     collector.shutdown()

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 import rlcollect.torchrl as rl_torchrl
-from rlcollect import Collector, MultiSyncCollector
+from rlcollect import AsyncBatchedCollector, Collector, MultiAsyncCollector, MultiSyncCollector
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -59,6 +59,8 @@ def _unpicklable_envs() -> Any:
 CASES: dict[str, tuple[Callable[[], Any], str]] = {
     "frames_per_batch rounded, Collector": (lambda: _rounded(Collector), "not a multiple"),
     "frames_per_batch rounded, MultiSync": (lambda: _rounded(MultiSyncCollector), "not a multiple"),
+    "total_frames rounded, Collector": (lambda: _total_rounded("Collector"), "total_frames=100"),
+    "total_frames rounded, MultiAsync": (lambda: _total_rounded("MultiAsync"), "total_frames=100"),
     "policy_weights= keyword": (_old_weights_keyword, "deprecated"),
     "envs whose state is not data": (_unpicklable_envs, "envs' state is not data"),
     "policy_device, no parameters": (
@@ -109,3 +111,35 @@ def test_warning_names_the_callers_line(case: str) -> None:
         shutdown = getattr(collector, "shutdown", None)
         if shutdown is not None:
             shutdown()
+
+
+class _Left(nn.Module):
+    """Always pushes left (a policy for the collector that serves one)."""
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(observation.shape[:-1], dtype=torch.long)
+
+
+def _total_rounded(kind: str) -> Any:
+    """100 frames in batches of 30: every collector collects 4 whole batches, 120 frames."""
+    if kind == "Collector":
+        return Collector("CartPole-v1", None, frames_per_batch=30, total_frames=100)
+    if kind == "AsyncBatched":
+        return AsyncBatchedCollector("CartPole-v1", _Left(), frames_per_batch=30, total_frames=100,
+                                     num_envs=2)
+    sync = kind == "MultiSync"
+    return (MultiSyncCollector if sync else MultiAsyncCollector)(
+        "CartPole-v1", None, frames_per_batch=30, total_frames=100, num_workers=2)
+
+
+@pytest.mark.parametrize("kind", ["Collector", "MultiSync", "MultiAsync", "AsyncBatched"])
+def test_total_frames_rounded_up_to_whole_batches_is_said_and_collected(kind: str) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        collector = _total_rounded(kind)
+    with collector:
+        said = [str(w.message) for w in caught if "total_frames" in str(w.message)]
+        assert said == ["total_frames=100 is not a multiple of the 30 frames of a batch: 120 frames "
+                        "(4 batches) will be collected"], [str(w.message) for w in caught]
+        assert [w.filename for w in caught if "total_frames" in str(w.message)] == [__file__]
+        assert [batch.numel() for batch in collector] == [30] * 4

@@ -71,29 +71,41 @@ def internal(nodeid: str) -> str | None:
     return None
 
 
-class Tally:
-    """Outcome per test case; skips the rest once the time budget is spent."""
+#: Where the workers read the time after which no case starts (``time.time()``)
+DEADLINE = "RLCOLLECT_TORCHRL_DEADLINE"
+SKIPPED_INTERNAL, SKIPPED_LATE = "a TorchRL internal", "the suite's time budget is spent"
 
-    def __init__(self, budget: float) -> None:
-        self.deadline = time.monotonic() + budget
+
+def pytest_runtest_setup(item: Any) -> None:
+    """In every process that runs cases (this module is a plugin, ``-p tests.torchrl_suite.run``,
+    which pytest-xdist's workers load too): TorchRL's internals skipped, and the cases that would
+    start past the deadline."""
+    reason = internal(item.nodeid)
+    if reason is not None:
+        pytest.skip(f"{SKIPPED_INTERNAL}: {reason}")
+    if time.time() > float(os.environ.get(DEADLINE, "inf")):
+        pytest.skip(SKIPPED_LATE)
+
+
+class Tally:
+    """Outcome per test case, from the reports (those of pytest-xdist's workers too)."""
+
+    def __init__(self) -> None:
         self.outcomes: dict[str, str] = {}
         self.collected = 0
 
     def pytest_collection_modifyitems(self, items: list[Any]) -> None:
         self.collected = len(items)
 
-    def pytest_runtest_setup(self, item: Any) -> None:
-        reason = internal(item.nodeid)
-        if reason is not None:
-            self.outcomes[item.nodeid] = "internal"
-            pytest.skip(f"a TorchRL internal: {reason}")
-        if time.monotonic() > self.deadline:
-            self.outcomes[item.nodeid] = "not run"
-            pytest.skip("the suite's time budget is spent")
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        self.collected = max(self.collected, len(ids))
 
     def pytest_runtest_logreport(self, report: Any) -> None:
-        if self.outcomes.get(report.nodeid) in ("not run", "internal"):
-            return
+        if report.skipped and report.when == "setup":
+            text = str(report.longrepr)
+            if SKIPPED_INTERNAL in text or SKIPPED_LATE in text:
+                self.outcomes[report.nodeid] = "internal" if SKIPPED_INTERNAL in text else "not run"
+                return
         if report.when == "call" or report.outcome != "passed":
             outcome = "xfailed" if hasattr(report, "wasxfail") else report.outcome
             if report.nodeid not in self.outcomes or outcome != "passed":
@@ -108,13 +120,16 @@ def main(argv: list[str]) -> int:
         else:
             floor = int(argv[1])
         argv = argv[2:]
-    tally = Tally(budget)
+    tally = Tally()
+    os.environ[DEADLINE] = str(time.time() + budget)
     os.environ["RLCOLLECT_TORCHRL_SUITE"] = "1"  # tests/conftest.py leaves the suite out otherwise
     # the script tests run `python -c ...`: the interpreter running the suite, with TorchRL
     os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     start = time.monotonic()
-    arguments = [str(HERE / "test_collectors.py"), "-q", "-p", "no:cacheprovider", "--timeout", "60",
-                 "-o", "addopts=", *argv]
+    # spread over the cores as the default run is (tests/conftest.py picks the number of workers)
+    arguments = [str(HERE / "test_collectors.py"), "-q", "-p", "no:cacheprovider",
+                 "-p", "tests.torchrl_suite.run",
+                 "--timeout", "60", "-o", "addopts=", "-n", "auto", "--dist", "worksteal", *argv]
     pytest.main(arguments, plugins=[tally])
     counts = Counter(tally.outcomes.values())
     output = Path(os.environ.get("RLCOLLECT_TORCHRL_OUTCOMES", HERE / "outcomes.json"))
