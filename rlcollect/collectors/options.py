@@ -55,6 +55,7 @@ from rlcollect.policies.adapter import interaction_type
 from rlcollect.rollout.engine import RolloutSpec
 from rlcollect.weights.forms import UnknownKeyError
 from rlcollect.weights.schemes import WeightSyncScheme
+from rlcollect.workers.main_guard import refuse_unguarded_main
 
 __all__ = ["CollectorOptions"]
 
@@ -133,6 +134,7 @@ class CollectorOptions:
     sync: bool = True  # multi-process collectors: a batch holds every worker's frames
 
     def __post_init__(self) -> None:
+        refuse_unguarded_main()  # in a worker process importing your script: the missing guard
         self._check_envs()
         self._check_frames()
         self._check_policy()

@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+from rlcollect.workers.main_guard import Unrecoverable
 from rlcollect.workers.worker import WorkerFailure, WorkerInfo
 
 __all__ = ["FailureLog", "where"]
@@ -48,7 +49,7 @@ class FailureLog:
         """Count one failure of ``worker``; whether a restart is still allowed."""
         self.restarts[worker] += 1
         self.causes[worker].append(f"{failure.error_type}: {failure.message}" if failure else what)
-        return self.restarts[worker] <= self.max_restarts
+        return self.restarts[worker] <= self.max_restarts and not isinstance(what, Unrecoverable)
 
     def history(self, worker: int, hostname: str | None) -> str:
         """Where the worker ran and every failure that counted against its budget, in order."""
@@ -82,5 +83,7 @@ class FailureLog:
             return RuntimeError(f"{self.noun} {worker}: {failure.error_type}: {failure.message}{history}\n"
                                 f"{failure.traceback}")
         what = what or (self.causes[worker][-1] if self.causes[worker] else "")
+        if isinstance(what, Unrecoverable):  # restarting it would fail the same way
+            return RuntimeError(f"rlcollect {self.noun} {worker} could not start: {what}")
         return RuntimeError(f"rlcollect {self.noun} {worker} failed past {self.budget}={self.max_restarts}: "
                             f"{what}{history}")

@@ -52,6 +52,12 @@ class PoolClosed(RuntimeError):
     """The pool was shut down (raised to a thread still waiting on it)."""
 
 
+def _why(payload: Any) -> str:
+    """A failure's payload as words (a transport's :class:`~rlcollect.workers.main_guard.Unrecoverable`
+    kept as such: ``str()`` of it would be a plain ``str``)."""
+    return payload if isinstance(payload, str) else str(payload)
+
+
 class WorkerPool(PoolShutdown):
     """One worker per :class:`WorkerSetup`, reached through ``transport``.
 
@@ -175,7 +181,7 @@ class WorkerPool(PoolShutdown):
         kind, payload = answers[0][1]
         if kind != "ready":
             self.transport.stop(worker, 0.0)
-            return (payload if kind == "error" else None), str(payload)
+            return (payload if kind == "error" else None), _why(payload)
         self.infos[worker] = payload
         return None
 
@@ -197,7 +203,7 @@ class WorkerPool(PoolShutdown):
             raise TimeoutError(f"worker {worker} did not answer {command!r} within {self.timeout} s")
         kind, payload = answers[0][1]
         if kind != "ok":  # ("refused": the command failed, the worker carries on)
-            self._raise(worker, payload if kind in ("error", "refused") else None, str(payload))
+            self._raise(worker, payload if kind in ("error", "refused") else None, _why(payload))
         return payload
 
     def busy(self) -> set[int]:
@@ -258,7 +264,7 @@ class WorkerPool(PoolShutdown):
                     self.next_traj_id[worker] = payload.next_traj_id
                     reports.append((worker, payload))
                 else:
-                    self._restart(worker, payload if kind == "error" else None, str(payload))
+                    self._restart(worker, payload if kind == "error" else None, _why(payload))
             for worker in workers:  # hung, not started in time, or a look at why it waits
                 if worker in self._in_flight and time.monotonic() >= self._due(worker):
                     self._check_due(worker)
@@ -305,7 +311,7 @@ class WorkerPool(PoolShutdown):
         its failure takes one more restart."""
         del self._starting[worker]
         if kind != "ready":
-            self._restart(worker, payload if kind == "error" else None, str(payload))
+            self._restart(worker, payload if kind == "error" else None, _why(payload))
             return
         self.infos[worker] = payload
         self.collect(worker, self._in_flight[worker][0])

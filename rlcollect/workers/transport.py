@@ -27,6 +27,7 @@ from typing import Any, Protocol
 import torch
 import torch.multiprocessing
 
+from rlcollect.workers.main_guard import exit_cause
 from rlcollect.workers.process import process_main
 from rlcollect.workers.worker import WorkerSetup
 
@@ -303,7 +304,7 @@ class ProcessTransport:
                 message: Message = conn.recv()
                 return message
         process.join(1.0)
-        return "died", f"process exited with code {process.exitcode}"
+        return "died", exit_cause(process.exitcode)
 
     def stop(self, worker: int, grace: float) -> None:
         start = self._starting.pop(worker, None)
