@@ -79,3 +79,40 @@ def test_a_user_script_type_checks_against_the_editable_install(tmp_path: Path) 
         f'{script.name}:6: error: Incompatible types in assignment (expression has type "int", '
         'variable has type "str")  [assignment]'
     ], done.stdout + done.stderr
+
+
+USER_LOOP = textwrap.dedent("""\
+    import torch
+
+    from rlcollect import Collector, MultiAsyncCollector
+
+
+    def rewards(collector: Collector | MultiAsyncCollector) -> list[float]:
+        sums = []
+        for batch in collector:
+            steps: torch.Size = batch.batch_size
+            sums.append(float(batch["next", "reward"].sum()) / steps.numel())
+        return sums
+""")
+
+
+@pytest.mark.packaging
+@pytest.mark.timeout(300)
+def test_loops_over_batches_type_check_as_written(tmp_path: Path) -> None:
+    """A loop over a collector's batches, and the README's quick start, under mypy --strict from a
+    user's folder: no error is rlcollect's (the batches are typed as TensorDicts, not ``| None``);
+    the quick start's only errors are torch.distributions', which has no type hints."""
+    from tests.test_readme import python_blocks, section
+
+    (tmp_path / "loop.py").write_text(USER_LOOP)
+    (tmp_path / "quick_start.py").write_text(python_blocks(section("Quick start"))[0])
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--python-executable", str(REPO / ".venv" / "bin" / "python"),
+         "--strict", "--no-incremental", "--no-error-summary", "loop.py", "quick_start.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=240,
+    )
+    errors = [line for line in done.stdout.splitlines() if ": error: " in line]
+    assert not [line for line in errors if line.startswith("loop.py")], done.stdout
+    torch_untyped = ('Call to untyped function "sample"', 'Call to untyped function "log_prob"',
+                     'Returning Any from function declared to return "Tensor"')
+    assert all(any(words in line for words in torch_untyped) for line in errors), done.stdout

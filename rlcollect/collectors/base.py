@@ -89,8 +89,13 @@ class BaseCollector(BackgroundCollection, WeightApi, RemoteApi, ProfileApi, Iter
     def iterator(self) -> Iterator[TensorDictBase | None]:
         """Yield batches until ``total_frames`` are collected (forever if it is -1)."""
 
-    def __iter__(self) -> Iterator[TensorDictBase | None]:
+    def __iter__(self) -> Iterator[TensorDictBase]:
         """Yield batches, going on from where the last iterator stopped.
+
+        Typed as the reference types it, ``Iterator[TensorDictBase]``, so that a loop over batches
+        type-checks as it is written. A collector given a ``replay_buffer`` yields ``None`` for each
+        batch instead (the batch went into the buffer; the loop only paces collection): read the
+        buffer, not the loop's variable.
 
         A collector has one stream of batches: while an iterator over it is alive (referenced and
         not finished), ``iter(collector)`` returns that same iterator, so two of them share the
