@@ -2,10 +2,13 @@
 policy on this machine (:func:`rlcollect.tuning.tune`), printed with the code that builds it.
 
 Examples:
-    >>> print(policy_lines("my_pkg.policies:make_policy"))
+    >>> imports, setup = policy_lines("my_pkg.policies:make_policy", "CartPole-v1", {})
+    >>> print(imports + setup, end="")
+    import gymnasium as gym
     from my_pkg.policies import make_policy
-    <BLANKLINE>
-    policy = make_policy(observation_space, action_space)  # the single env's spaces
+    one = gym.make('CartPole-v1')  # one env: the spaces make_policy is given
+    policy = make_policy(one.observation_space, one.action_space)
+    one.close()
 """
 
 from __future__ import annotations
@@ -36,12 +39,23 @@ class TuneOptions:
     progress: bool
 
 
-def policy_lines(spec: str) -> str:
-    """The lines that make ``--policy``'s policy, for the printed code."""
+def policy_lines(spec: str, env: str, env_kwargs: dict[str, Any]) -> tuple[str, str]:
+    """The imports and the lines that make ``--policy``'s policy from one ``env``'s spaces, for the
+    printed code."""
     module, attr = parse_policy_spec(spec)
-    name = attr.split(".")[0]
-    made = f"policy = {attr}(observation_space, action_space)  # the single env's spaces"
-    return f"from {module} import {name}\n\n{made}"
+    kwargs = "".join(f", {key}={value!r}" for key, value in env_kwargs.items())
+    imports, register = f"from {module} import {attr.split('.')[0]}\n", ""
+    if env.startswith("envpool:"):
+        imports = f"import envpool\n{imports}"
+        one = f"envpool.make_gymnasium({env.removeprefix('envpool:')!r}, num_envs=1{kwargs})"
+    else:
+        imports = f"import gymnasium as gym\n{imports}"
+        one = f"gym.make({env!r}{kwargs})"
+        if env.startswith("ALE/"):  # ale-py's envs are registered by hand
+            imports, register = f"import ale_py\n{imports}", "gym.register_envs(ale_py)\n"
+    return imports, (f"{register}one = {one}  # one env: the spaces {attr} is given\n"
+                     f"policy = {attr}(one.observation_space, one.action_space)\n"
+                     "one.close()\n")
 
 
 def run_tune(options: TuneOptions) -> str:
@@ -63,9 +77,7 @@ def run_tune(options: TuneOptions) -> str:
                       progress=options.progress)
     except (ValueError, TypeError, RuntimeError) as error:
         raise CliError(one_line(str(error))) from None
-    report = result.report(env=repr(options.env))
     if options.policy is None:
-        return report
-    head, sep, code = report.rpartition("    import rlcollect\n")
-    extra = "".join(f"    {line}\n" if line else "\n" for line in policy_lines(options.policy).splitlines())
-    return f"{head}{sep}{extra}{code}"
+        return result.report(env=repr(options.env))
+    imports, setup = policy_lines(options.policy, options.env, options.env_kwargs)
+    return result.report(env=repr(options.env), imports=imports, setup=setup)

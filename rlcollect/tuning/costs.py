@@ -14,9 +14,10 @@ Examples:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +30,7 @@ from rlcollect.policies.adapters import make_policy
 from rlcollect.policies.random_policy import RandomPolicy
 from rlcollect.rollout.engine import Rollout, RolloutSpec
 
-__all__ = ["Costs", "machine_cores", "measure_costs"]
+__all__ = ["Costs", "machine_cores", "measure_costs", "one_thread"]
 
 #: Steps of each env per measured batch.
 STEPS = 16
@@ -115,8 +116,24 @@ def measure_costs(
     num_envs = max(sizes)
     rollout = Rollout(RolloutSpec(create_env_fn, policy=policy, num_envs=num_envs,
                                   create_env_kwargs=env_kwargs))
-    previous_threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as in every worker process
+    with one_thread():  # as in every worker process
+        return _measure(rollout, num_envs, sizes, seconds, cores or machine_cores())
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """torch at one intra-op thread inside, as rlcollect's worker processes run: what ``tune``
+    measures costs and trials at, and what its printed code sets."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _measure(rollout: Rollout, num_envs: int, sizes: Sequence[int], seconds: float, cores: int) -> Costs:
+    """:func:`measure_costs` on a built ``rollout`` of ``num_envs`` envs (closed at the end)."""
     try:
         buffers = BatchBuffers.allocate(rollout.layout, num_envs, STEPS)
         rollout.set_seed(0)
@@ -128,13 +145,12 @@ def measure_costs(
         }
         seconds_per_call = _timed(works, seconds)
     finally:
-        torch.set_num_threads(previous_threads)
         rollout.close()
     per_frame = {name: 1e6 * value / STEPS / (num_envs if name in ("collect", "envs") else name)
                  for name, value in seconds_per_call.items()}
     policy_us = {size: per_frame[size] for size in sorted(set(sizes))}
     loop = max(0.0, per_frame["collect"] - per_frame["envs"] - policy_us[num_envs])
-    return Costs(env_us=per_frame["envs"], policy_us=policy_us, loop_us=loop, cores=cores or machine_cores(),
+    return Costs(env_us=per_frame["envs"], policy_us=policy_us, loop_us=loop, cores=cores,
                  steps_in_groups=rollout.envs.steps_rows)
 
 

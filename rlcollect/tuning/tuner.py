@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from rlcollect.collectors.base import BaseCollector
 from rlcollect.tuning.candidates import Candidate, candidates, predict
-from rlcollect.tuning.costs import Costs, measure_costs
+from rlcollect.tuning.costs import Costs, measure_costs, one_thread
 from rlcollect.tuning.kinds import KINDS
 from rlcollect.workers.transport import start_context
 
@@ -97,18 +97,22 @@ class TuneResult:
                                                          **arguments)
         return built
 
-    def code(self, env: str | None = None, policy: str = "policy") -> str:
-        """Python that builds the pick (the env as ``env``, default: its id or ``create_env_fn``)."""
+    def code(self, env: str | None = None, policy: str = "policy", imports: str = "", setup: str = "") -> str:
+        """Python that builds the pick (the env as ``env``, default: its id or ``create_env_fn``) at
+        the one torch thread every trial ran at; ``imports`` and ``setup``: lines that make ``policy``."""
         if env is None:
             env = repr(self.create_env_fn) if isinstance(self.create_env_fn, str) else "create_env_fn"
         policy = "None" if self.policy is None else policy
-        return "import rlcollect\n\n" + self.pick.candidate.code(env, policy, self.env_kwargs)
+        return (f"import torch\n\nimport rlcollect\n{imports}\n"
+                "torch.set_num_threads(1)  # as tune ran every trial (and every worker process runs)\n"
+                f"{setup}{self.pick.candidate.code(env, policy, self.env_kwargs)}")
 
-    def report(self, env: str | None = None, policy: str = "policy") -> str:
+    def report(self, env: str | None = None, policy: str = "policy", imports: str = "",
+               setup: str = "") -> str:
         """The costs, the limit, every trial against it and the pick's code, as text."""
         from rlcollect.tuning.report import format_report
 
-        return format_report(self, self.code(env, policy))
+        return format_report(self, self.code(env, policy, imports, setup))
 
     def __str__(self) -> str:
         return self.report()
@@ -168,6 +172,7 @@ def tune(
             _await_forkserver()
         runner = _Runner(create_env_fn, policy, env_kwargs, costs, bar, deadline=start + seconds)
         trials = runner.rounds(ranked, max(1, int((1 - COST_SHARE) * seconds / TRIAL_SECONDS)))
+        bar.update(bar.total - bar.n)  # a clean end: full, nothing left to wait for
     ran = sorted((t for t in trials if t.error is None), key=lambda t: -t.fps)
     if not ran:
         raise RuntimeError("no configuration could run: " + "; ".join(
@@ -250,17 +255,19 @@ class _Runner:
             left = self.deadline - time.perf_counter()
             trials.append(run_trial(candidate, predict(candidate, self.costs), *self.source,
                                     0.9 * left / max(1, planned - i)))
-            self.bar.update(100 * (1 - COST_SHARE) / self.total)
+            step = 100 * (1 - COST_SHARE) / self.total
+            self.bar.update(min(step, self.bar.total - self.bar.n))  # never past the end
         return trials
 
 
 def run_trial(candidate: Candidate, predicted: float, create_env_fn: Any, policy: Any,
               env_kwargs: Mapping[str, Any] | None, seconds: float) -> Trial:
     """Build ``candidate``, time its first batch, then its frames/s for about ``seconds`` (at
-    least ``MIN_TRIAL_SECONDS``) after one batch per worker more."""
+    least ``MIN_TRIAL_SECONDS``) after one batch per worker more; at one torch thread, as the
+    costs were measured (an in-process collector at torch's default threads fights its envs)."""
     start = time.perf_counter()
     try:
-        with candidate.build(create_env_fn, policy, env_kwargs, seed=0) as collector:
+        with one_thread(), candidate.build(create_env_fn, policy, env_kwargs, seed=0) as collector:
             batches = iter(collector)
             next(batches)
             startup = time.perf_counter() - start

@@ -4,8 +4,12 @@ it prints building a working collector, and every bad argument named."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -156,6 +160,7 @@ def test_the_command_prints_the_pick_and_its_code(capsys: pytest.CaptureFixture[
     assert "the limit" in out and "pick: Collector (" in out
     assert "from tests.cli.policies_for_tests import always_zero" in out
     assert "collector = rlcollect.Collector('CartPole-v1', policy, num_envs=" in out
+    assert "torch.set_num_threads(1)" in out  # the thread setting every trial ran at
 
     assert main(["tune", "--seconds", "0"]) == 2
     assert main(["tune", "--kinds", "Nope"]) == 2
@@ -173,3 +178,38 @@ def test_without_a_policy_no_server_is_tried() -> None:
     assert "AsyncBatchedCollector" not in {t.candidate.kind for t in result.trials}
     with pytest.raises(RuntimeError, match="no configuration could run: AsyncBatched.*serves a policy"):
         tune("CartPole-v1", seconds=2, max_envs=2, kinds=("AsyncBatchedCollector",), progress=False)
+
+
+POLICY_MODULE = """
+from typing import Any
+
+import torch
+
+
+class Left(torch.nn.Module):
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(observation.shape[0], dtype=torch.int64)
+
+
+def make_policy(observation_space: Any, action_space: Any) -> torch.nn.Module:
+    assert observation_space.shape == (4,) and action_space.n == 2
+    return Left()
+"""
+
+
+@pytest.mark.timeout(120)
+def test_the_printed_code_runs_when_pasted_beside_the_policy_module(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "my_policies.py").write_text(POLICY_MODULE)
+    monkeypatch.chdir(tmp_path)  # --policy names modules of the current folder
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["tune", "--env", "CartPole-v1", "--policy", "my_policies:make_policy", "--seconds", "4",
+                 "--max-envs", "2", "--kinds", "Collector", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    code = textwrap.dedent(out[out.index("    import torch\n"):])
+    used = "batch = next(iter(collector))\nprint(batch['action'].sum().item(), torch.get_num_threads())\n"
+    (tmp_path / "picked.py").write_text(f"{code}{used}collector.shutdown()\n")
+    done = subprocess.run([sys.executable, "picked.py"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=100)
+    assert done.returncode == 0, code + done.stderr
+    assert done.stdout.split() == ["0", "1"], done.stdout  # the module's policy acted, at one thread
