@@ -143,3 +143,34 @@ def test_total_frames_rounded_up_to_whole_batches_is_said_and_collected(kind: st
                         "(4 batches) will be collected"], [str(w.message) for w in caught]
         assert [w.filename for w in caught if "total_frames" in str(w.message)] == [__file__]
         assert [batch.numel() for batch in collector] == [30] * 4
+
+
+def _by_sign(observation: torch.Tensor) -> torch.Tensor:
+    """A policy without weights: push towards the pole's side."""
+    return (observation[..., 2] > 0).long()
+
+
+@pytest.mark.parametrize("kind", ["Collector", "MultiSync", "MultiAsync", "AsyncBatched"])
+def test_updating_a_policy_without_weights_does_nothing_and_says_so_once(kind: str) -> None:
+    """As in TorchRL: no weights, nothing to send (it used to raise ``unknown model id 'policy';
+    known: []``); an update with weights given is still refused."""
+    common: dict[str, Any] = {"frames_per_batch": 16, "total_frames": 32}
+    if kind == "Collector":
+        collector: Any = Collector("CartPole-v1", _by_sign, **common)
+    elif kind == "AsyncBatched":
+        collector = AsyncBatchedCollector("CartPole-v1", _by_sign, num_envs=2, **common)
+    else:
+        cls = MultiSyncCollector if kind == "MultiSync" else MultiAsyncCollector
+        collector = cls("CartPole-v1", _by_sign, num_workers=2, **common)
+    with collector, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        collector.update_policy_weights_()
+        collector.update_policy_weights_()
+        said = [w for w in caught if "the policy has no weights" in str(w.message)]
+        assert [w.filename for w in said] == [__file__], [str(w.message) for w in caught]
+        with pytest.raises(KeyError, match="unknown model id"):
+            collector.update_policy_weights_(nn.Linear(4, 2).state_dict())
+        batches = list(collector)
+    assert sum(batch.numel() for batch in batches) == 32
+    for batch in batches:  # the policy acted: its action is the sign of the pole's angle
+        assert torch.equal(batch["action"].long(), (batch["observation"][..., 2] > 0).long())
