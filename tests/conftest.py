@@ -3,7 +3,7 @@
 The default run uses pytest-xdist (``-n auto``: one worker per core, at most four): most cases wait
 on child processes they start. The runs apart (``-m ray`` and the like) run one case at a time. A
 case marked ``alone`` runs while no other case runs: it looks at what the whole machine holds
-(``/dev/shm``), which another worker's case would change.
+(``/dev/shm``) or times work against the clock, which another worker's case would change.
 """
 
 from __future__ import annotations

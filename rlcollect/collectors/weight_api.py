@@ -120,21 +120,22 @@ class WeightApi:
         if updater_kwargs:
             raise TypeError(f"update_policy_weights_() got unexpected keyword argument(s) "
                             f"{sorted(updater_kwargs)}: only a legacy weight_updater takes other keywords")
-        if forms == {"policy": None} and "policy" not in self._model_ids():
-            self._nothing_to_update()
-            return
-        self._update_weights(forms, self._worker_ids(worker_ids))
+        if not self._nothing_to_update(forms):
+            self._update_weights(forms, self._worker_ids(worker_ids))
 
     _warned_weightless = False
 
-    def _nothing_to_update(self) -> None:
-        """``update_policy_weights_()`` with a policy that has no weights (a function, a module
-        without parameters, random actions): nothing to send, as in TorchRL; said once."""
+    def _nothing_to_update(self, forms: dict[str, Any]) -> bool:
+        """Whether ``forms`` asks for an update of a policy that has no weights (a function, a
+        module without parameters, random actions): nothing to send, as in TorchRL; said once."""
+        if forms != {"policy": None} or "policy" in self._model_ids():
+            return False
         if not self._warned_weightless:
             self._warned_weightless = True
             warnings.warn("update_policy_weights_(): the policy has no weights (no parameter or buffer), "
                           "so there is nothing to send; the call does nothing", UserWarning,
                           stacklevel=outside_stacklevel())
+        return True
 
     def _weights_sent(self) -> None:
         """Weights went to the policy copies (a collector that warns about unsent edits notes it)."""

@@ -172,7 +172,6 @@ def tune(
             _await_forkserver()
         runner = _Runner(create_env_fn, policy, env_kwargs, costs, bar, deadline=start + seconds)
         trials = runner.rounds(ranked, max(1, int((1 - COST_SHARE) * seconds / TRIAL_SECONDS)))
-        bar.update(bar.total - bar.n)  # a clean end: full, nothing left to wait for
     ran = sorted((t for t in trials if t.error is None), key=lambda t: -t.fps)
     if not ran:
         raise RuntimeError("no configuration could run: " + "; ".join(
@@ -245,6 +244,7 @@ class _Runner:
         for first, second in zip(fastest, again, strict=True):
             merged[first.candidate] = first if second.error is not None else replace(
                 first, fps=statistics.mean((*first.runs, second.fps)), runs=(*first.runs, second.fps))
+        self.bar.update(self.bar.total - self.bar.n)  # a clean end: full, nothing left to wait for
         return list(merged.values())
 
     def run(self, chosen: Sequence[Candidate], planned: int) -> list[Trial]:
