@@ -22,7 +22,6 @@ collect_ignore = [] if os.environ.get("RLCOLLECT_TORCHRL_SUITE") else ["torchrl_
 #: pytest-xdist workers at most for ``-n auto``: more would only slow the cases that start processes
 MAX_WORKERS = 4
 
-
 #: The markers of the runs apart, which run one case at a time: a shared Ray cluster, faults timed
 #: against health checks, training that uses every core, the wheel build
 APART = ("ray", "reliability", "learning", "packaging", "soak")

@@ -238,7 +238,6 @@ def check_frames_per_batch(value: Any, num_workers: int, sync: bool) -> int:
     return per_worker[0] * (num_workers if sync else 1)
 
 
-
 def batch_steps(frames_per_batch: int, total_frames: int, envs_per_batch: int) -> tuple[int, list[str]]:
     """``T``, the steps of a batch of ``frames_per_batch`` frames over ``envs_per_batch`` envs
     (rounded up), and what was rounded: a batch up to whole steps of every env, ``total_frames`` up

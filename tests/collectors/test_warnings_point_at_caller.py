@@ -113,19 +113,12 @@ def test_warning_names_the_callers_line(case: str) -> None:
             shutdown()
 
 
-class _Left(nn.Module):
-    """Always pushes left (a policy for the collector that serves one)."""
-
-    def forward(self, observation: torch.Tensor) -> torch.Tensor:
-        return torch.zeros(observation.shape[:-1], dtype=torch.long)
-
-
 def _total_rounded(kind: str) -> Any:
     """100 frames in batches of 30: every collector collects 4 whole batches, 120 frames."""
     if kind == "Collector":
         return Collector("CartPole-v1", None, frames_per_batch=30, total_frames=100)
     if kind == "AsyncBatched":
-        return AsyncBatchedCollector("CartPole-v1", _Left(), frames_per_batch=30, total_frames=100,
+        return AsyncBatchedCollector("CartPole-v1", _NoParameters(), frames_per_batch=30, total_frames=100,
                                      num_envs=2)
     sync = kind == "MultiSync"
     return (MultiSyncCollector if sync else MultiAsyncCollector)(
