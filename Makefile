@@ -33,7 +33,7 @@ lint: venv
 	$(BIN)/mypy rlcollect
 	$(BIN)/mypy --python-version 3.10 rlcollect  # the oldest Python pyproject.toml allows
 
-# the documentation site (guide pages from the README's sections, API from the docstrings) into site/;
+# the documentation site (the README as its front page, docs/pages/*.md, the API from the docstrings) into site/;
 # warnings are errors, as in CI
 docs: venv
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict

@@ -1,4 +1,4 @@
-"""The README stays true: its quick start runs as pasted, and its commands exist."""
+"""The README and the docs' pages stay true: their code runs as pasted, and their commands exist."""
 
 from __future__ import annotations
 
@@ -15,14 +15,32 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
+PAGES = REPO / "docs" / "pages"
 
 
-def section(title: str) -> str:
-    """The text of the README's ``## title`` section, up to the next ``## `` heading."""
-    text = README.read_text()
-    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text, flags=re.S | re.M)
-    assert match, f"README.md has no '## {title}' section"
-    return match.group(1)
+def headings(text: str) -> list[tuple[int, int, str]]:
+    """``(offset, level, title)`` of the Markdown headings of ``text``, those in code blocks left out."""
+    found, fence, offset = [], False, 0
+    for line in text.splitlines(keepends=True):
+        if line.lstrip().startswith("```"):
+            fence = not fence
+        match = None if fence else re.match(r"(#+) (.+)", line)
+        if match:
+            found.append((offset, len(match.group(1)), match.group(2).strip()))
+        offset += len(line)
+    return found
+
+
+def section(title: str, page: str = "README.md") -> str:
+    """The text of the section ``title`` (a heading of any level) of ``page`` (a path from the
+    repository's root), up to the next heading of the same level or higher."""
+    text = (REPO / page).read_text()
+    found = headings(text)
+    starts = [(i, level) for i, (_, level, name) in enumerate(found) if name == title]
+    assert len(starts) == 1, f"{page} has no single section titled {title!r}"
+    i, level = starts[0]
+    end = next((offset for offset, other, _ in found[i + 1:] if other <= level), len(text))
+    return text[found[i][0]:end].split("\n", 1)[1]
 
 
 def python_blocks(text: str) -> list[str]:
@@ -31,9 +49,9 @@ def python_blocks(text: str) -> list[str]:
     return [textwrap.dedent(code) for _, code in found]
 
 
-def run_block(title: str, tmp_path: Path) -> list[str]:
-    """Run the one python block of section ``title`` as a script; return its output lines."""
-    blocks = python_blocks(section(title))
+def run_block(title: str, tmp_path: Path, page: str = "README.md") -> list[str]:
+    """Run the one python block of section ``title`` of ``page`` as a script; return its output lines."""
+    blocks = python_blocks(section(title, page))
     assert len(blocks) == 1, f"section {title!r} has one python block"
     script = tmp_path / "block.py"
     script.write_text(blocks[0])
@@ -51,21 +69,22 @@ def test_quick_start_runs_as_pasted(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(180)
 def test_main_module_guard_example_runs(tmp_path: Path) -> None:
-    assert 'if __name__ == "__main__":' in section("Multi-process collection: the main-module guard")
-    lines = run_block("Multi-process collection: the main-module guard", tmp_path)
+    title = "Multi-process collection: the main-module guard"
+    assert 'if __name__ == "__main__":' in section(title, "docs/pages/collectors.md")
+    lines = run_block(title, tmp_path, "docs/pages/collectors.md")
     assert lines == [f"torch.Size([8, 128]) {1024 * i}" for i in range(1, 5)]
 
 
 @pytest.mark.timeout(180)
 def test_batched_inference_example_runs(tmp_path: Path) -> None:
-    lines = run_block("Batched inference: `AsyncBatchedCollector`", tmp_path)
+    lines = run_block("Batched inference: `AsyncBatchedCollector`", tmp_path, "docs/pages/collectors.md")
     assert lines == ["torch.Size([2, 128]) 8"]  # 8 batches, one update after each
 
 
 @pytest.mark.timeout(180)
 def test_command_line_section_runs_as_pasted(tmp_path: Path) -> None:
     """The section's commands, then its Python block, in a fresh folder (Minari datasets in it too)."""
-    text = section("Command line")
+    text = section("Command line", "docs/pages/cli.md")
     commands = re.findall(r"^```bash\n(.*?)^```", text, flags=re.S | re.M)
     assert len(commands) == 1
     env = {**os.environ, "MINARI_DATASETS_PATH": str(tmp_path / "datasets")}
@@ -88,13 +107,13 @@ def test_command_line_section_runs_as_pasted(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(180)
 def test_episode_records_example_runs(tmp_path: Path) -> None:
-    lines = run_block("Whole episodes", tmp_path)
+    lines = run_block("Whole episodes", tmp_path, "docs/pages/replay.md")
     assert len(lines) == 4 and all(" episodes ended, mean return " in line for line in lines), lines
 
 
 @pytest.mark.timeout(180)
 def test_logging_and_video_example_runs(tmp_path: Path) -> None:
-    lines = run_block("Logging and video", tmp_path)
+    lines = run_block("Logging and video", tmp_path, "docs/pages/logging.md")
     assert [line.split(" frames")[0] for line in lines] == ["1024", "2048", "3072", "4096"], lines
     assert sorted(path.name for path in (tmp_path / "runs" / "videos").glob("*.mp4"))[:2] == [
         "rl-video-episode-0.mp4", "rl-video-episode-10.mp4"]
@@ -103,26 +122,30 @@ def test_logging_and_video_example_runs(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(180)
 def test_step_infos_example_prints_what_it_says(tmp_path: Path) -> None:
-    lines = run_block("The batch", tmp_path)
+    lines = run_block("The batch", tmp_path, "docs/pages/batch.md")
     assert lines[0] == "torch.bool torch.Size([2, 32])", lines
     assert re.fullmatch(r"success rate [01]\.\d\d over [1-9]\d* episodes", lines[1]), lines
 
 
-# sections whose blocks run in a test of their own above (with their output checked)
-TESTED_APART = {"The batch", "Quick start", "Multi-process collection: the main-module guard",
-                "Batched inference: `AsyncBatchedCollector`", "Whole episodes", "Logging and video",
-                "Command line"}
+# (page, section) whose blocks run in a test of their own above (with their output checked)
+TESTED_APART = [("README.md", "Quick start"), ("docs/pages/batch.md", "The batch"),
+                ("docs/pages/collectors.md", "Multi-process collection: the main-module guard"),
+                ("docs/pages/collectors.md", "Batched inference: `AsyncBatchedCollector`"),
+                ("docs/pages/replay.md", "Whole episodes"), ("docs/pages/logging.md", "Logging and video"),
+                ("docs/pages/cli.md", "Command line")]
 
 
 def every_block() -> list[tuple[str, str]]:
     """``(where, code)`` of every python block in the README and the docs' pages, but those above."""
+    apart = {code for page, title in TESTED_APART for code in python_blocks(section(title, page))}
     blocks = []
-    text = README.read_text()
-    for title in re.findall(r"^## (.+)$", text, flags=re.M):
-        if title not in TESTED_APART:
-            blocks += [(f"README: {title}", code) for code in python_blocks(section(title))]
-    for page in sorted([*(REPO / "docs").glob("*.md"), *(REPO / "docs" / "pages").glob("*.md")]):
-        blocks += [(str(page.relative_to(REPO)), code) for code in python_blocks(page.read_text())]
+    for path in [README, *sorted([*(REPO / "docs").glob("*.md"), *PAGES.glob("*.md")])]:
+        text = path.read_text()
+        found = headings(text)
+        bounds = [(0, ""), *((offset, title) for offset, _, title in found)]  # text before a heading too
+        for (start, title), (end, _) in zip(bounds, [*bounds[1:], (len(text), "")], strict=True):
+            where = f"{path.relative_to(REPO)}: {title}"
+            blocks += [(where, code) for code in python_blocks(text[start:end]) if code not in apart]
     return blocks
 
 
@@ -157,3 +180,12 @@ def test_make_targets_named_in_readme_exist() -> None:
     makefile = (REPO / "Makefile").read_text()
     for target in re.findall(r"^make (\w+)", README.read_text(), flags=re.M):
         assert re.search(rf"^{target}:", makefile, flags=re.M), f"Makefile has no target {target!r}"
+
+
+def test_readme_is_a_front_page() -> None:
+    """At most 300 lines, with the quick start's Python in its first 60; every page it links exists."""
+    lines = README.read_text().splitlines()
+    assert len(lines) <= 300, len(lines)
+    assert "```python" in lines[:60]
+    for link in re.findall(r"\]\((docs/[^)#]+)", README.read_text()):
+        assert (REPO / link).is_file(), f"README links {link}, which does not exist"

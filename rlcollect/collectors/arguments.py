@@ -80,7 +80,7 @@ class SharedArguments(TypedDict, total=False):
             of another shape or one its dtype does not hold, is a ``BadDataError``. Gymnasium
             envs, vector envs and synchronous EnvPool pools (a TorchRL env: its
             ``info_dict_reader``). ``None`` (default): none.
-        layout: ``"rlcollect"`` (default: the layout in the README, ``[num_envs, T]``) or
+        layout: ``"rlcollect"`` (default: the batch layout of the docs, ``[num_envs, T]``) or
             ``"torchrl"``, TorchRL's (:mod:`rlcollect.data.torchrl_layout`: root ``done`` /
             ``terminated`` / ``truncated``, ``[T]`` for one unbatched TorchRL env, the policy
             version only with ``track_policy_version``), or a layout object of

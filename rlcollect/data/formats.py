@@ -53,7 +53,7 @@ class BatchStep(Protocol):
 
 
 class NativeLayout:
-    """rlcollect's layout (the README's batch layout): batches are delivered as collected."""
+    """rlcollect's layout (the batch layout of the docs): batches are delivered as collected."""
 
     name = "rlcollect"
     #: the dtype actions are stored in: the action space's
