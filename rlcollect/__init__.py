@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         RayCollector,
     )
     from rlcollect.collectors.loggers import TensorBoardLogger, WandbLogger
+    from rlcollect.collectors.threads import ThreadsWarning
     from rlcollect.data import split_trajectories
     from rlcollect.data.run_folder import load_run
     from rlcollect.replay import ReplayBuffer
@@ -42,6 +43,7 @@ _WHERE = {
     "split_trajectories": "rlcollect.data",
     **dict.fromkeys(["TensorBoardLogger", "WandbLogger"], "rlcollect.collectors.loggers"),
     "load_run": "rlcollect.data.run_folder",
+    "ThreadsWarning": "rlcollect.collectors.threads",
     "ReplayBuffer": "rlcollect.replay",
     "tune": "rlcollect.tuning",
 }
@@ -69,6 +71,7 @@ __all__ = [
     "RayCollector",
     "ReplayBuffer",
     "TensorBoardLogger",
+    "ThreadsWarning",
     "WandbLogger",
     "load_run",
     "split_trajectories",

@@ -72,3 +72,12 @@ def _turn(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
             yield
         finally:
             fcntl.flock(room, fcntl.LOCK_UN)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One torch thread in every test process (each xdist worker too), as the README tells a
+    script that collects to set: the in-process collectors run beside the other workers' cases,
+    and they warn once at torch's default (``rlcollect.ThreadsWarning``)."""
+    import torch
+
+    torch.set_num_threads(1)

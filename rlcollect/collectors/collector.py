@@ -20,6 +20,7 @@ from rlcollect.collectors.checks import check_seed
 from rlcollect.collectors.options import CollectorOptions
 from rlcollect.collectors.stats import CollectorStats
 from rlcollect.collectors.stream import between_batches
+from rlcollect.collectors.threads import warn_if_threads_compete
 from rlcollect.common.state import checked_state, stamped
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.envs.base import source_env
@@ -79,6 +80,7 @@ class Collector(BaseCollector):
             options = CollectorOptions(create_env_fn=create_env_fn, policy=policy,
                                        frames_per_batch=frames_per_batch, total_frames=total_frames,
                                        num_envs_per_worker=num_envs, **arguments)
+        warn_if_threads_compete(options.policy, policy_device=options.policy_device)
         self._start(options)
 
     @classmethod
