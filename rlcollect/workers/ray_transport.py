@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from rlcollect.rollout.build import Engine
+from rlcollect.workers.ray_local import start_ray
 from rlcollect.workers.transport import Message
 from rlcollect.workers.worker import (
     Worker,
@@ -129,15 +130,7 @@ class RayTransport:
         # Ray's own restarts are not used: the pool restarts workers
         self._options = [{"num_cpus": 1, **config, "max_restarts": 0, "max_task_retries": 0}
                          for config in actor_options]
-        self.owns_ray = not ray.is_initialized()
-        if self.owns_ray:
-            config = dict(ray_init_config)
-            if "address" not in config and not os.environ.get("RAY_ADDRESS"):
-                config["address"] = "local"  # a new local Ray, whatever a crashed run left in /tmp/ray
-                needed = sum(max(1, math.ceil(options["num_cpus"])) for options in self._options)
-                config.setdefault("num_cpus", max(os.cpu_count() or 1, needed))
-                config.setdefault("include_dashboard", False)
-            ray.init(**config)
+        self.owns_ray = start_ray(ray, ray_init_config, [options["num_cpus"] for options in self._options])
         self._remote = ray.remote(concurrency_groups={"health": 1})(RayWorker)
         self.actors: dict[int, Any] = {}
         self._calls: dict[int, deque[Any]] = {}  # refs of each actor's unanswered calls, in order

@@ -54,10 +54,26 @@ def test_bad_arguments_are_refused_before_ray_starts(
 
 
 STALE_POINTER = """
+import os
 from rlcollect import RayCollector
+from ray._private.authentication.authentication_utils import is_token_auth_enabled
 with RayCollector("CartPole-v1", None, num_collectors=1, frames_per_batch=8, total_frames=8) as collector:
-    print([batch.numel() for batch in collector])
+    print([batch.numel() for batch in collector], os.environ.get("RAY_AUTH_MODE"), is_token_auth_enabled())
 """
+
+
+def _run_local_ray(script: str, **env_vars: str) -> subprocess.CompletedProcess[str]:
+    """``script`` in a fresh process whose Ray temp folder is new, and holds a stale pointer to
+    a cluster that no longer runs (a crashed run leaves one)."""
+    tmp = Path(tempfile.mkdtemp(prefix="rs", dir="/tmp"))  # short: Ray's socket paths must fit
+    (tmp / "ray").mkdir()
+    (tmp / "ray" / "ray_current_cluster").write_text("127.0.0.1:6399")  # nothing listens there
+    env = {key: value for key, value in os.environ.items() if key not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
+    try:
+        return subprocess.run([sys.executable, "-c", script], env={**env, "TMPDIR": str(tmp), **env_vars},
+                              capture_output=True, text=True, timeout=100)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 @pytest.mark.ray
@@ -66,13 +82,52 @@ def test_a_stale_cluster_pointer_does_not_stop_a_local_ray() -> None:
     """A crashed run leaves Ray's pointer to its cluster behind; RayCollector starts its own local Ray
     (with num_cpus) all the same."""
     pytest.importorskip("ray", reason="RayCollector needs ray: pip install rlcollect[ray]")
-    tmp = Path(tempfile.mkdtemp(prefix="rs", dir="/tmp"))  # short: Ray's socket paths must fit
-    (tmp / "ray").mkdir()
-    (tmp / "ray" / "ray_current_cluster").write_text("127.0.0.1:6399")  # nothing listens there
-    env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
-    try:
-        done = subprocess.run([sys.executable, "-c", STALE_POINTER], env={**env, "TMPDIR": str(tmp)},
-                              capture_output=True, text=True, timeout=100)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    assert done.returncode == 0 and done.stdout.strip() == "[8]", done.stderr[-2000:]
+    done = _run_local_ray(STALE_POINTER)
+    assert done.returncode == 0 and done.stdout.split()[0] == "[8]", done.stderr[-2000:]
+    # the local cluster it started asks every client for Ray's token (Ray 2.52+), unasked
+    assert done.stdout.split()[1:] == ["token", "True"], done.stdout
+    assert "without authentication" not in done.stderr
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(120)
+def test_a_local_ray_without_authentication_is_said() -> None:
+    """RAY_AUTH_MODE=disabled is the user's choice, kept; the collector says what it exposes."""
+    pytest.importorskip("ray", reason="RayCollector needs ray: pip install rlcollect[ray]")
+    done = _run_local_ray(STALE_POINTER, RAY_AUTH_MODE="disabled")
+    assert done.returncode == 0 and done.stdout.split() == ["[8]", "disabled", "False"], done.stderr[-2000:]
+    assert "RuntimeWarning: RayCollector starts a local Ray cluster without authentication " \
+           "(RAY_AUTH_MODE=disabled)" in done.stderr, done.stderr[-2000:]
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(("mode", "has", "said"), [
+    ("token", (), None),
+    (None, ("setup", "default"), None),  # Ray 2.59+: a local ray.init() asks for tokens itself
+    (None, ("setup",), "this Ray, older than 2.59, turns it on only with RAY_AUTH_MODE=token"),
+    (None, (), "this Ray, older than 2.52, has no token authentication"),
+    ("disabled", ("setup", "default"), "RAY_AUTH_MODE=disabled"),
+])
+def test_a_local_ray_without_tokens_is_named_for_every_ray(
+    monkeypatch: pytest.MonkeyPatch, mode: str | None, has: tuple[str, ...], said: str | None
+) -> None:
+    """What each Ray would do for a local cluster, without starting one (the case above starts it)."""
+    import warnings
+
+    import rlcollect.workers.ray_local as ray_local
+
+    if mode is None:
+        monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    else:
+        monkeypatch.setenv("RAY_AUTH_MODE", mode)
+    monkeypatch.setattr(ray_local, "_ray_has",
+                        lambda module, name="": ("default" if name else "setup") in has)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ray_local.check_local_ray_authentication()
+    messages = [str(warning.message) for warning in caught]
+    if said is None:
+        assert messages == []
+    else:
+        assert len(messages) == 1 and f"without authentication ({said})" in messages[0], messages
+        assert caught[0].category is RuntimeWarning and "RAY_AUTH_MODE=token" in messages[0]
