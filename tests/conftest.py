@@ -38,11 +38,24 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 
 @pytest.fixture(scope="module")
 def ray_session() -> Iterator[None]:
-    """One local Ray (2 CPUs) for a test module; the collectors use it and leave it running."""
+    """One local Ray (2 CPUs) for the test run: the first module that asks starts it, the modules
+    after it find it running (a Ray start costs about 4.5 s here), and the run's end shuts it down.
+    A module that needs a cluster of its own (``tests/distributed/test_cluster.py``) shuts it down
+    first, and the next module that asks starts it again. The collectors use it and leave it
+    running; each test stops the actors it started."""
     ray = pytest.importorskip("ray", reason="RayCollector needs ray: pip install rlcollect[ray]")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
-    ray.shutdown()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The shared local Ray (:func:`ray_session`), if one runs, ends with the run."""
+    import sys
+
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -36,7 +36,10 @@ pytestmark = pytest.mark.ray
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    """A head without CPUs and three worker nodes of one CPU each; Ray connected to it."""
+    """A head without CPUs and three worker nodes of one CPU each; Ray connected to it (the run's
+    shared local Ray, if one runs, shut down first)."""
+    if ray.is_initialized():
+        ray.shutdown()
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
     for _ in range(3):
         cluster.add_node(num_cpus=1)
