@@ -57,6 +57,11 @@ class WeightApi:
                 register(self)
         self._weight_updater = value
 
+    @property
+    def _legacy_weight_updater(self) -> bool:
+        """Whether updates go through a legacy ``weight_updater`` (the reference's name)."""
+        return self._weight_updater is not None
+
     def init_updater(self, *args: Any, **kwargs: Any) -> None:
         """Pass ``args`` and ``kwargs`` to the legacy weight updater's ``init`` (no-op without one)."""
         init = getattr(self._weight_updater, "init", None)

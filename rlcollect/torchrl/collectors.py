@@ -35,6 +35,7 @@ from rlcollect.policies.devices import warn_unmovable
 from rlcollect.torchrl.accessors import TorchRLAccessors
 from rlcollect.torchrl.arguments import check_ray_replay_buffer, idle_seconds, none_means_default
 from rlcollect.torchrl.backends import Selection, context_backend, select
+from rlcollect.torchrl.pipes import worker_pipes
 from rlcollect.torchrl.signatures import ASYNC, COLLECTOR, MULTI, RAY, RAY_DEFAULTS, torchrl_signature
 from rlcollect.torchrl.stats import TorchRLStats, torchrl_stats, worker_state_dict, worker_stats
 from rlcollect.torchrl.translate import WorkerInit, take_torchrl_arguments
@@ -138,10 +139,12 @@ class DataCollectorBase(BaseCollector, metaclass=_Deprecated):
 
 class _WorkerCalls:
     """TorchRL's view of a collector's workers, shared by the multi-process collectors here: its
-    ``stats`` and ``state_dict`` entries per worker, ``map_fn`` and ``_dump_env_transform``."""
+    ``stats`` and ``state_dict`` entries per worker, ``map_fn``, ``_dump_env_transform`` and the
+    ``pipes`` a legacy weight updater sends its updates through (:mod:`rlcollect.torchrl.pipes`)."""
 
     stats = worker_stats
     state_dict = worker_state_dict
+    pipes = property(worker_pipes)
 
     def get_distant_attr(self, attr: str) -> list[Any]:
         """Each worker's attribute at ``attr``; a path into the replay buffer that the collector

@@ -568,3 +568,65 @@ def test_ray_collector_refuses_an_in_process_replay_buffer_as_torchrl() -> None:
         with pytest.raises(TypeError, match="cannot be shared with distant Ray actors"):
             build()
     assert "rlcollect.RayCollector takes one" in str(pytest.raises(TypeError, builds[1]).value)
+
+
+def _pipe_updater(base: type) -> Any:
+    """An updater written as TorchRL's own tests write one: the steps of ``push_weights``, each
+    worker's update sent through ``collector.pipes``, from ``base`` (TorchRL's or the wing's)."""
+
+    class PipeUpdater(base):  # type: ignore[misc, valid-type]
+        def __init__(self, weights: TensorDictBase, num_workers: int) -> None:
+            self.weights, self.num_workers = weights, num_workers
+
+        def _sync_weights_with_worker(self, worker_id: int, server_weights: TensorDictBase) -> None:
+            self.collector.pipes[worker_id].send((server_weights, "update"))
+            _, message = self.collector.pipes[worker_id].recv()
+            assert message == "updated"
+
+        def _get_server_weights(self) -> TensorDictBase:
+            return self.weights
+
+        def _maybe_map_weights(self, server_weights: TensorDictBase) -> TensorDictBase:
+            return server_weights
+
+        def all_worker_ids(self) -> list[int]:
+            return list(range(self.num_workers))
+
+    return PipeUpdater
+
+
+def _pendulum() -> EnvBase:
+    return GymEnv("Pendulum-v1")
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # TorchRL deprecates the legacy updater
+def test_a_legacy_updater_sending_through_the_pipes_updates_the_workers_as_on_torchrl() -> None:
+    """TorchRL's legacy protocol, on TorchRL's MultiSyncCollector and the wing's: after the updater
+    pushes zeroed weights, every action of the next batch is 0 on both."""
+    from torchrl.collectors import WeightUpdaterBase as TorchRLUpdaterBase
+
+    actions = {}
+    for name, collector_class, base in (("torchrl", TorchRLMultiSync, TorchRLUpdaterBase),
+                                        ("wing", wing.MultiSyncCollector, wing.WeightUpdaterBase)):
+        torch.manual_seed(0)
+        policy = TensorDictModule(torch.nn.Linear(3, 1), in_keys=["observation"], out_keys=["action"])
+        weights = TensorDict.from_module(policy).data.clone()
+        collector = collector_class([_pendulum, _pendulum], policy, frames_per_batch=40, total_frames=-1,
+                                    weight_updater=_pipe_updater(base)(weights, 2))
+        try:
+            assert collector._legacy_weight_updater
+            first = collector.next()
+            assert (first["action"] != 0).any()
+            weights.zero_()
+            collector.update_policy_weights_()  # the updater takes its server's (zeroed) weights
+            actions[name] = collector.next()["action"]
+        finally:
+            collector.shutdown()
+    assert actions["torchrl"].shape == actions["wing"].shape
+    assert (actions["torchrl"] == 0).all() and (actions["wing"] == 0).all(), actions
+    with wing.MultiSyncCollector([_pendulum, _pendulum], frames_per_batch=40) as collector:
+        with pytest.raises(NotImplementedError, match=r"pipes\[0\].send\('seed'\).*weight updates"):
+            collector.pipes[0].send("seed")
+        with pytest.raises(RuntimeError, match=r"pipes\[1\].recv\(\): no update was sent"):
+            collector.pipes[1].recv()

@@ -43,8 +43,6 @@ INTERNALS = {
         "asserts the private _weight_sync_schemes holds TorchRL's own scheme classes",
     "*TestCollectorGeneric::test_concurrent_collector_consistency[*":
         "asserts the private _use_buffers (rlcollect always preallocates its buffers)",
-    "*TestPolicyFactory::test_update_weights[weight_updater]":
-        "builds TorchRL's legacy MPSWeightUpdaterBase and reads the private _legacy_weight_updater",
     "*TestAutoWrap::test_auto_wrap_modules[device0-*-Collector-1]": "reads the private _wrapped_policy",
     "*TestCollectorGeneric::test_collector_reloading[*":
         "compares the private _frames and _iter counters, and TorchRL's own state_dict layout (traj_pool)",
