@@ -142,6 +142,18 @@ class WeightApi:
                           stacklevel=outside_stacklevel())
         return True
 
+    def _receivable(self, schemes: Mapping[str, Any]) -> dict[str, Any]:
+        """``schemes`` but the policy's when the policy has no weights: nothing it could receive
+        changes it, so its updates do nothing, as in TorchRL; said once."""
+        if "policy" not in schemes or "policy" in self._model_ids():
+            return dict(schemes)
+        if not self._warned_weightless:
+            self._warned_weightless = True
+            warnings.warn("weight_recv_schemes['policy']: the policy has no weights (no parameter or "
+                          "buffer), so the weights sent to it change nothing; its updates do nothing",
+                          UserWarning, stacklevel=outside_stacklevel())
+        return {model_id: scheme for model_id, scheme in schemes.items() if model_id != "policy"}
+
     def _weights_sent(self) -> None:
         """Weights went to the policy copies (a collector that warns about unsent edits notes it)."""
 
@@ -273,6 +285,7 @@ class WeightApi:
         if not isinstance(weight_recv_schemes, Mapping):
             raise TypeError(f"register_scheme_receiver takes a dict {{model_id: WeightSyncScheme}} (e.g. "
                             f"{{'policy': scheme}}), got {type(weight_recv_schemes).__name__}")
+        weight_recv_schemes = self._receivable(weight_recv_schemes)
         driven = {m: s for m, s in weight_recv_schemes.items() if not isinstance(s, WeightSyncScheme)}
         for model_id, scheme in driven.items():
             if not all(callable(getattr(scheme, name, None))

@@ -630,3 +630,30 @@ def test_a_legacy_updater_sending_through_the_pipes_updates_the_workers_as_on_to
             collector.pipes[0].send("seed")
         with pytest.raises(RuntimeError, match=r"pipes\[1\].recv\(\): no update was sent"):
             collector.pipes[1].recv()
+
+
+@pytest.mark.timeout(120)
+def test_a_weightless_policy_with_a_receiver_scheme_builds_and_collects_as_on_torchrl() -> None:
+    """TorchRL's RandomPolicy with a receiver scheme for "policy" (TorchRL's RPC collector node
+    builds one so): TorchRL builds it and treats updates as no-ops; so does the wing, saying once
+    that the policy has no weights; both collect."""
+    from torchrl.envs.utils import RandomPolicy
+    from torchrl.weight_update import RPCWeightSyncScheme
+
+    shapes = {}
+    for name, collector_class in (("torchrl", torchrl.collectors.Collector), ("wing", wing.Collector)):
+        env = seeded_env()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            collector = collector_class(seeded_env, RandomPolicy(env.action_spec), frames_per_batch=10,
+                                        total_frames=20, worker_idx=0,
+                                        weight_recv_schemes={"policy": RPCWeightSyncScheme()})
+        try:
+            shapes[name] = [batch.shape for batch in collector]
+            if name == "wing":
+                said = [str(w.message) for w in caught if "has no weights" in str(w.message)]
+                assert len(said) == 1 and said[0].startswith("weight_recv_schemes['policy']"), said
+                collector.receive_weights()  # nothing registered for a weightless policy: nothing to do
+        finally:
+            collector.shutdown()
+    assert shapes["torchrl"] == shapes["wing"] == [torch.Size([10])] * 2
