@@ -28,17 +28,16 @@ from rlcollect import collectors
 from rlcollect.collectors import BaseCollector
 from rlcollect.collectors.checks import check_flag, check_int
 from rlcollect.common.callers import outside_stacklevel
-from rlcollect.data.attributes import call_path, resolve_path
 from rlcollect.data.formats import TorchRLLayout
 from rlcollect.envs.torchrl_env import dump_env_transform
 from rlcollect.policies.devices import warn_unmovable
 from rlcollect.torchrl.accessors import TorchRLAccessors
 from rlcollect.torchrl.arguments import check_ray_replay_buffer, idle_seconds, none_means_default
 from rlcollect.torchrl.backends import Selection, context_backend, select
-from rlcollect.torchrl.pipes import worker_pipes
 from rlcollect.torchrl.signatures import ASYNC, COLLECTOR, MULTI, RAY, RAY_DEFAULTS, torchrl_signature
-from rlcollect.torchrl.stats import TorchRLStats, torchrl_stats, worker_state_dict, worker_stats
+from rlcollect.torchrl.stats import TorchRLStats, note_acting_weights, torchrl_stats, worker_stats
 from rlcollect.torchrl.translate import WorkerInit, take_torchrl_arguments
+from rlcollect.torchrl.worker_calls import WorkerCalls
 
 __all__ = ["AsyncCollector", "Collector", "DataCollectorBase", "MultiAsyncCollector", "MultiCollector",
            "MultiSyncCollector", "ProfilerHook", "RayCollector"]
@@ -86,6 +85,7 @@ def _torchrl_init(collector: Any, cls: Any, args: tuple[Any, ...], kwargs: dict[
         torch.set_num_threads(translation.num_threads)
     cls.__init__(collector, *args, **kwargs)
     translation.apply(collector)
+    note_acting_weights(collector)  # TorchRL's state_dict shows what each worker acts with
 
 
 class _PrivateKeys(TorchRLAccessors):
@@ -135,53 +135,6 @@ class _Deprecated(type(BaseCollector)):  # type: ignore[misc]  # BaseCollector's
 
 class DataCollectorBase(BaseCollector, metaclass=_Deprecated):
     """TorchRL's name from before 0.11 for :class:`~rlcollect.BaseCollector`: subclass it as that."""
-
-
-class _WorkerCalls:
-    """TorchRL's view of a collector's workers, shared by the multi-process collectors here: its
-    ``stats`` and ``state_dict`` entries per worker, ``map_fn``, ``_dump_env_transform`` and the
-    ``pipes`` a legacy weight updater sends its updates through (:mod:`rlcollect.torchrl.pipes`)."""
-
-    stats = worker_stats
-    state_dict = worker_state_dict
-    pipes = property(worker_pipes)
-
-    def get_distant_attr(self, attr: str) -> list[Any]:
-        """Each worker's attribute at ``attr``; a path into the replay buffer that the collector
-        extends itself is read on that buffer (:meth:`_shared_buffer`)."""
-        if self._shared_buffer(attr):
-            return [resolve_path(self, attr)] * getattr(self, "num_workers", 1)
-        results: list[Any] = super().get_distant_attr(attr)  # type: ignore[misc]
-        return results
-
-    def _shared_buffer(self, path: str) -> bool:
-        """Whether ``path`` leads into the collector's replay buffer while its workers hold none.
-        TorchRL's workers share the collector's buffer, so their ``replay_buffer`` is the one the
-        collector extends; rlcollect's workers extend only a buffer they can write themselves (an
-        rlcollect ``ReplayBuffer`` on shared storage), and the collector extends the others."""
-        if path != "replay_buffer" and not path.startswith("replay_buffer."):
-            return False
-        if getattr(self, "replay_buffer", None) is None:
-            return False
-        held: list[Any] = super().get_distant_attr("replay_buffer.__class__")  # type: ignore[misc]
-        return all(cls is type(None) for cls in held)
-
-    def map_fn(self, method_name: str, list_of_args: Any = None, list_of_kwargs: Any = None) -> list[Any]:
-        """``map_fn`` whose workers answer ``get_policy_version`` with None where the collector does
-        (TorchRL's layout without ``track_policy_version``), as TorchRL's workers; a method of the
-        replay buffer the collector extends itself is called on that buffer (:meth:`_shared_buffer`)."""
-        if self._shared_buffer(method_name):
-            workers = getattr(self, "num_workers", 1)
-            args, kwargs = list_of_args or [()] * workers, list_of_kwargs or [{}] * workers
-            return [call_path(self, method_name, a, k) for a, k in zip(args, kwargs, strict=True)]
-        results: list[Any] = super().map_fn(method_name, list_of_args, list_of_kwargs)  # type: ignore[misc]
-        if method_name == "get_policy_version" and getattr(self, "policy_version", None) is None:
-            return [None] * len(results)
-        return results
-
-    def _dump_env_transform(self, step: int | None = None) -> None:
-        """TorchRL's call: each worker's env transform writes what it gathered."""
-        self.map_fn("_dump_env_transform", list_of_kwargs=[{"step": step}] * getattr(self, "num_workers", 1))
 
 
 class _CollectorType(abc.ABCMeta):
@@ -303,7 +256,7 @@ class MultiCollector(BaseCollector, metaclass=_MultiCollectorType):
 
 
 @torchrl_signature(MULTI)
-class MultiSyncCollector(_PrivateKeys, _WorkerCalls, collectors.MultiSyncCollector, MultiCollector):  # type: ignore[misc]  # TorchRL's stats()
+class MultiSyncCollector(_PrivateKeys, WorkerCalls, collectors.MultiSyncCollector, MultiCollector):  # type: ignore[misc]  # TorchRL's stats()
     """:class:`rlcollect.MultiSyncCollector` with TorchRL's batch layout and arguments; a batch is
     grouped by worker as ``cat_results`` says (``"stack"`` by default, as in TorchRL).
     ``frames_per_batch`` may be a list, one (equal) count per worker: a batch holds their sum."""
@@ -316,7 +269,7 @@ class MultiSyncCollector(_PrivateKeys, _WorkerCalls, collectors.MultiSyncCollect
 
 
 @torchrl_signature(MULTI)
-class MultiAsyncCollector(_PrivateKeys, _WorkerCalls, collectors.MultiAsyncCollector, MultiCollector):  # type: ignore[misc]  # TorchRL's stats()
+class MultiAsyncCollector(_PrivateKeys, WorkerCalls, collectors.MultiAsyncCollector, MultiCollector):  # type: ignore[misc]  # TorchRL's stats()
     """:class:`rlcollect.MultiAsyncCollector` with TorchRL's batch layout and arguments.
     ``frames_per_batch`` may be a list of one count per worker: as in TorchRL 0.14, each worker's
     batches then hold their sum."""

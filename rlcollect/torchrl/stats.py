@@ -12,8 +12,10 @@ from typing import Any
 
 from rlcollect.collectors import CollectorStats
 from rlcollect.collectors.pooled import PooledCollector
+from rlcollect.weights.forms import as_weights
 
-__all__ = ["TorchRLStats", "torchrl_stats", "worker_state_dict", "worker_stats"]
+__all__ = ["TorchRLStats", "note_acting_weights", "torchrl_stats", "update_and_note", "worker_state_dict",
+           "worker_stats"]
 
 
 class TorchRLStats(dict[str, Any]):
@@ -74,8 +76,40 @@ def worker_stats(self: Any, workers: str = "aggregate", *, timeout: float | None
 
 
 def worker_state_dict(self: Any) -> dict[str, Any]:
-    """rlcollect's state, whose ``"workers"`` list TorchRL's layout also names ``"worker0"``,
-    ``"worker1"``, ... (the same objects: each worker's ``"policy_version"`` and rollout state)."""
+    """rlcollect's state, with TorchRL's layout beside it: ``"worker0"``, ``"worker1"``, ... each
+    worker's state (the objects of the ``"workers"`` list, which a load reads) with TorchRL's
+    ``"policy_state_dict"`` (the policy's weights that worker acts with: those last sent to it, a
+    ``state_dict()``-like dict of tensors; left out where only a ``policy_factory`` made them) and
+    ``"env_state_dict"`` (empty: the envs' state is in the worker's own)."""
     state: dict[str, Any] = PooledCollector.state_dict(self)
-    state.update({f"worker{index}": worker for index, worker in enumerate(state["workers"])})
+    acting = self.__dict__.get("_torchrl_acting", {})
+    for index, worker in enumerate(state["workers"]):
+        entry = {**worker, "env_state_dict": {}}
+        if index in acting:
+            entry["policy_state_dict"] = dict(acting[index])
+        state[f"worker{index}"] = entry
     return state
+
+
+def note_acting_weights(collector: Any, source: Any = None, worker_ids: list[int] | None = None) -> None:
+    """Remember the policy weights ``worker_ids`` (``None``: every worker) act with from now:
+    ``source`` (``None``: the collector's policy module, as it is now), copied; nothing for a
+    collector without workers, or without a policy module here."""
+    if not isinstance(collector, PooledCollector):
+        return
+    if source is None:
+        source = collector._models.get("policy")
+        if source is None:
+            return
+    weights = as_weights(source).flatten_keys(".")
+    copied = {key: value.clone() for key, value in weights.items()}
+    acting = collector.__dict__.setdefault("_torchrl_acting", {})
+    for worker in range(collector.num_workers) if worker_ids is None else worker_ids:
+        acting[worker] = copied
+
+
+def update_and_note(self: Any, forms: dict[str, Any], worker_ids: list[int] | None) -> None:
+    """The pooled collector's ``_update_weights``, then :func:`note_acting_weights` for the policy."""
+    PooledCollector._update_weights(self, forms, worker_ids)
+    if "policy" in forms:
+        note_acting_weights(self, forms["policy"], worker_ids)

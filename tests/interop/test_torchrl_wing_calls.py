@@ -657,3 +657,34 @@ def test_a_weightless_policy_with_a_receiver_scheme_builds_and_collects_as_on_to
         finally:
             collector.shutdown()
     assert shapes["torchrl"] == shapes["wing"] == [torch.Size([10])] * 2
+
+
+@pytest.mark.timeout(180)
+def test_each_workers_policy_state_dict_is_in_torchrls_state_layout() -> None:
+    """``state_dict()["worker<i>"]["policy_state_dict"]``, as TorchRL's multi-process collectors give
+    it (its Evaluator's tests read it): the policy's weights at the start, and after an update the
+    weights sent, key for key, on TorchRL and on the wing. An edit in place not sent yet shows on
+    TorchRL, whose CPU workers share the policy's memory, not on the wing: its workers act with
+    the weights they were sent, which is what the entry says."""
+    for collector_class in (TorchRLMultiSync, wing.MultiSyncCollector):
+        torch.manual_seed(0)
+        policy = TensorDictModule(torch.nn.Linear(3, 1), in_keys=["observation"], out_keys=["action"])
+        start = {key: value.clone() for key, value in policy.state_dict().items()}
+        collector = collector_class([_pendulum, _pendulum], policy, frames_per_batch=40, total_frames=-1)
+        try:
+            collector.next()
+            for worker in ("worker0", "worker1"):
+                entry = collector.state_dict()[worker]["policy_state_dict"]
+                assert set(entry) == set(start) and all(torch.equal(entry[k].cpu(), start[k]) for k in start)
+            with torch.no_grad():
+                policy.module.weight.add_(1.0)
+            edited = {key: value.clone() for key, value in policy.state_dict().items()}
+            unsent = collector.state_dict()["worker0"]["policy_state_dict"]
+            shown = edited if collector_class is TorchRLMultiSync else start
+            assert all(torch.equal(unsent[k].cpu(), shown[k]) for k in start), collector_class
+            collector.update_policy_weights_()
+            for worker in ("worker0", "worker1"):
+                entry = collector.state_dict()[worker]["policy_state_dict"]
+                assert all(torch.equal(entry[k].cpu(), edited[k]) for k in start), (collector_class, worker)
+        finally:
+            collector.shutdown()
