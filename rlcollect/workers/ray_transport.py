@@ -22,6 +22,7 @@ import dataclasses
 import importlib
 import math
 import os
+import re
 import signal
 import socket
 import time
@@ -41,7 +42,7 @@ from rlcollect.workers.worker import (
     start_worker,
 )
 
-__all__ = ["RayTransport", "RayWorker", "import_ray"]
+__all__ = ["RayTransport", "RayWorker", "import_ray", "why_died"]
 
 #: how often each actor is pinged while its batches are awaited
 _PING_EVERY = 0.5
@@ -315,9 +316,7 @@ class RayTransport:
                 cause = error
             return "error", WorkerFailure.from_exception(cause)
         except exceptions.RayError as error:  # the actor died, or its node was lost with the batch
-            lines = str(error).strip().splitlines()
-            first = lines[0][:200] if lines else ""
-            return "died", f"{type(error).__name__}: {first}{self._node_note(worker)}"
+            return "died", f"{type(error).__name__}: {why_died(str(error))}{self._node_note(worker)}"
 
     def stop(self, worker: int, grace: float) -> None:
         actor, calls = self.actors.pop(worker, None), self._calls.pop(worker, deque())
@@ -349,6 +348,26 @@ class RayTransport:
         if self.owns_ray and self.ray.is_initialized():
             with contextlib.suppress(Exception):
                 self.ray.shutdown()
+
+
+def why_died(text: str) -> str:
+    """Ray's error text about a dead actor in one line: its first line, and where Ray says why (the
+    sentences ``The actor is dead because ...``, after the actor's details; the exception that its
+    creation raised, last), without Ray's list of common causes.
+
+    Examples:
+        >>> why_died("The actor died.\\n\\tpid: 7\\nThe actor is dead because it was killed by `ray.kill`.")
+        'The actor died. The actor is dead because it was killed by `ray.kill`.'
+    """
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", text)  # Ray colours the task's name
+    lines = [line.strip() for line in plain.strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    causes = [line.split(" Some common causes")[0] for line in lines[1:]
+              if line.startswith("The actor is dead")]
+    if "error raised in its creation task" in lines[0] and len(lines) > 1:
+        causes.append(lines[-1])  # the exception the actor's constructor raised
+    return " ".join([lines[0][:300], *causes])[:800]
 
 
 def is_ray_writer(replay_buffer: Any) -> bool:

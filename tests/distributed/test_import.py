@@ -131,3 +131,37 @@ def test_a_local_ray_without_tokens_is_named_for_every_ray(
     else:
         assert len(messages) == 1 and f"without authentication ({said})" in messages[0], messages
         assert caught[0].category is RuntimeWarning and "RAY_AUTH_MODE=token" in messages[0]
+
+
+#: Ray 2.60's texts of a dead actor (recorded: an actor SIGKILLed, one ray.kill'ed, one whose
+#: constructor raised)
+KILLED = ("The actor died unexpectedly before finishing this task.\n\tclass_name: A\n"
+          "\tactor_id: a1e5\n\tpid: 24041\n\tip: 192.0.2.2\n"
+          "The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR "
+          "Worker exit detail: Worker unexpectedly exits with a connection error code 2. End of "
+          "file. Some common causes include: (1) the process was killed by the OOM killer, (2) ...")
+RAY_KILLED = ("The actor died unexpectedly before finishing this task.\n\tclass_name: A\n"
+              "\tpid: 24398\nThe actor is dead because its worker process has died. Worker exit "
+              "type: INTENDED_SYSTEM_EXIT Worker exit detail: Worker exits because the actor is "
+              "killed. The actor is dead because it was killed by `ray.kill`.")
+INIT_RAISED = ("The actor died because of an error raised in its creation task, "
+               "\x1b[36mray::B.__init__()\x1b[39m (pid=24397, ip=192.0.2.2)\n"
+               '  File "/tmp/x.py", line 11, in __init__\n    raise ValueError("boom")\n'
+               "ValueError: boom")
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    (KILLED, "The actor is dead because its worker process has died. Worker exit type: "
+             "SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a connection error "
+             "code 2. End of file."),
+    (RAY_KILLED, "The actor is dead because it was killed by `ray.kill`."),
+    (INIT_RAISED, "ValueError: boom"),
+])
+def test_why_an_actor_died_is_said_in_one_line(text: str, said: str) -> None:
+    """An actor's death names Ray's reason (it used to show Ray's first line only, the same for
+    every death), on one line, without Ray's list of common causes."""
+    from rlcollect.workers.ray_transport import why_died
+
+    line = why_died(text)
+    assert said in line and "\n" not in line and "Some common causes" not in line, line
+    assert line.startswith(text.split("\n")[0].replace("\x1b[36m", "").replace("\x1b[39m", "")[:40])

@@ -282,6 +282,9 @@ def test_killed_actor_and_broken_env_are_restarted_and_collection_goes_on(tmp_pa
             batches += [collector.next() for _ in range(3)]
         assert sum("restarting it with fresh envs" in str(w.message) for w in caught) == 2, [
             str(w.message) for w in caught]
+        # the death says Ray's reason, not only "The actor died unexpectedly"
+        assert sum("The actor is dead because it was killed by `ray.kill`" in str(w.message)
+                   for w in caught) == 1, [str(w.message) for w in caught]
         assert all(b is not None and b.batch_size == (4, 4) for b in batches)
         stats = collector.stats()
         assert stats.restarts == 2 and [w.restarts for w in stats.workers] == [1, 1]
