@@ -74,7 +74,14 @@ class TorchRLEnv(EnvBatch):
         assert self._buffers is not None
         for key in self._obs_leaves:
             value = self._root.get(key)
-            self._buffers.obs_ext[key][:, slot] = value if self._batched else value.unsqueeze(0)
+            into = self._buffers.obs_ext[key][:, slot]
+            expected = tuple(into.shape if self._batched else into.shape[1:])
+            if tuple(value.shape) != expected:  # a copy would broadcast it, or fail deep in torch
+                name = key[0] if len(key) == 1 else key
+                raise BadDataError(f"entry {name!r}", None, slot - 1 if slot else None,
+                                   f"has shape {tuple(value.shape)}, but the env's observation_spec "
+                                   f"declares {expected}: a TorchRL env must return what its specs say")
+            into.copy_(value if self._batched else value.unsqueeze(0))
 
     def reset(self, slot: int, seeds: list[int] | None = None) -> None:
         if seeds is not None:
@@ -100,7 +107,7 @@ class TorchRLEnv(EnvBatch):
                 raise BadDataError(f"entry ('next', {key!r})", None, t,
                                    f"is missing from the env's step, which returned {returned}: a TorchRL "
                                    "env must return its observations, reward and terminated at every step")
-        reward = nxt.get("reward").reshape(self.num_envs)
+        reward = nxt.get("reward").reshape(self.num_envs)  # TorchRL's step checked it against its spec
         terminated = as_flag(nxt.get("terminated")).reshape(self.num_envs)
         truncated = as_flag(nxt.get("truncated", torch.zeros_like(terminated))).reshape(self.num_envs)
         self._steps += 1
