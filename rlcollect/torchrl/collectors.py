@@ -324,10 +324,15 @@ class RayCollector(_PrivateKeys, collectors.RayCollector):  # type: ignore[misc]
                 inner[name] = value
         if kwargs.pop("update_after_each_batch", False):
             inner["update_at_each_batch"] = True
+        inner_class = kwargs.get("collector_class")
+        multi = (collectors.MultiSyncCollector, collectors.MultiAsyncCollector)
+        nested = isinstance(inner_class, type) and issubclass(inner_class, multi)
+        if nested:  # each actor runs processes; they collect its batches together (TorchRL's docs page)
+            kwargs["collector_class"] = collectors.MultiSyncCollector
         envs = kwargs.pop("num_workers_per_collector", 1)
-        if envs != 1:
-            inner["num_envs"] = check_int("num_workers_per_collector", envs, minimum=1,
-                                          allowed="a positive int")
+        if envs != 1 or nested:  # TorchRL: copies of the env maker, one per process of a multi collector
+            inner["num_workers" if nested else "num_envs"] = check_int(
+                "num_workers_per_collector", envs, minimum=1, allowed="a positive int")
         check_flag("use_env_creator", kwargs.pop("use_env_creator", False))
         interval = kwargs.pop("max_weight_update_interval", -1)
         if interval not in (-1, 0):

@@ -310,3 +310,30 @@ def test_ray_actors_send_their_batches_whole(ray_session: None) -> None:
     for batch in batches:  # each actor's batch: [2 actors, 2 envs, T] stacked
         for part in batch.reshape(-1, *batch.batch_size[-2:]).unbind(0):
             torch.testing.assert_close(part["next", "data", "states"], reference["next", "data", "states"])
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("inner", ["MultiSyncCollector", "MultiAsyncCollector"])
+def test_ray_actors_running_multi_collectors_as_torchrl_builds_them(ray_session: None, inner: str) -> None:
+    """``RayCollector(collector_class=MultiAsyncCollector or MultiSyncCollector,
+    num_workers_per_collector=2)``, as TorchRL builds it: each actor runs 2 processes, each stepping
+    a copy of the env; the frames asked for, and within each env every step follows the one before."""
+    from torchrl.envs import GymEnv
+
+    import rlcollect.torchrl as wing
+
+    def make_env() -> Any:
+        return GymEnv("CartPole-v1")
+
+    with wing.RayCollector([make_env], None, collector_class=getattr(wing, inner), frames_per_batch=64,
+                           num_workers_per_collector=2, total_frames=256, seed=0) as collector:
+        batches = [batch.clone() for batch in collector]
+    assert sum(batch.numel() for batch in batches) == 256
+    assert all(batch.batch_size == (2, 32) for batch in batches)  # an actor's batch: its 2 processes' envs
+    ids = torch.cat([batch["collector", "traj_ids"] for batch in batches], dim=-1)
+    assert set(ids[0].tolist()).isdisjoint(ids[1].tolist())  # two envs, in two processes
+    observation = torch.cat([batch["observation"] for batch in batches], dim=1)
+    following = torch.cat([batch["next", "observation"] for batch in batches], dim=1)
+    done = torch.cat([batch["next", "done"] for batch in batches], dim=1)[..., 0]
+    continues = ~done[:, :-1]
+    assert torch.equal(observation[:, 1:][continues], following[:, :-1][continues])
