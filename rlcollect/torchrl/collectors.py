@@ -85,7 +85,8 @@ def _torchrl_init(collector: Any, cls: Any, args: tuple[Any, ...], kwargs: dict[
         torch.set_num_threads(translation.num_threads)
     cls.__init__(collector, *args, **kwargs)
     translation.apply(collector)
-    note_acting_weights(collector)  # TorchRL's state_dict shows what each worker acts with
+    if getattr(collector, "policy", None) is not None:  # workers built by a policy_factory: their own
+        note_acting_weights(collector)  # TorchRL's state_dict shows what each worker acts with
 
 
 class _PrivateKeys(TorchRLAccessors):

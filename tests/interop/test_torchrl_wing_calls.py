@@ -688,3 +688,12 @@ def test_each_workers_policy_state_dict_is_in_torchrls_state_layout() -> None:
                 assert all(torch.equal(entry[k].cpu(), edited[k]) for k in start), (collector_class, worker)
         finally:
             collector.shutdown()
+    # workers that built their policies with a policy_factory: theirs are unknown here until weights are sent
+    def factory() -> TensorDictModule:
+        return TensorDictModule(torch.nn.Linear(3, 1), in_keys=["observation"], out_keys=["action"])
+
+    with wing.MultiSyncCollector([_pendulum, _pendulum], policy_factory=factory, frames_per_batch=40) as collector:
+        assert "policy_state_dict" not in collector.state_dict()["worker0"]
+        collector.update_policy_weights_(TensorDict.from_module(policy).data)
+        entry = collector.state_dict()["worker1"]["policy_state_dict"]
+        assert all(torch.equal(entry[k], edited[k]) for k in start)
