@@ -692,7 +692,7 @@ def test_each_workers_policy_state_dict_is_in_torchrls_state_layout() -> None:
     def factory() -> TensorDictModule:
         return TensorDictModule(torch.nn.Linear(3, 1), in_keys=["observation"], out_keys=["action"])
 
-    with wing.MultiSyncCollector([_pendulum, _pendulum], policy_factory=factory, frames_per_batch=40) as collector:
+    with wing.MultiSyncCollector([_pendulum] * 2, policy_factory=factory, frames_per_batch=40) as collector:
         assert "policy_state_dict" not in collector.state_dict()["worker0"]
         collector.update_policy_weights_(TensorDict.from_module(policy).data)
         entry = collector.state_dict()["worker1"]["policy_state_dict"]
