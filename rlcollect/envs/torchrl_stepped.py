@@ -62,6 +62,10 @@ class TorchRLEnv(EnvBatch):
     def bind(self, buffers: BatchBuffers) -> None:
         super().bind(buffers)
         self._reward = buffers.reward[..., 0]  # [N, T]
+        # each observation's shape as the env returns it (its spec's): checked once per key and step
+        self._obs_shapes = {key: buffers.obs_ext[key].shape[2:] if not self._batched
+                            else buffers.obs_ext[key].shape[:1] + buffers.obs_ext[key].shape[2:]
+                            for key in self._obs_leaves}
         self._terminated = buffers.terminated[..., 0]
         self._truncated = buffers.truncated[..., 0]
         self._actions = buffers.action
@@ -74,14 +78,13 @@ class TorchRLEnv(EnvBatch):
         assert self._buffers is not None
         for key in self._obs_leaves:
             value = self._root.get(key)
-            into = self._buffers.obs_ext[key][:, slot]
-            expected = tuple(into.shape if self._batched else into.shape[1:])
-            if tuple(value.shape) != expected:  # a copy would broadcast it, or fail deep in torch
+            if value.shape != self._obs_shapes[key]:  # a copy would broadcast it, or fail deep in torch
                 name = key[0] if len(key) == 1 else key
                 raise BadDataError(f"entry {name!r}", None, slot - 1 if slot else None,
                                    f"has shape {tuple(value.shape)}, but the env's observation_spec "
-                                   f"declares {expected}: a TorchRL env must return what its specs say")
-            into.copy_(value if self._batched else value.unsqueeze(0))
+                                   f"declares {tuple(self._obs_shapes[key])}: a TorchRL env must return "
+                                   "what its specs say")
+            self._buffers.obs_ext[key][:, slot] = value if self._batched else value.unsqueeze(0)
 
     def reset(self, slot: int, seeds: list[int] | None = None) -> None:
         if seeds is not None:
