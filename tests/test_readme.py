@@ -49,12 +49,13 @@ def python_blocks(text: str) -> list[str]:
     return [textwrap.dedent(code) for _, code in found]
 
 
-def run_block(title: str, tmp_path: Path, page: str = "README.md") -> list[str]:
-    """Run the one python block of section ``title`` of ``page`` as a script; return its output lines."""
+def run_block(title: str, tmp_path: Path, page: str = "README.md", which: int = 0, of: int = 1) -> list[str]:
+    """Run python block ``which`` of the ``of`` blocks of section ``title`` of ``page`` as a script;
+    return its output lines."""
     blocks = python_blocks(section(title, page))
-    assert len(blocks) == 1, f"section {title!r} has one python block"
+    assert len(blocks) == of, f"section {title!r} has {of} python block(s)"
     script = tmp_path / "block.py"
-    script.write_text(blocks[0])
+    script.write_text(blocks[which])
     done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
                           timeout=170)
     assert done.returncode == 0, done.stderr
@@ -122,9 +123,15 @@ def test_logging_and_video_example_runs(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(180)
 def test_step_infos_example_prints_what_it_says(tmp_path: Path) -> None:
-    lines = run_block("The batch", tmp_path, "docs/pages/batch.md")
+    lines = run_block("The batch", tmp_path, "docs/pages/batch.md", which=1, of=2)
     assert lines[0] == "torch.bool torch.Size([2, 32])", lines
     assert re.fullmatch(r"success rate [01]\.\d\d over [1-9]\d* episodes", lines[1]), lines
+
+
+@pytest.mark.timeout(180)
+def test_default_vector_env_example_prints_what_it_says(tmp_path: Path) -> None:
+    lines = run_block("The batch", tmp_path, "docs/pages/batch.md", which=0, of=2)
+    assert lines == ["torch.Size([64, 100]) True"], lines
 
 
 # (page, section) whose blocks run in a test of their own above (with their output checked)

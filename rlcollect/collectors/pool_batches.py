@@ -88,7 +88,8 @@ class WorkerBatches(PooledState):
         self._lengths.extend(records["length"].tolist())
         self._episode_records.add({**records, "worker": np.full(len(records["return"]), worker)})
         self._last_lag = int(self._weights.versions[worker]) - report.policy_version
-        return report.steps * self.num_envs_per_worker
+        frames = report.batch_frames
+        return report.steps * self.num_envs_per_worker if frames is None else frames
 
     def _more_wanted(self, frames_in_flight: int) -> bool:
         return self.total_frames < 0 or self._frames + frames_in_flight < self.total_frames

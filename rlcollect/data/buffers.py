@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import torch
 from tensordict import TensorDict
 
@@ -79,6 +80,7 @@ class BatchBuffers:
         self.traj_ids = data.get(("collector", "traj_ids"))
         self.policy_version = data.get("policy_version")
         self.mask: torch.Tensor | None = data.get(("collector", "mask"), None)
+        self.mask_np = None if self.mask is None else self.mask.numpy()  # [N, T]: the real frames
         self.env_ids: torch.Tensor | None = data.get(("collector", "env_ids"), None)
         self.is_init: torch.Tensor | None = data.get("is_init", None)  # [N, T, 1]: an episode's first frame
         batch = data.clone(recurse=False)  # same tensors, own key set
@@ -104,7 +106,7 @@ class BatchBuffers:
         """Zero-filled storage for ``num_envs`` x ``num_steps`` frames.
 
         ``shared`` puts it in shared memory (for workers); ``masked`` adds ``("collector", "mask")``
-        for batches whose collection may stop early (preemption).
+        for batches whose collection may stop early (preemption), as ``layout.masked`` does.
         """
         n, t = num_envs, num_steps
         need, memory = BatchBuffers.nbytes(layout, n, t), physical_memory()
@@ -133,7 +135,7 @@ class BatchBuffers:
             data.set(("next", flag), torch.zeros(n, t, 1, dtype=torch.bool))
         data.set(("collector", "traj_ids"), torch.zeros(n, t, dtype=torch.int64))
         data.set("policy_version", torch.zeros(n, t, dtype=torch.int64))
-        if masked:
+        if masked or layout.masked:
             data.set(("collector", "mask"), torch.ones(n, t, dtype=torch.bool))
         if layout.env_ids:
             data.set(("collector", "env_ids"), torch.zeros(n, t, dtype=torch.int64))
@@ -185,6 +187,13 @@ class BatchBuffers:
                                 f"{count} batch slot(s) of {num_envs} envs x {num_steps} steps",
                                 "frames_per_batch (or the number of envs)")
         return [cls.allocate(layout, num_envs, num_steps, shared=shared, masked=masked) for _ in range(count)]
+
+    def frames(self, steps: int) -> int:
+        """The transitions in the batch's first ``steps`` steps: every frame, but an env's own
+        reset steps (masked out where ``layout.masked``)."""
+        if self.layout.masked and self.mask_np is not None:
+            return int(np.count_nonzero(self.mask_np[:, :steps]))
+        return steps * self.num_envs
 
     def write_obs(self, env: int, slot: int, obs: Any) -> None:
         """Write one env's (possibly Dict) observation into observation slot ``slot``."""

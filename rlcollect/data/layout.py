@@ -110,7 +110,8 @@ class BatchLayout:
     ``is_init`` (``[1]``, bool): whether the frame's observation is the first of an episode, for
     policies that carry state from step to step (see :class:`~rlcollect.policies.adapter.Carried`).
     ``infos`` are the values of the envs' step infos kept in the batch (``info_keys``), each at
-    ``("next", "info", key)``.
+    ``("next", "info", key)``. ``masked`` adds ``("collector", "mask")`` for envs some of whose
+    steps are not transitions (a vector env's own reset steps, ``NEXT_STEP`` autoreset).
     """
 
     observations: tuple[Field, ...]
@@ -120,6 +121,7 @@ class BatchLayout:
     env_ids: bool = False
     is_init: bool = False
     infos: tuple[Field, ...] = ()
+    masked: bool = False
 
 
 def torch_dtype(dtype: Any) -> torch.dtype:

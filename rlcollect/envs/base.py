@@ -44,6 +44,9 @@ class EnvBatch(abc.ABC):
     #: A policy that reads ``is_init`` gets it from the env (a TorchRL env's ``InitTracker``), not
     #: from the collector, as in TorchRL's collectors.
     observes_episode_starts: bool = False
+    #: Some steps are the envs' own resets, not transitions (a ``NEXT_STEP`` vector env that
+    #: cannot reset some of its envs): :meth:`step` marks them ``False`` in ``buffers.mask``.
+    takes_own_resets: bool = False
 
     def __init__(self, num_envs: int, max_episode_steps: int | None) -> None:
         self.num_envs = self.pool_size = num_envs

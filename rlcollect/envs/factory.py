@@ -8,16 +8,17 @@ from collections.abc import Callable
 from typing import Any, TypeAlias
 
 import gymnasium as gym
-from gymnasium.vector import VectorEnv
+from gymnasium.vector import AutoresetMode, VectorEnv
 
 from rlcollect.data.checks import short_repr
 from rlcollect.envs.base import EnvBatch
 from rlcollect.envs.envpool_env import ENVPOOL_PREFIX, is_envpool, make_envpool_batch
 from rlcollect.envs.gym_envs import GymEnvs
+from rlcollect.envs.next_step import NextStepVectorEnv
 from rlcollect.envs.torchrl_env import torchrl_env_batch, with_policy_transforms
 from rlcollect.envs.torchrl_spaces import is_torchrl_env
 from rlcollect.envs.torchrl_tensordict import TensorDictEnv
-from rlcollect.envs.vector import GymVectorEnv
+from rlcollect.envs.vector import GymVectorEnv, PartialResetError
 
 __all__ = ["EnvSource", "check_env_source", "make_env_batch", "source_modules"]
 
@@ -126,6 +127,17 @@ def copies_one_env(source: Any) -> bool:
     return isinstance(source, (gym.Env, VectorEnv)) or is_torchrl_env(source)
 
 
+def _vector_batch(env: VectorEnv[Any, Any, Any], max_episode_steps: int | None) -> GymVectorEnv:
+    """A vector env's batch: reset at once where it can be (``SAME_STEP``, or partial resets that
+    work), else through its own ``NEXT_STEP`` resets (:mod:`rlcollect.envs.next_step`)."""
+    try:
+        return GymVectorEnv(env, max_episode_steps)
+    except PartialResetError as error:
+        if error.mode != AutoresetMode.NEXT_STEP:
+            raise
+    return NextStepVectorEnv(env, max_episode_steps)
+
+
 def make_env_batch(
     source: EnvSource,
     num_envs: int = 1,
@@ -170,7 +182,7 @@ def make_env_batch(
                 f"num_envs={num_envs} with a VectorEnv of {first.num_envs} envs: a vector env "
                 "brings its own envs, leave num_envs=1"
             )
-        return GymVectorEnv(first, max_episode_steps)
+        return _vector_batch(first, max_episode_steps)
     if not isinstance(first, gym.Env):
         raise TypeError(
             f"create_env_fn returned {type(first).__name__} {short_repr(first)}; expected a gymnasium.Env or "

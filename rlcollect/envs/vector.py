@@ -1,9 +1,11 @@
 """A Gymnasium ``VectorEnv`` (sync, async or any other) as an env batch, one copy per step.
 
-Every autoreset mode gives same-step resets here: in ``SAME_STEP`` mode the final observation is
-read from ``info["final_obs"]``; in ``NEXT_STEP`` and ``DISABLED`` modes the finished envs are reset
-at once with a partial reset (``options={"reset_mask": done}``), so no frame is spent on a reset
-and no action is dropped.
+Same-step resets here: in ``SAME_STEP`` mode the final observation is read from
+``info["final_obs"]``; in ``NEXT_STEP`` and ``DISABLED`` modes the finished envs are reset at once
+with a partial reset (``options={"reset_mask": done}``), so no frame is spent on a reset and no
+action is dropped. A ``NEXT_STEP`` env whose partial resets do not work (Gymnasium's own
+``vector_entry_point`` envs) is stepped through its own resets instead
+(:class:`~rlcollect.envs.next_step.NextStepVectorEnv`).
 """
 
 from __future__ import annotations
@@ -19,22 +21,56 @@ from rlcollect.envs.base import EnvBatch, own_copy
 from rlcollect.envs.gym_envs import reset_observation
 from rlcollect.envs.infos import vector_info_row, write_vector_infos
 
-__all__ = ["GymVectorEnv"]
+__all__ = ["GymVectorEnv", "PartialResetError", "autoreset_mode", "few"]
 
 
-def _same_obs(first: Any, second: Any, i: int) -> bool:
+class PartialResetError(ValueError):
+    """A vector env without ``SAME_STEP`` autoreset whose partial resets do not work: ``mode`` is
+    its autoreset mode (a ``NEXT_STEP`` one is stepped through its own resets instead)."""
+
+    def __init__(self, message: str, mode: AutoresetMode) -> None:
+        super().__init__(message)
+        self.mode = mode
+
+
+def autoreset_mode(env: VectorEnv[Any, Any, Any]) -> AutoresetMode:
+    """The env's ``metadata["autoreset_mode"]`` (Gymnasium's default ``NEXT_STEP`` if unset)."""
+    mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+    try:
+        return AutoresetMode(mode)
+    except ValueError:
+        raise ValueError(f"vector env {type(env).__name__} has metadata['autoreset_mode']={mode!r}, "
+                         f"not one of {[m.value for m in AutoresetMode]}") from None
+
+
+def _changed_rows(first: Any, second: Any) -> np.ndarray:
+    """The rows (envs) where two batched (possibly Dict) observations differ."""
     if isinstance(first, dict):
-        return all(_same_obs(first[key], second[key], i) for key in first)
-    return bool(np.array_equal(np.asarray(first)[i], np.asarray(second)[i], equal_nan=True))
+        rows = [_changed_rows(first[key], second[key]) for key in first]
+        return np.unique(np.concatenate(rows)) if rows else np.zeros(0, dtype=np.intp)
+    a, b = np.asarray(first), np.asarray(second)
+    same = (a == b) | ((a != a) & (b != b)) if a.dtype.kind in "fc" else a == b  # NaN equals NaN
+    return np.flatnonzero(~same.reshape(len(a), -1).all(axis=1))
+
+
+def few(indices: Any, shown: int = 5) -> str:
+    """At most ``shown`` of ``indices`` and how many more: ``"[1, 2, 3, 4, 5] and 1018 more"``.
+
+    Examples:
+        >>> few(range(1, 1024)), few([3])
+        ('[1, 2, 3, 4, 5] and 1018 more', '[3]')
+    """
+    listed = [int(i) for i in indices]
+    more = f" and {len(listed) - shown} more" if len(listed) > shown else ""
+    return f"{listed[:shown]}{more}"
 
 
 def _probe_partial_reset(env: VectorEnv[Any, Any, Any], mode: AutoresetMode) -> None:
-    """Refuse a vector env whose ``reset(options={"reset_mask": ...})`` resets more than the masked
-    envs (or fails): without ``SAME_STEP`` autoreset, the collector resets finished envs that way.
+    """Raise :class:`PartialResetError` where the env's ``reset(options={"reset_mask": ...})``
+    resets more than the masked envs (or fails).
 
     One reset, one step with sampled actions, one partial reset of sub-env 0: the others must keep
-    their observations. The collector resets every env again
-    before collecting.
+    their observations. The collector resets every env again before collecting.
     """
     name = type(env.unwrapped).__name__
     instead = (
@@ -48,18 +84,17 @@ def _probe_partial_reset(env: VectorEnv[Any, Any, Any], mode: AutoresetMode) -> 
     try:
         after, _ = env.reset(options={"reset_mask": mask})
     except Exception as error:
-        raise ValueError(
+        raise PartialResetError(
             f"vector env {name} has autoreset_mode {mode.value} and fails a partial reset "
             f"(reset(options={{'reset_mask': ...}}) raised {error!r}); rlcollect resets finished envs "
-            f"that way when the env does not reset them in the same step: {instead}"
-        ) from error
-    changed = [i for i in range(1, env.num_envs) if not _same_obs(stepped, after, i)]
-    if changed:
-        raise ValueError(
+            f"that way when the env does not reset them itself: {instead}", mode) from error
+    changed = _changed_rows(stepped, after)
+    changed = changed[changed > 0]
+    if len(changed):
+        raise PartialResetError(
             f"vector env {name} has autoreset_mode {mode.value} but ignores reset_mask: a partial reset "
-            f"of sub-env 0 also reset sub-envs {changed}. rlcollect needs SAME_STEP autoreset or "
-            f"partial resets that honour the mask: {instead}"
-        )
+            f"of sub-env 0 also reset sub-envs {few(changed)}. rlcollect resets finished envs that way "
+            f"when the env does not reset them itself (SAME_STEP or NEXT_STEP autoreset): {instead}", mode)
 
 
 class GymVectorEnv(EnvBatch):
@@ -81,14 +116,14 @@ class GymVectorEnv(EnvBatch):
         self.env = env
         self.observation_space = env.single_observation_space
         self.action_space = env.single_action_space
-        mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
-        try:
-            self._same_step = AutoresetMode(mode) == AutoresetMode.SAME_STEP
-        except ValueError:
-            raise ValueError(f"vector env {type(env).__name__} has metadata['autoreset_mode']={mode!r}, "
-                             f"not one of {[m.value for m in AutoresetMode]}") from None
+        mode = autoreset_mode(env)
+        self._same_step = mode == AutoresetMode.SAME_STEP
         if not self._same_step:
-            _probe_partial_reset(env, AutoresetMode(mode))
+            self._check_resets(mode)
+
+    def _check_resets(self, mode: AutoresetMode) -> None:
+        """Refuse (:class:`PartialResetError`) an env whose finished envs cannot be reset alone."""
+        _probe_partial_reset(self.env, mode)
 
     def bind(self, buffers: BatchBuffers) -> None:
         super().bind(buffers)

@@ -166,7 +166,7 @@ class Rollout(ModelLookup):
         return BatchLayout(
             tuple(observation_fields(obs_space)), self._stored_action(action_space), self.policy.extras,
             dict_observations=isinstance(obs_space, gym.spaces.Dict), env_ids=self.envs.streams,
-            is_init=self.policy.reads_is_init, infos=self._info_fields(),
+            is_init=self.policy.reads_is_init, infos=self._info_fields(), masked=self.envs.takes_own_resets,
         )
 
     def _info_fields(self) -> tuple[Field, ...]:
@@ -233,7 +233,7 @@ class Rollout(ModelLookup):
         except BadDataError as error:  # (its cause kept: the env's error an action outside the space made)
             raise error.located(self.env_offset, self.batches) from error.__cause__
         self.collect_seconds += time.perf_counter() - start
-        self.frames += steps * self.num_envs
+        self.frames += buffers.frames(steps)
         self.batches += 1
         return steps
 

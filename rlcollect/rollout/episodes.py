@@ -95,30 +95,38 @@ class EpisodeTracker:
         self._ended: tuple[np.ndarray, ...] | None = None  # (envs, steps, returns, lengths) to label
         self.records = EpisodeRecords(infos=infos)  # the labelled episodes, until drained
 
-    def update(self, reward: np.ndarray, done: np.ndarray) -> None:
-        """Account for a batch: ``reward [N, T]``, ``done [N, T]`` (episode ends only)."""
+    def update(self, reward: np.ndarray, done: np.ndarray, real: np.ndarray | None = None) -> None:
+        """Account for a batch: ``reward [N, T]``, ``done [N, T]`` (episode ends only); ``real``
+        ``[N, T]`` marks the frames that are transitions where some are not (an env's own reset
+        steps: reward 0, never an end), which no episode counts in its length."""
         num_steps = reward.shape[1]
         if num_steps == 0:  # a batch preempted before its first step
             return
         cumulative = np.cumsum(reward, axis=1, dtype=np.float64)
+        counted = None if real is None else np.cumsum(real, axis=1)  # [N, T]: real frames up to t
         envs, steps = np.nonzero(done)  # grouped by env, time increasing
         if len(envs):
             # an episode's sum = what its env carried in (first end of the row only)
             # + cumulative reward at its end - cumulative reward at the previous end in the row
             at_end = cumulative[envs, steps]
+            at = steps if counted is None else counted[envs, steps] - 1  # the end's place among frames
             first = np.ones(len(envs), dtype=bool)
             first[1:] = envs[1:] != envs[:-1]
             before = np.where(first, 0.0, np.roll(at_end, 1))
-            previous_t = np.where(first, -1, np.roll(steps, 1))
+            previous = np.where(first, -1, np.roll(at, 1))
             returns = np.where(first, self._return[envs], 0.0) + at_end - before
-            lengths = np.where(first, self._length[envs], 0) + steps - previous_t
+            lengths = np.where(first, self._length[envs], 0) + at - previous
             self._record(envs, steps, returns, lengths, envs)
         ended = done.any(axis=1)
         last_t = np.where(ended, num_steps - 1 - np.argmax(done[:, ::-1], axis=1), -1)
         rows = np.arange(len(last_t))
         before = np.where(ended, cumulative[rows, np.maximum(last_t, 0)], 0.0)
         self._return = np.where(ended, 0.0, self._return) + cumulative[:, -1] - before
-        self._length = np.where(ended, 0, self._length) + num_steps - 1 - last_t
+        if counted is None:
+            self._length = np.where(ended, 0, self._length) + num_steps - 1 - last_t
+        else:
+            last = np.where(ended, counted[rows, np.maximum(last_t, 0)], 0)
+            self._length = np.where(ended, 0, self._length) + counted[:, -1] - last
 
     def abandon(self) -> None:
         """Forget the episodes in progress: their envs were reset before they ended (a reset

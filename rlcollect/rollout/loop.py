@@ -32,7 +32,8 @@ Observations = dict[tuple[str, ...], torch.Tensor]
 
 def begin_batch(buffers: BatchBuffers, pending_obs: Observations, pending_init: torch.Tensor | None = None
                 ) -> None:
-    """Put the carried-over observations (and ``is_init``) in slot 0 and clear the per-batch flags."""
+    """Put the carried-over observations (and ``is_init``) in slot 0 and clear the per-batch flags
+    (every frame real until the envs mark one that is not, or collection stops early)."""
     for key, obs in buffers.obs_ext.items():
         obs[:, 0] = pending_obs[key]
     if buffers.is_init is not None and pending_init is not None:
@@ -40,6 +41,8 @@ def begin_batch(buffers: BatchBuffers, pending_obs: Observations, pending_init: 
     buffers.terminated.zero_()
     buffers.truncated.zero_()
     buffers.finals.clear()
+    if buffers.mask is not None:
+        buffers.mask.fill_(True)
 
 
 def finish_batch(
@@ -64,14 +67,20 @@ def finish_batch(
         pending_obs[key].copy_(buffers.obs_ext[key][:, steps])
     for env, t, final_obs in buffers.finals:  # true final observations, not the reset ones
         buffers.write_final_obs(env, t, final_obs)
+    holes = _clear_holes(buffers, steps)
     torch.logical_or(buffers.terminated, buffers.truncated, out=buffers.done)
     if buffers.is_init is not None:  # an episode starts where the step before ended one
         buffers.is_init[:, 1:steps] = buffers.done[:, : max(steps - 1, 0)]
+        if holes is not None:  # or was an env's own reset step
+            buffers.is_init[:, 1:steps] |= holes[:, : max(steps - 1, 0)]
         buffers.is_init[:, steps:] = False  # masked frames
         if pending_init is not None and steps:
             pending_init.copy_(buffers.done[:, steps - 1])
+            if holes is not None:
+                pending_init |= holes[:, steps - 1]
     done = buffers.done_np[:, :steps, 0]
-    episodes.update(buffers.reward_np[:, :steps, 0], done)
+    real = None if holes is None else (~holes[..., 0]).numpy()
+    episodes.update(buffers.reward_np[:, :steps, 0], done, real)
     traj_ids.assign(done, buffers.traj_ids_np[:, :steps])  # the env's episodes: a cut keeps its id
     if config.truncate_last and steps:  # a collector cut: the trajectory ends here for the learner
         buffers.truncated[:, steps - 1] |= ~buffers.terminated[:, steps - 1]
@@ -79,11 +88,24 @@ def finish_batch(
     if policy_version is not None:
         buffers.policy_version.fill_(policy_version)
     episodes.label(buffers.traj_ids_np, buffers.policy_version.numpy(), buffers.infos_np)  # those that ended
-    if buffers.mask is not None:
-        buffers.mask[:, :steps] = True
+    if buffers.mask is not None:  # frames not collected, or not transitions: no trajectory, no end
         buffers.mask[:, steps:] = False
-        buffers.traj_ids[:, steps:] = -1
-        buffers.done[:, steps:] = False
+        off = ~buffers.mask
+        buffers.traj_ids[off] = -1
+        buffers.done[off] = False
+        buffers.truncated[off] = False
+
+
+def _clear_holes(buffers: BatchBuffers, steps: int) -> torch.Tensor | None:
+    """The frames of ``steps`` that are an env's own reset steps (``[N, steps, 1]``, ``None``
+    where the envs take none): their flags, set while collecting so that the policy saw the next
+    frame start an episode, are cleared (such a step ends nothing)."""
+    if not buffers.layout.masked or buffers.mask is None:
+        return None
+    holes = ~buffers.mask[:, :steps, None]
+    buffers.terminated[:, :steps].masked_fill_(holes, False)
+    buffers.truncated[:, :steps].masked_fill_(holes, False)
+    return holes
 
 
 def collect_batch(

@@ -149,6 +149,7 @@ class BatchReport:
     episode_records: dict[str, Any]  # the episodes completed in this batch (EpisodeRecords.drain())
     data: Packed | None = None  # the worker's rows, when they do not live in shared memory
     batch: TensorDictBase | None = None  # a TensorDict rollout's whole batch (no buffers to unpack into)
+    batch_frames: int | None = None  # the batch's transitions (None, in a state saved before: steps x envs)
 
 
 @dataclass(frozen=True)
@@ -305,6 +306,7 @@ class Worker:
             self.profiler.before_rollout()
         buffers = (self.slots[0 if self.returns_data else slot]) if self.slots else None
         stop = self.stop_flags[slot : slot + 1] if self.stop_flags is not None else None
+        before = rollout.frames
         batch, steps = rollout.collect_batch(buffers, self.setup.num_steps, random=random,
                                              policy_version=self.version, stop=stop)
         whole = batch if buffers is None else None  # the env's own TensorDicts, sent back as they are
@@ -328,7 +330,7 @@ class Worker:
             collect_seconds=rollout.collect_seconds, episodes=rollout.episodes.count,
             episode_records=rollout.episodes.records.drain(),
             data=pack(batch) if sent and whole is None else None,
-            batch=whole if sent else None,
+            batch=whole if sent else None, batch_frames=rollout.frames - before,
         )
 
     def close(self) -> None:

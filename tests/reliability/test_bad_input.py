@@ -740,9 +740,9 @@ CASES += section(
     case("policy output on the meta device", collector(
         policy=lambda obs: torch.zeros(obs.shape[0], dtype=torch.int64, device="meta")), V,
          r"the policy's action is on the meta device"),
-    case("make_vec vector_entry_point ignores reset_mask", lambda: Collector(make_vec_entry_point(),
-                                                                             frames_per_batch=8), V,
-         names(r"autoreset_mode", r"reset_mask|partial reset")),
+    case("make_vec vector_entry_point with a collector-side episode limit",
+         lambda: Collector(make_vec_entry_point(), frames_per_batch=8, max_frames_per_traj=5), V,
+         names(r"max_frames_per_traj=5", r"NEXT_STEP", r"max_episode_steps=5")),
 )
 
 for _section, _id, _build, _error, _pattern in TRUST_ENTRIES:  # trust, resources and misuse

@@ -341,14 +341,16 @@ def test_batched_server_checks_the_policy_output() -> None:
         list(collector)
 
 
-def test_vector_env_that_ignores_reset_mask_is_refused() -> None:
+def test_vector_env_that_ignores_reset_mask_takes_its_own_resets() -> None:
+    """A NEXT_STEP env whose reset() resets everything is stepped through its own resets (masked,
+    tests/envs/test_next_step.py); one whose partial resets work is reset at once, unmasked."""
     venv = gym.make_vec("CartPole-v1", num_envs=3, vectorization_mode="vector_entry_point")
-    with pytest.raises(
-        ValueError, match=r"ignores reset_mask.*also reset sub-envs \[1, 2\].*vectorization_mode="
-    ):
-        Collector(venv, frames_per_batch=30)
+    with Collector(venv, frames_per_batch=300, total_frames=300, seed=0) as collector:
+        batch = next(iter(collector))
+    assert not batch["collector", "mask"].all()
     sync = gym.make_vec("CartPole-v1", num_envs=3, vectorization_mode="sync")
-    assert next(iter(Collector(sync, frames_per_batch=30, total_frames=30))).batch_size == (3, 10)
+    batch = next(iter(Collector(sync, frames_per_batch=30, total_frames=30)))
+    assert batch.batch_size == (3, 10) and ("collector", "mask") not in batch.keys(True)
 
 
 def test_vector_env_with_wrong_batched_shapes_is_an_error() -> None:
