@@ -86,24 +86,17 @@ class NextStepVectorEnv(GymVectorEnv):
         obs, reward, terminated, truncated, info = self.env.step(self._actions[:, t].copy())
         if self.check_writes:
             self._check(obs, reward, terminated, truncated, step=t)
-        self._steps += 1
         self._reward[:, t] = reward
         self._terminated[:, t] = terminated
         self._truncated[:, t] = truncated
-        if self._any_resetting:  # this step reset those envs: not a transition
-            holes = self._resetting
-            self._mask[:, t] = ~holes
-            self._reward[holes, t] = 0.0
-            self._terminated[holes, t] = False
-            self._truncated[holes, t] = True  # the next frame starts an episode (cleared at the batch's end)
-            self._steps[holes] = 0
-            done = (terminated | truncated) & ~holes
-        else:
-            done = terminated | truncated
+        done = np.logical_or(terminated, truncated)
+        if self._any_resetting:  # this step reset those envs: not a transition (its values are
+            self._mask[:, t] = ~self._resetting  # cleared once per batch, by finish_batch)
+            done &= ~self._resetting
         if self._info_arrays:
             write_vector_infos(self._info_arrays, t, info, None, checking=self.check_writes)
-        self._resetting = np.asarray(done, dtype=bool)  # their final observation is this step's
-        self._any_resetting = bool(self._resetting.any())
+        self._resetting = done  # their final observation is this step's
+        self._any_resetting = bool(done.any())
         buffers.write_obs_all(t + 1, obs)
 
     def state_dict(self) -> dict[str, Any]:

@@ -130,20 +130,26 @@ class Carried:
 
 class EpisodeStarts:
     """A batch's ``is_init`` as its steps go, for the envs ``env`` (an index or ``slice(None)``):
-    :meth:`at` ``t`` writes where step ``t - 1`` ended an episode and returns the view (step 0's is
-    written before the batch, from the batch before's last step)."""
+    :meth:`at` ``t`` writes where step ``t - 1`` ended an episode (or was an env's own reset step,
+    masked out: ``layout.masked``) and returns the view (step 0's is written before the batch,
+    from the batch before's last step)."""
 
     def __init__(self, buffers: BatchBuffers, env: int | slice) -> None:
         assert buffers.is_init is not None
         self._views = [buffers.is_init[env, t] for t in range(buffers.num_steps)]
-        self._flags = [None] + [(buffers.terminated[env, t - 1], buffers.truncated[env, t - 1])
+        mask = buffers.mask if buffers.layout.masked else None
+        self._flags = [None] + [(buffers.terminated[env, t - 1], buffers.truncated[env, t - 1],
+                                 None if mask is None else mask[env, t - 1, None])
                                 for t in range(1, buffers.num_steps)]
 
     def at(self, t: int) -> torch.Tensor:
         """``is_init`` of step ``t`` (a view into the buffers)."""
         flags = self._flags[t]
         if flags is not None:
-            torch.logical_or(*flags, out=self._views[t])
+            terminated, truncated, real = flags
+            torch.logical_or(terminated, truncated, out=self._views[t])
+            if real is not None:
+                self._views[t] |= ~real
         return self._views[t]
 
 

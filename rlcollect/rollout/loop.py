@@ -98,13 +98,14 @@ def finish_batch(
 
 def _clear_holes(buffers: BatchBuffers, steps: int) -> torch.Tensor | None:
     """The frames of ``steps`` that are an env's own reset steps (``[N, steps, 1]``, ``None``
-    where the envs take none): their flags, set while collecting so that the policy saw the next
-    frame start an episode, are cleared (such a step ends nothing)."""
+    where the envs take none), their reward and flags cleared: such a step ends nothing and earns
+    nothing (whatever the env said)."""
     if not buffers.layout.masked or buffers.mask is None:
         return None
     holes = ~buffers.mask[:, :steps, None]
-    buffers.terminated[:, :steps].masked_fill_(holes, False)
-    buffers.truncated[:, :steps].masked_fill_(holes, False)
+    if bool(holes.any()):
+        for values in (buffers.reward, buffers.terminated, buffers.truncated):
+            values[:, :steps].masked_fill_(holes, 0)
     return holes
 
 
