@@ -64,7 +64,7 @@ class BatchBuffers:
         self.layout = layout
         self.num_envs = int(storage.batch_size[0])
         self.num_steps = num_steps
-        self.finals: list[tuple[int, int, Any]] = []
+        self.finals: list[tuple[int | np.ndarray, int, Any]] = []  # (env or envs, step, final obs)
         self.dict_obs = layout.dict_observations
         data = storage.get("batch")
         obs_ext = storage.get("obs_ext")
@@ -205,7 +205,8 @@ class BatchBuffers:
         for key, array in self.obs_ext_np.items():
             array[:, slot] = get_nested(obs, key) if self.dict_obs else obs
 
-    def write_final_obs(self, env: int, t: int, obs: Any) -> None:
-        """Write a true final observation into ``("next", obs)[env, t]``."""
+    def write_final_obs(self, env: int | np.ndarray, t: int, obs: Any) -> None:
+        """Write a true final observation into ``("next", obs)[env, t]`` (or those of the envs
+        ``env``, an index array, from ``[len(env), ...]`` arrays)."""
         for key, array in self.next_obs_np.items():
             array[env, t] = get_nested(obs, key) if self.dict_obs else obs

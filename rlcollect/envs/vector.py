@@ -16,12 +16,39 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from rlcollect.data.buffers import BatchBuffers
-from rlcollect.data.checks import check_observation, check_vector_step
-from rlcollect.envs.base import EnvBatch, own_copy
+from rlcollect.data.checks import check_vector_step, checked_array
+from rlcollect.data.layout import get_nested
+from rlcollect.envs.base import EnvBatch
 from rlcollect.envs.gym_envs import reset_observation
 from rlcollect.envs.infos import vector_info_row, write_vector_infos
 
-__all__ = ["GymVectorEnv", "PartialResetError", "autoreset_mode", "few"]
+__all__ = ["GymVectorEnv", "PartialResetError", "autoreset_mode", "batch_rows", "few"]
+
+
+def batch_rows(values: Any, rows: np.ndarray) -> Any:
+    """Rows ``rows`` of a batched (possibly Dict) observation, copied: ``[len(rows), ...]`` arrays.
+    Gymnasium's ``info["final_obs"]`` holds one entry per env (an object array), stacked here.
+
+    Examples:
+        >>> batch_rows(np.arange(6).reshape(3, 2), np.array([0, 2])).tolist()
+        [[0, 1], [4, 5]]
+        >>> per_env = np.array([None, np.ones(2), None], dtype=object)
+        >>> batch_rows({"x": per_env}, np.array([1]))["x"].tolist()
+        [[1.0, 1.0]]
+    """
+    if isinstance(values, dict):
+        return {key: batch_rows(value, rows) for key, value in values.items()}
+    array = np.asarray(values)
+    if array.dtype == object:
+        return _stacked([array[row] for row in rows.tolist()])
+    return array[rows]  # (a fancy index: a copy)
+
+
+def _stacked(entries: list[Any]) -> Any:
+    """One array (or dict of arrays) from per-env observations (arrays or dicts of arrays)."""
+    if entries and isinstance(entries[0], dict):
+        return {key: _stacked([entry[key] for entry in entries]) for key in entries[0]}
+    return np.stack([np.asarray(entry) for entry in entries])
 
 
 class PartialResetError(ValueError):
@@ -147,6 +174,7 @@ class GymVectorEnv(EnvBatch):
         obs, reward, terminated, truncated, info = self.env.step(self._actions[:, t].copy())  # the envs' own
         if self.check_writes:
             self._check(obs, reward, terminated, truncated, step=t)
+        terminated, truncated = np.asarray(terminated), np.asarray(truncated)  # (a tensor's: a view)
         self._steps += 1
         truncated = truncated | (self._steps >= self._limit)
         self._reward[:, t] = reward
@@ -161,12 +189,11 @@ class GymVectorEnv(EnvBatch):
         if self._info_arrays:  # info_keys: the step's values (a self-reset env's in final_info)
             write_vector_infos(self._info_arrays, t, info, self_reset, checking=self.check_writes)
         if ended:
-            for i in np.flatnonzero(done).tolist():
-                reset_itself = self_reset is not None and self_reset[i]
-                final = own_copy(info["final_obs"][i]) if reset_itself else own_copy(obs, row=i)
-                if self.check_writes:
-                    check_observation(final, buffers.next_obs_np, buffers.dict_obs, env=i, step=t)
-                buffers.finals.append((i, t, final))
+            rows = np.flatnonzero(done)
+            reset_itself = np.zeros(len(rows), dtype=bool) if self_reset is None else self_reset[rows]
+            for group, final in ((rows[reset_itself], info.get("final_obs")), (rows[~reset_itself], obs)):
+                if len(group):  # their true final observations, all at once
+                    self._keep_finals(group, t, batch_rows(final, group))
             to_reset = done if self_reset is None else done & ~self_reset
             if to_reset.any():
                 obs = self._reset_some(obs, to_reset)
@@ -174,6 +201,18 @@ class GymVectorEnv(EnvBatch):
                     self._check(obs, reward, terminated, truncated, step=t)
             self._steps[done] = 0
         buffers.write_obs_all(t + 1, obs)
+
+    def _keep_finals(self, rows: np.ndarray, t: int, finals: Any) -> None:
+        """Keep the final observations ``finals`` (``[len(rows), ...]``) of envs ``rows`` at step ``t``."""
+        buffers = self._buffers
+        assert buffers is not None
+        if self.check_writes:
+            for key, array in buffers.next_obs_np.items():
+                name = "final observation" if not buffers.dict_obs else f"final observation {'.'.join(key)}"
+                value = get_nested(finals, key) if buffers.dict_obs else finals
+                checked_array(value, (len(rows), *array.shape[2:]), array.dtype, f"vector env's {name}",
+                              env=int(rows[0]) if len(rows) == 1 else None, step=t)
+        buffers.finals.append((rows, t, finals))
 
     def step_info(self) -> dict[str, Any]:
         self.env.reset()
