@@ -88,24 +88,23 @@ def finish_batch(
     if policy_version is not None:
         buffers.policy_version.fill_(policy_version)
     episodes.label(buffers.traj_ids_np, buffers.policy_version.numpy(), buffers.infos_np)  # those that ended
-    if buffers.mask is not None:  # frames not collected, or not transitions: no trajectory, no end
-        buffers.mask[:, steps:] = False
+    if buffers.mask is not None and (holes is not None or steps < buffers.num_steps):
+        buffers.mask[:, steps:] = False  # frames not collected, or not transitions: no trajectory, no end
         off = ~buffers.mask
-        buffers.traj_ids[off] = -1
-        buffers.done[off] = False
-        buffers.truncated[off] = False
+        buffers.traj_ids.masked_fill_(off, -1)
+        buffers.done.masked_fill_(off[..., None], False)
+        buffers.truncated.masked_fill_(off[..., None], False)
 
 
 def _clear_holes(buffers: BatchBuffers, steps: int) -> torch.Tensor | None:
-    """The frames of ``steps`` that are an env's own reset steps (``[N, steps, 1]``, ``None``
-    where the envs take none), their reward and flags cleared: such a step ends nothing and earns
+    """The frames of ``steps`` that are an env's own reset steps (``[N, steps, 1]``; ``None``
+    where there are none), their reward and flags cleared: such a step ends nothing and earns
     nothing (whatever the env said)."""
-    if not buffers.layout.masked or buffers.mask is None:
+    if not buffers.layout.masked or buffers.mask is None or bool(buffers.mask[:, :steps].all()):
         return None
     holes = ~buffers.mask[:, :steps, None]
-    if bool(holes.any()):
-        for values in (buffers.reward, buffers.terminated, buffers.truncated):
-            values[:, :steps].masked_fill_(holes, 0)
+    for values in (buffers.reward, buffers.terminated, buffers.truncated):
+        values[:, :steps].masked_fill_(holes, 0)
     return holes
 
 
