@@ -10,9 +10,11 @@ action is dropped. A ``NEXT_STEP`` env whose partial resets do not work (Gymnasi
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
+import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from rlcollect.data.buffers import BatchBuffers
@@ -23,6 +25,17 @@ from rlcollect.envs.gym_envs import reset_observation
 from rlcollect.envs.infos import vector_info_row, write_vector_infos
 
 __all__ = ["GymVectorEnv", "PartialResetError", "autoreset_mode", "batch_rows", "few"]
+
+
+def _viewed(value: Any) -> Any:
+    """A CPU tensor's numpy view (no copy: a torch simulator's output read as arrays), anything
+    else as it is (a CUDA tensor is refused by the write into the batch)."""
+    if value.__class__ is torch.Tensor:
+        try:
+            return value.numpy()
+        except (TypeError, RuntimeError):  # on another device, or a tensor that needs its grad
+            return value
+    return value
 
 
 def batch_rows(values: Any, rows: np.ndarray) -> Any:
@@ -172,11 +185,14 @@ class GymVectorEnv(EnvBatch):
         buffers = self._buffers
         assert buffers is not None
         obs, reward, terminated, truncated, info = self.env.step(self._actions[:, t].copy())  # the envs' own
+        obs, reward, terminated, truncated = (_viewed(obs), _viewed(reward), _viewed(terminated),
+                                              _viewed(truncated))
         if self.check_writes:
             self._check(obs, reward, terminated, truncated, step=t)
-        terminated, truncated = np.asarray(terminated), np.asarray(truncated)  # (a tensor's: a view)
-        self._steps += 1
-        truncated = truncated | (self._steps >= self._limit)
+        limited = self._limit != sys.maxsize  # a collector-side episode limit: steps counted
+        if limited:
+            self._steps += 1
+            truncated = truncated | (self._steps >= self._limit)
         self._reward[:, t] = reward
         self._terminated[:, t] = terminated
         self._truncated[:, t] = truncated
@@ -199,7 +215,8 @@ class GymVectorEnv(EnvBatch):
                 obs = self._reset_some(obs, to_reset)
                 if self.check_writes:
                     self._check(obs, reward, terminated, truncated, step=t)
-            self._steps[done] = 0
+            if limited:
+                self._steps[done] = 0
         buffers.write_obs_all(t + 1, obs)
 
     def _keep_finals(self, rows: np.ndarray, t: int, finals: Any) -> None:

@@ -102,8 +102,8 @@ class EpisodeTracker:
         num_steps = reward.shape[1]
         if num_steps == 0:  # a batch preempted before its first step
             return
-        cumulative = np.cumsum(reward, axis=1, dtype=np.float64)
-        counted = None if real is None else np.cumsum(real, axis=1)  # [N, T]: real frames up to t
+        cumulative = _row_sums(reward, torch.float64)  # [N, T]: each row's running sum
+        counted = None if real is None else _row_sums(real, torch.int64)  # real frames up to t
         envs, steps = np.nonzero(done)  # grouped by env, time increasing
         if len(envs):
             # an episode's sum = what its env carried in (first end of the row only)
@@ -241,3 +241,11 @@ def episode_table(records: dict[str, np.ndarray]) -> TensorDict:
             table.set(("info", name.removeprefix(INFO_PREFIX)),
                       torch.from_numpy(np.ascontiguousarray(values)))
     return table
+
+
+def _row_sums(values: np.ndarray, dtype: torch.dtype) -> np.ndarray:
+    """Running sums along each row of ``[N, T]`` ``values``, as ``dtype``: torch's cumsum, which
+    takes a tenth of numpy's time on short rows (numpy loops over the rows)."""
+    if not values.flags.writeable:  # (torch shares the memory, and warns about a read-only one)
+        values = values.copy()
+    return torch.cumsum(torch.from_numpy(values), 1, dtype=dtype).numpy()
