@@ -163,10 +163,12 @@ class BaseCollector(BackgroundCollection, WeightApi, RemoteApi, ProfileApi, Iter
             return None
 
     def __len__(self) -> int:
-        """Number of batches; only for collectors with a finite ``total_frames``."""
-        if self.total_frames > 0:
-            return -(self.total_frames // -self.frames_per_batch)
-        raise RuntimeError("a collector with total_frames=-1 never ends and has no length")
+        """Number of batches; only for collectors with a finite ``total_frames`` (a subclass that
+        sets none has no length either)."""
+        total = getattr(self, "total_frames", -1)
+        if total > 0:
+            return -(total // -self.frames_per_batch)
+        raise RuntimeError(f"a collector with total_frames={total} never ends and has no length")
 
     def __enter__(self) -> BaseCollector:
         return self
@@ -312,7 +314,11 @@ class BaseCollector(BackgroundCollection, WeightApi, RemoteApi, ProfileApi, Iter
         return None if self._delivery is None else self._delivery.traj_format
 
     def __repr__(self) -> str:
-        total = "endless" if self.total_frames < 0 else self.total_frames
-        return f"{type(self).__name__}(frames_per_batch={self.frames_per_batch}, total_frames={total})"
+        """The batch size and the frames to collect, where set (a subclass may set neither)."""
+        total = getattr(self, "total_frames", -1)
+        shown = {"frames_per_batch": getattr(self, "frames_per_batch", None),
+                 "total_frames": "endless" if total < 0 else total}
+        fields = ", ".join(f"{name}={value}" for name, value in shown.items() if value is not None)
+        return f"{type(self).__name__}({fields})"
 
 

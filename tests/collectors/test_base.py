@@ -166,3 +166,31 @@ def test_dataloader_workers_are_refused_rather_than_repeating_batches(
             list(DataLoader(collector, batch_size=None, collate_fn=as_is))
         monkeypatch.undo()
         assert len(list(DataLoader(collector, batch_size=None, collate_fn=as_is))) == 4  # in this process
+
+
+class Bare(BaseCollector):
+    """A subclass that sets neither ``frames_per_batch`` nor ``total_frames``."""
+
+    def iterator(self) -> Iterator[TensorDictBase]:
+        yield TensorDict({"x": torch.zeros(2)}, batch_size=[2])
+
+    def shutdown(self, timeout: float | None = None, close_env: bool = True,
+                 raise_on_error: bool = True) -> None:
+        return None
+
+    def set_seed(self, seed: int, static_seed: bool = False) -> int:
+        return seed
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state_dict: Any) -> None:
+        return None
+
+
+def test_repr_and_len_of_a_subclass_without_the_counts() -> None:
+    assert repr(Bare()) == "Bare(total_frames=endless)"
+    with pytest.raises(RuntimeError, match=r"total_frames=-1 never ends and has no length"):
+        len(Bare())
+    sized = PlainLoopCollector(frames_per_batch=16, total_frames=64)
+    assert repr(sized) == "PlainLoopCollector(frames_per_batch=16, total_frames=64)" and len(sized) == 4
