@@ -270,8 +270,11 @@ class TrajectoryAssembler:
         done = trajectory_ends(batch.get("next"), 2)
         mask = batch.get(("collector", "mask"), None)
         for row in range(batch.shape[0]):
-            valid = int(mask[row].sum()) if mask is not None else batch.shape[1]
-            row_ids = ids[row, :valid]
+            frames, row_ids, row_done = batch[row], ids[row], done[row]
+            if mask is not None and not bool(mask[row].all()):  # the real frames: anywhere in the row
+                real = mask[row]  # (a vector env's own reset steps lie between episodes)
+                frames, row_ids, row_done = frames[real], row_ids[real], row_done[real]
+            valid = len(row_ids)
             if valid == 0:
                 continue
             change = torch.nonzero(row_ids[1:] != row_ids[:-1])[:, 0] + 1
@@ -279,8 +282,8 @@ class TrajectoryAssembler:
             for start, end in zip(bounds[:-1], bounds[1:], strict=False):
                 traj = int(row_ids[start])
                 pieces = self._open.setdefault(traj, [])
-                pieces.append(batch[row, start:end])
-                if bool(done[row, end - 1]):
+                pieces.append(frames[start:end])
+                if bool(row_done[end - 1]):
                     self._complete.append(torch.cat(self._open.pop(traj), 0))
 
     def pop(self, count: int) -> list[TensorDictBase] | None:

@@ -9,11 +9,11 @@ Such a step is not a transition. The batch keeps its ``[N, T]`` layout — row `
 ``i``, column ``t`` the vector env's step ``t`` — and marks the frame ``False`` in
 ``("collector", "mask")``, as it marks the frames a preempted worker did not collect: its
 trajectory id is ``-1``, its flags are cleared, no episode counts it, the frame counters and
-``stats()`` leave it out, and every consumer of rlcollect's (the replay buffers, run folders,
-``split_trajectories``, the TorchRL layout) drops it. The frame before it is the episode's last,
-with the true final observation as its next observation; the frame after it starts the next
-episode (``is_init`` where the batch holds it). A learner reading the batch as a tensor weighs
-its loss with the mask.
+``stats()`` leave it out, and the replay buffers, ``split_trajectories``, ``trajs_per_batch`` and
+``rlcollect export`` drop it (a run folder keeps the batch as it came, mask included). The
+frame before it is the episode's last, with the true final observation as its next observation;
+the frame after it starts the next episode (``is_init`` where the batch holds it). A learner
+reading the batch as a tensor weighs its loss with the mask.
 
 Examples:
     >>> import gymnasium as gym

@@ -221,3 +221,37 @@ def test_what_cannot_be_done_with_such_an_env_is_refused_by_name() -> None:
     listed = r"autoreset_mode Disabled but ignores reset_mask.*sub-envs \[1, 2, 3, 4, 5\] and 1018 more"
     with pytest.raises(ValueError, match=listed):
         Collector(Disabled(num_envs=1024), frames_per_batch=1024)
+
+
+def test_whole_trajectories_leave_the_reset_steps_out() -> None:
+    """``trajs_per_batch``: each trajectory's frames follow one another (a frame's next
+    observation is the next frame's observation), start from a reset observation, follow CartPole's
+    physics, and no reset step is among them."""
+    with Collector(make_default, angle_policy, frames_per_batch=N * T, trajs_per_batch=6, traj_format="cat",
+                   seed=SEED) as collector:
+        batches = [next(iter(collector)).clone() for _ in range(3)]
+    for batch in batches:
+        ids = batch["collector", "traj_ids"]
+        assert (ids >= 0).all()
+        obs, nxt = batch["observation"], batch["next", "observation"]
+        assert follows_physics(obs.numpy(), batch["action"].numpy(), nxt.numpy()).all()
+        same = ids[1:] == ids[:-1]
+        torch.testing.assert_close(obs[1:][same], nxt[:-1][same], rtol=0, atol=0)
+        starts = torch.ones_like(ids, dtype=torch.bool)
+        starts[1:] = ~same
+        assert (obs[starts].abs() <= 0.05).all()  # CartPole's reset observations
+
+
+def test_episodes_exported_from_a_run_start_after_the_reset_step() -> None:
+    from rlcollect.cli.export import run_episodes
+
+    batches = collect(Collector(make_default, angle_policy, frames_per_batch=N * T, total_frames=N * T * 3,
+                                seed=SEED))
+    episodes = list(run_episodes(torch.stack(batches), [("observation",)]))
+    _, expected = reference(sum(b.shape[1] for b in batches))
+    assert len(episodes) == len(expected) > 0
+    for episode in episodes:
+        obs, actions = episode["observations"], episode["actions"]
+        assert (np.abs(obs[0]) <= 0.05).all()  # a reset observation, not the episode before's last
+        assert follows_physics(obs[:-1], actions, obs[1:]).all()
+        assert (episode["rewards"] == 1).all() and episode["terminations"][-1] | episode["truncations"][-1]
