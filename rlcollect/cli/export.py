@@ -103,6 +103,9 @@ class _InMemory:
     def column(self, key: Key) -> torch.Tensor:
         return cast(torch.Tensor, self.run.get(key))
 
+    def leaves(self) -> set[Key]:
+        return {key if isinstance(key, tuple) else (key,) for key in self.run.keys(True, True)}
+
     def next_observation(self, key: Key, batch: int, env: int, step: int) -> torch.Tensor:
         return cast(torch.Tensor, self.run.get(("next", *key))[batch, env, step])
 
@@ -121,19 +124,12 @@ def run_episodes(run: TensorDictBase | RunReader, observation_keys: list[Key]) -
     envs, ends = by_env(("next", "done")).bool().nonzero(as_tuple=True)  # by env, then time
     starts = torch.zeros_like(ends)
     starts[1:] = torch.where(envs[1:] == envs[:-1], ends[:-1] + 1, 0)
-    if ("collector", "mask") in _keys(rows):  # a vector env's own reset step after an end: not a step
+    if ("collector", "mask") in rows.leaves():  # a vector env's own reset step after an end: not a step
         starts += ~by_env(("collector", "mask")).bool()[envs, starts]
     traj_ids = by_env(("collector", "traj_ids"))[envs, ends]
     for i in torch.argsort(traj_ids).tolist():  # one read per leaf and batch per episode
         env, start, stop = int(envs[i]), int(starts[i]), int(ends[i]) + 1
         yield _episode(rows, observation_keys, env, start, stop, int(traj_ids[i]))
-
-
-def _keys(rows: RunReader | _InMemory) -> set[Key]:
-    """The leaves a run holds."""
-    if isinstance(rows, RunReader):
-        return rows.leaves()
-    return {key if isinstance(key, tuple) else (key,) for key in rows.run.keys(True, True)}
 
 
 def _episode(rows: RunReader | _InMemory, observation_keys: list[Key], env: int, start: int, stop: int,

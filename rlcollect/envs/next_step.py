@@ -59,16 +59,12 @@ class NextStepVectorEnv(GymVectorEnv):
         super().__init__(env, max_episode_steps)
 
     def _check_resets(self, mode: AutoresetMode) -> None:
-        name = type(self.env.unwrapped).__name__
-        if mode != AutoresetMode.NEXT_STEP:
-            raise ValueError(f"vector env {name} has autoreset_mode {mode.value}: NextStepVectorEnv "
-                             "takes NEXT_STEP envs")
         if self._limit != sys.maxsize:
             raise ValueError(
-                f"max_frames_per_traj={self._limit} with vector env {name} (NEXT_STEP autoreset, "
-                "whose reset() resets every sub-env): the collector cannot end one sub-env's episode; "
-                "give the limit to the env instead, e.g. gym.make_vec(env_id, num_envs=N, "
-                f"max_episode_steps={self._limit})")
+                f"max_frames_per_traj={self._limit} with vector env {type(self.env.unwrapped).__name__} "
+                "(NEXT_STEP autoreset, whose reset() resets every sub-env): the collector cannot end one "
+                "sub-env's episode; give the limit to the env instead, e.g. gym.make_vec(env_id, "
+                f"num_envs=N, max_episode_steps={self._limit})")
 
     def bind(self, buffers: BatchBuffers) -> None:
         super().bind(buffers)
@@ -83,12 +79,7 @@ class NextStepVectorEnv(GymVectorEnv):
     def step(self, t: int) -> None:
         buffers = self._buffers
         assert buffers is not None
-        obs, reward, terminated, truncated, info = self.env.step(self._actions[:, t].copy())
-        if self.check_writes:
-            self._check(obs, reward, terminated, truncated, step=t)
-        self._reward[:, t] = reward
-        self._terminated[:, t] = terminated
-        self._truncated[:, t] = truncated
+        obs, _, terminated, truncated, info = self._stepped(t)
         done = np.logical_or(terminated, truncated)
         if self._any_resetting:  # this step reset those envs: not a transition (its values are
             self._mask[:, t] = ~self._resetting  # cleared once per batch, by finish_batch)

@@ -184,18 +184,12 @@ class GymVectorEnv(EnvBatch):
     def step(self, t: int) -> None:
         buffers = self._buffers
         assert buffers is not None
-        obs, reward, terminated, truncated, info = self.env.step(self._actions[:, t].copy())  # the envs' own
-        obs, reward, terminated, truncated = (_viewed(obs), _viewed(reward), _viewed(terminated),
-                                              _viewed(truncated))
-        if self.check_writes:
-            self._check(obs, reward, terminated, truncated, step=t)
+        obs, reward, terminated, truncated, info = self._stepped(t)
         limited = self._limit != sys.maxsize  # a collector-side episode limit: steps counted
         if limited:
             self._steps += 1
             truncated = truncated | (self._steps >= self._limit)
-        self._reward[:, t] = reward
-        self._terminated[:, t] = terminated
-        self._truncated[:, t] = truncated
+            self._truncated[:, t] = truncated
         done = terminated | truncated
         ended = done.any()
         # envs that already reset themselves (SAME_STEP) hold their final obs and info in the info
@@ -218,6 +212,19 @@ class GymVectorEnv(EnvBatch):
             if limited:
                 self._steps[done] = 0
         buffers.write_obs_all(t + 1, obs)
+
+    def _stepped(self, t: int) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        """Step every env with ``action[:, t]``; check what it returned (a torch simulator's
+        tensors read as numpy views) and write step ``t``'s reward and flags."""
+        obs, reward, terminated, truncated, info = self.env.step(self._actions[:, t].copy())  # the envs' own
+        obs, reward, terminated, truncated = (_viewed(obs), _viewed(reward), _viewed(terminated),
+                                              _viewed(truncated))
+        if self.check_writes:
+            self._check(obs, reward, terminated, truncated, step=t)
+        self._reward[:, t] = reward
+        self._terminated[:, t] = terminated
+        self._truncated[:, t] = truncated
+        return obs, reward, terminated, truncated, info
 
     def _keep_finals(self, rows: np.ndarray, t: int, finals: Any) -> None:
         """Keep the final observations ``finals`` (``[len(rows), ...]``) of envs ``rows`` at step ``t``."""
