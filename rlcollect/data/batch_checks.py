@@ -30,6 +30,7 @@ from gymnasium import spaces
 
 from rlcollect.data.checks import BadDataError, describe, short_repr
 from rlcollect.data.layout import Field, OneHotSpace
+from rlcollect.data.trajectories import frames_where
 
 __all__ = ["BatchValueCheck"]
 
@@ -68,11 +69,17 @@ def _subspace(space: spaces.Space[Any], key: tuple[str, ...]) -> spaces.Space[An
 class _Range:
     """The bounds of one field: exact ``low``/``high`` arrays and the scalars ``lo``/``hi`` that
     every value lies within when the field is inside (a one-pass test for most batches);
-    ``one_hot``: its 0s and 1s hold exactly one 1 along the last axis as well."""
+    ``one_hot``: its 0s and 1s hold exactly one 1 along the last axis as well; ``columns``: the
+    bounds of each element of a small field whose elements have bounds of their own (a field's
+    values then pass one column at a time where the scalars fail: CartPole's position and angle)."""
 
     def __init__(self, low: Any, high: Any, one_hot: bool = False) -> None:
         self.low, self.high, self.one_hot = low, high, one_hot
         self.lo, self.hi = np.max(low).item(), np.min(high).item()
+        self.lowest, self.highest = np.min(low).item(), np.max(high).item()
+        size = np.size(low)
+        self.columns = (list(zip(np.ravel(low).tolist(), np.ravel(high).tolist(), strict=True))
+                        if 1 < size <= 16 and np.shape(low) == np.shape(high) else None)
 
 
 def _range(space: spaces.Space[Any], shape: tuple[int, ...]) -> _Range | None:
@@ -193,7 +200,7 @@ class BatchValueCheck:
                 error = _value_error(slots[env, slot], what, env, max(slot - 1, 0), outside)
                 found.append(((2 * slot - 1, env, 1), error))
             if done.any():  # and the true final observations of the episodes that ended
-                envs, times = np.nonzero(done)
+                envs, times = frames_where(done)
                 finals = buffers.next_obs_np[key][envs, times]
                 if not _inside(finals, bounds):
                     rows = np.nonzero(_outside(finals, bounds).reshape(len(finals), -1).any(-1))[0]
@@ -210,8 +217,18 @@ def _inside(values: np.ndarray, bounds: _Range) -> bool:
         return True
     if bounds.one_hot and not (values.sum(-1) == 1).all():
         return False
-    if values.min() >= bounds.lo and values.max() <= bounds.hi:  # the min is NaN if any value is
+    least, most = values.min(), values.max()  # NaN if any value is
+    if least >= bounds.lo and most <= bounds.hi:
         return True  # one pass over the values, no temporaries, for most spaces and batches
+    shape = np.shape(bounds.low)
+    if bounds.columns is not None and values.shape[values.ndim - len(shape):] == shape:
+        if not (least >= bounds.lowest and most <= bounds.highest):
+            return False  # below every lower bound, above every upper one, or NaN
+        # a strided pass per bound tighter than the values' extremes (CartPole's angle), not the
+        # eight of all four elements', nor the test below (a tenth of its time)
+        flat = values.reshape(-1, len(bounds.columns))
+        return not any((lo > least and flat[:, i].min() < lo) or (hi < most and flat[:, i].max() > hi)
+                       for i, (lo, hi) in enumerate(bounds.columns))
     return bool(((values >= bounds.low) & (values <= bounds.high)).all())
 
 

@@ -12,6 +12,7 @@ import torch
 from tensordict import TensorDict
 
 from rlcollect.data.layout import Field
+from rlcollect.data.trajectories import frames_where
 
 __all__ = ["EPISODE_FIELDS", "INFO_PREFIX", "EpisodeRecords", "EpisodeTracker", "episode_table"]
 
@@ -104,7 +105,7 @@ class EpisodeTracker:
             return
         cumulative = _row_sums(reward, torch.float64)  # [N, T]: each row's running sum
         counted = None if real is None else _row_sums(real, torch.int64)  # real frames up to t
-        envs, steps = np.nonzero(done)  # grouped by env, time increasing
+        envs, steps = frames_where(done)  # grouped by env, time increasing
         if len(envs):
             # an episode's sum = what its env carried in (first end of the row only)
             # + cumulative reward at its end - cumulative reward at the previous end in the row
@@ -155,8 +156,9 @@ class EpisodeTracker:
                 envs: np.ndarray) -> None:
         """Count the episodes that ended at frames ``[rows, steps]`` of the batch; :meth:`label`
         records them in the order they ended (by step, then row)."""
-        self.returns.extend(returns.tolist())
-        self.lengths.extend(lengths.tolist())
+        window = self.returns.maxlen  # what the deques keep of this batch: its last episodes
+        self.returns.extend((returns if window is None else returns[-window:]).tolist())
+        self.lengths.extend((lengths if window is None else lengths[-window:]).tolist())
         self.count += len(envs)
         order = np.lexsort((rows, steps))
         rows, steps, envs = rows[order], steps[order], envs[order]

@@ -67,9 +67,10 @@ def finish_batch(
         pending_obs[key].copy_(buffers.obs_ext[key][:, steps])
     for env, t, final_obs in buffers.finals:  # true final observations, not the reset ones
         buffers.write_final_obs(env, t, final_obs)
-    holes = _clear_holes(buffers, steps)
-    torch.logical_or(buffers.terminated, buffers.truncated, out=buffers.done)
+    real = _clear_holes(buffers, steps)
+    np.logical_or(buffers.terminated_np, buffers.truncated_np, out=buffers.done_np)
     if buffers.is_init is not None:  # an episode starts where the step before ended one
+        holes = None if real is None else torch.from_numpy(~real)[..., None]
         buffers.is_init[:, 1:steps] = buffers.done[:, : max(steps - 1, 0)]
         if holes is not None:  # or was an env's own reset step
             buffers.is_init[:, 1:steps] |= holes[:, : max(steps - 1, 0)]
@@ -79,7 +80,6 @@ def finish_batch(
             if holes is not None:
                 pending_init |= holes[:, steps - 1]
     done = buffers.done_np[:, :steps, 0]
-    real = None if holes is None else (~holes[..., 0]).numpy()
     episodes.update(buffers.reward_np[:, :steps, 0], done, real)
     traj_ids.assign(done, buffers.traj_ids_np[:, :steps])  # the env's episodes: a cut keeps its id
     if config.truncate_last and steps:  # a collector cut: the trajectory ends here for the learner
@@ -88,24 +88,27 @@ def finish_batch(
     if policy_version is not None:
         buffers.policy_version.fill_(policy_version)
     episodes.label(buffers.traj_ids_np, buffers.policy_version.numpy(), buffers.infos_np)  # those that ended
-    if buffers.mask is not None and (holes is not None or steps < buffers.num_steps):
-        buffers.mask[:, steps:] = False  # frames not collected, or not transitions: no trajectory, no end
-        off = ~buffers.mask
-        buffers.traj_ids.masked_fill_(off, -1)
-        buffers.done.masked_fill_(off[..., None], False)
-        buffers.truncated.masked_fill_(off[..., None], False)
+    if buffers.mask_np is not None and (real is not None or steps < buffers.num_steps):
+        mask = buffers.mask_np  # (numpy: a tenth of torch's time for these [N, T] passes)
+        mask[:, steps:] = False  # frames not collected, or not transitions: no trajectory, no end
+        np.copyto(buffers.traj_ids_np, -1, where=~mask)
+        np.logical_and(buffers.done_np, mask[..., None], out=buffers.done_np)
+        np.logical_and(buffers.truncated_np, mask[..., None], out=buffers.truncated_np)
 
 
-def _clear_holes(buffers: BatchBuffers, steps: int) -> torch.Tensor | None:
-    """The frames of ``steps`` that are an env's own reset steps (``[N, steps, 1]``; ``None``
-    where there are none), their reward and flags cleared: such a step ends nothing and earns
-    nothing (whatever the env said)."""
-    if not buffers.layout.masked or buffers.mask is None or bool(buffers.mask[:, :steps].all()):
+def _clear_holes(buffers: BatchBuffers, steps: int) -> np.ndarray | None:
+    """Which frames of ``steps`` are transitions (``[N, steps]``; ``None`` where all are) where
+    some are an env's own reset steps, whose reward and flags this clears: such a step ends
+    nothing and earns nothing (whatever the env said)."""
+    if not buffers.layout.masked or buffers.mask_np is None:
         return None
-    holes = ~buffers.mask[:, :steps, None]
-    for values in (buffers.reward, buffers.terminated, buffers.truncated):
-        values[:, :steps].masked_fill_(holes, 0)
-    return holes
+    real = buffers.mask_np[:, :steps]
+    if real.all():
+        return None
+    np.copyto(buffers.reward_np[:, :steps], 0, where=~real[..., None])
+    for flags in (buffers.terminated_np, buffers.truncated_np):
+        np.logical_and(flags[:, :steps], real[..., None], out=flags[:, :steps])
+    return real
 
 
 def collect_batch(

@@ -442,6 +442,32 @@ def test_batch_value_check_finds_the_first_bad_frame() -> None:
         check(buffers, 4)  # the batch's first observation, before every action
 
 
+def test_bounds_with_an_element_each_are_tested_as_elementwise_comparison_does() -> None:
+    """The column-wise bounds test (CartPole's space: position and angle bounded, velocities
+    not) against the plain elementwise comparison, on values inside, outside in one element
+    only, below one bound but above every other, NaN and inf."""
+    from rlcollect.data.batch_checks import _inside, _Range
+
+    big = np.finfo(np.float32).max
+    low = np.array([-4.8, -big, -0.42, -big], np.float32)
+    high = -low
+    bounds = _Range(low, high)
+    rng = np.random.default_rng(0)
+    values = (rng.standard_normal((64, 9, 4)) * [1.0, 3.0, 0.1, 3.0]).astype(np.float32)
+    cases = {"inside": values}
+    for element, value in ((0, 5.0), (0, -5.0), (2, 0.5), (2, -0.43), (1, np.inf), (3, -np.inf),
+                           (1, np.nan), (2, np.nan)):
+        changed = values.copy()
+        changed[17, 3, element] = value
+        cases[f"element {element} = {value}"] = changed
+    for name, case in cases.items():
+        expected = bool(((case >= low) & (case <= high)).all())
+        assert _inside(case, bounds) == expected, name
+        part = case[:, :5]  # not contiguous
+        assert _inside(part, bounds) == bool(((part >= low) & (part <= high)).all()), name
+    assert _inside(values, bounds) and not _inside(cases["element 2 = 0.5"], bounds)
+
+
 def test_gym_vector_env_probe_is_undone_by_the_first_reset() -> None:
     """The partial-reset probe steps the env once; seeded collection still equals separate envs'."""
 
