@@ -46,7 +46,7 @@ def frames_where(flags: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         >>> rows.tolist(), cols.tolist()
         ([0, 1, 1], [1, 0, 1])
     """
-    return np.divmod(np.flatnonzero(flags), flags.shape[1])  # type: ignore[return-value]
+    return np.divmod(np.flatnonzero(flags), flags.shape[1])
 
 
 class TrajectoryIds:

@@ -102,7 +102,7 @@ def _clear_holes(buffers: BatchBuffers, steps: int) -> np.ndarray | None:
     nothing and earns nothing (whatever the env said)."""
     if not buffers.layout.masked or buffers.mask_np is None:
         return None
-    real = buffers.mask_np[:, :steps]
+    real: np.ndarray = buffers.mask_np[:, :steps]
     if real.all():
         return None
     np.copyto(buffers.reward_np[:, :steps], 0, where=~real[..., None])
