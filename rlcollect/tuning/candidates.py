@@ -37,6 +37,7 @@ class Candidate:
     envs_per_worker: int
     steps: int
     env_groups: int = 1
+    batched: int = 0  # the envs of one env object that brings its own (Costs.batched); 0: none
 
     @property
     def num_envs(self) -> int:
@@ -45,12 +46,14 @@ class Candidate:
     @property
     def frames_per_batch(self) -> int:
         per_worker = self.kind in ("MultiAsyncCollector", "AsyncBatchedCollector")
-        return self.steps * (self.envs_per_worker if per_worker else self.num_envs)
+        return self.steps * (self.envs_per_worker if per_worker else self.num_envs) * max(self.batched, 1)
 
     @property
     def label(self) -> str:
-        shape = f"{self.num_envs} envs" if self.kind == "Collector" else (
-            f"{self.workers} x {self.envs_per_worker} envs")
+        envs = self.envs_per_worker * max(self.batched, 1)
+        shape = f"{self.workers * envs} envs" if self.kind == "Collector" else f"{self.workers} x {envs} envs"
+        if self.batched:
+            shape += " (one env object each)" if self.workers > 1 else " (one env object)"
         if self.env_groups > 1:
             shape += f" in {self.env_groups} groups"
         return f"{self.kind} ({shape}, {self.frames_per_batch} frames per batch)"
@@ -58,7 +61,8 @@ class Candidate:
     def arguments(self, env_kwargs: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The constructor's keyword arguments for this configuration (and ``env_kwargs``)."""
         shape: dict[str, Any] = (
-            {"num_envs": self.num_envs} if self.kind == "Collector"
+            {} if self.kind == "Collector" and self.batched  # the env object brings its envs
+            else {"num_envs": self.num_envs} if self.kind == "Collector"
             else {"num_envs": self.num_envs, "envs_per_worker": self.envs_per_worker}
             if self.kind == "AsyncBatchedCollector"
             else {"num_workers": self.workers, "num_envs_per_worker": self.envs_per_worker})
@@ -99,7 +103,7 @@ def predict(candidate: Candidate, costs: Costs) -> float:
         cpu_bound = costs.cores * 1e6 / (per_process + served)
         waits = candidate.workers * 1e6 / (per_process + candidate.workers * served)
         return min(cpu_bound, waits)
-    frame = per_process + costs.policy_at(candidate.envs_per_worker)
+    frame = per_process + costs.policy_at(candidate.envs_per_worker * max(candidate.batched, 1))
     return min(candidate.workers, costs.cores) * 1e6 / frame
 
 
@@ -117,9 +121,14 @@ def candidates(costs: Costs, kinds: tuple[str, ...], num_envs: int | None, max_e
                frames_per_batch: int | None) -> Iterator[Candidate]:
     """Every configuration to weigh: 1 to ``2 x cores`` workers (powers of two and the cores),
     envs per worker in powers of two, ``num_envs`` in all where given (else up to ``max_envs``),
-    ``frames_per_batch`` where given (else sized by :data:`BATCH_SECONDS`)."""
-    totals = [num_envs] if num_envs is not None else [2**i for i in range(12) if 2**i <= max_envs]
-    for draft in _shapes(costs, kinds, totals):
+    ``frames_per_batch`` where given (else sized by :data:`BATCH_SECONDS`). An env object that
+    brings its own envs (``costs.batched``) is one per process, ``num_envs`` a multiple of its
+    envs and ``max_envs`` not counted (the object fixes them); no policy server serves it."""
+    drafts = _shapes(costs, kinds, [num_envs] if num_envs is not None
+                     else [2**i for i in range(12) if 2**i <= max_envs])
+    if costs.batched:
+        drafts = _batched_shapes(costs, kinds, num_envs)
+    for draft in drafts:
         if frames_per_batch is None:
             yield replace(draft, steps=_steps(draft, costs))
         elif frames_per_batch % (draft.frames_per_batch // MIN_STEPS) == 0:
@@ -142,3 +151,16 @@ def _shapes(costs: Costs, kinds: tuple[str, ...], totals: list[int]) -> Iterator
                     yield Candidate(kind, workers, per_worker, MIN_STEPS)
                 if kind == "AsyncBatchedCollector" and costs.steps_in_groups and per_worker % 2 == 0:
                     yield Candidate(kind, workers, per_worker, MIN_STEPS, env_groups=2)
+
+
+def _batched_shapes(costs: Costs, kinds: tuple[str, ...], num_envs: int | None) -> Iterator[Candidate]:
+    """Each kind's workers, one env object of ``costs.batched`` envs each (``num_envs`` of them
+    in all where given)."""
+    cores = costs.cores
+    counts = sorted({1, cores, 2 * cores} | {2**i for i in range(8) if 2**i <= 2 * cores})
+    for kind in kinds:
+        if kind == "AsyncBatchedCollector":  # a policy server serves envs stepped one by one
+            continue
+        for workers in [1] if kind == "Collector" else [w for w in counts if w > 1]:
+            if num_envs is None or workers * costs.batched == num_envs:
+                yield Candidate(kind, workers, 1, MIN_STEPS, batched=costs.batched)

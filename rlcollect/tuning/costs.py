@@ -18,7 +18,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -52,6 +52,9 @@ class Costs:
         cores: the cores the limit counts.
         steps_in_groups: the envs can step some at a time (a list of Gymnasium envs: see
             ``AsyncBatchedCollector``'s ``env_groups``), not only all at once (a vector env, a pool).
+        batched: the envs one env object steps where it brings its own (a Gymnasium vector
+            env, a TorchRL batched env: every process then holds one such object); 0 for an env
+            of which a process holds as many copies as it likes.
     """
 
     env_us: float
@@ -59,6 +62,7 @@ class Costs:
     loop_us: float
     cores: int
     steps_in_groups: bool = False
+    batched: int = 0
 
     def policy_at(self, batch_size: int) -> float:
         """The policy's cost per frame at ``batch_size`` (the nearest measured size at or below it)."""
@@ -113,11 +117,17 @@ def measure_costs(
         raise ValueError(f"sizes must be batch sizes >= 1, got {list(sizes)}")
     if seconds <= 0:
         raise ValueError(f"seconds must be > 0, got {seconds}")
-    num_envs = max(sizes)
-    rollout = Rollout(RolloutSpec(create_env_fn, policy=policy, num_envs=num_envs,
-                                  create_env_kwargs=env_kwargs))
+    rollout = Rollout(RolloutSpec(create_env_fn, policy=policy, create_env_kwargs=env_kwargs))
+    batched = rollout.envs.num_envs if rollout.envs.num_envs > 1 else 0  # one object, its own envs
+    if batched:  # the policy runs on all of them at once, whatever the sizes asked for
+        sizes = [batched]
+    else:
+        rollout.close()
+        rollout = Rollout(RolloutSpec(create_env_fn, policy=policy, num_envs=max(sizes),
+                                      create_env_kwargs=env_kwargs))
     with one_thread():  # as in every worker process
-        return _measure(rollout, num_envs, sizes, seconds, cores or machine_cores())
+        costs = _measure(rollout, max(sizes), sizes, seconds, cores or machine_cores())
+    return replace(costs, batched=batched)
 
 
 @contextlib.contextmanager

@@ -25,19 +25,23 @@ def format_report(result: TuneResult, code: str) -> str:
     """The text ``rlcollect tune`` prints (and ``str(result)``)."""
     costs, limit = result.costs, result.limit
     best = costs.best_batch_size
+    width = max([72, *(len(trial.candidate.label) for trial in result.trials)])
     lines = [
         f"per frame: env {costs.env_us:,.1f} µs, policy {costs.policy_us[best]:,.1f} µs (at {best} envs "
-        f"per pass; {costs.policy_at(1):,.1f} µs at 1), loop {costs.loop_us:,.1f} µs",
+        + (f"per pass: one env object's, {costs.batched} envs" if costs.batched else
+           f"per pass; {costs.policy_at(1):,.1f} µs at 1") + f"), loop {costs.loop_us:,.1f} µs",
         f"the limit (every core stepping envs and running the policy, nothing else): "
         f"{limit:,.0f} frames/s on {costs.cores} core{'s' if costs.cores > 1 else ''}",
         "",
-        f"{'collector':<72} {'predicted':>10} {'measured':>10} {'ratio':>6} {'of limit':>8} {'start-up':>9}",
+        f"{'collector':<{width}} {'predicted':>10} {'measured':>10} {'ratio':>6} {'of limit':>8} "
+        f"{'start-up':>9}",
     ]
     for trial in result.trials:
         if trial.error is not None:
-            lines.append(f"{trial.candidate.label:<72} {trial.predicted_fps:>10,.0f} failed: {trial.error}")
+            lines.append(f"{trial.candidate.label:<{width}} {trial.predicted_fps:>10,.0f} "
+                         f"failed: {trial.error}")
             continue
-        lines.append(f"{trial.candidate.label:<72} {trial.predicted_fps:>10,.0f} {trial.fps:>10,.0f} "
+        lines.append(f"{trial.candidate.label:<{width}} {trial.predicted_fps:>10,.0f} {trial.fps:>10,.0f} "
                      f"{fraction(trial.fps, trial.predicted_fps):>6} {fraction(trial.fps, limit):>8} "
                      f"{trial.startup_seconds:>8.1f}s")
     pick = result.pick

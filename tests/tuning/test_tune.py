@@ -115,6 +115,42 @@ def test_a_servers_workers_stepping_in_groups_are_weighed_where_the_envs_can() -
                                                      max_envs=8, frames_per_batch=None))
 
 
+def test_an_env_object_that_brings_its_own_envs_is_one_per_process() -> None:
+    costs = Costs(env_us=100.0, policy_us={64: 5.0}, loop_us=10.0, cores=2, batched=64)
+    kinds = ("MultiSyncCollector", "MultiAsyncCollector", "Collector", "AsyncBatchedCollector")
+    weighed = list(candidates(costs, kinds, num_envs=None, max_envs=8, frames_per_batch=None))
+    # one object per process (max_envs does not count: the object fixes its envs), no server
+    assert {(c.kind, c.workers) for c in weighed} == {
+        ("Collector", 1), *((k, w) for k in ("MultiSyncCollector", "MultiAsyncCollector") for w in (2, 4))}
+    assert all(c.envs_per_worker == 1 and c.batched == 64 for c in weighed)
+    single = next(c for c in weighed if c.kind == "Collector")
+    assert single.arguments() == {"frames_per_batch": 64 * single.steps}  # no num_envs: the object's own
+    assert "64 envs (one env object)" in single.label
+    assert predict(single, costs) == pytest.approx(1e6 / (100 + 10 + 5))  # the policy on all 64 at once
+    sync = next(c for c in weighed if c.kind == "MultiSyncCollector" and c.workers == 2)
+    assert sync.arguments()["num_envs_per_worker"] == 1 and sync.frames_per_batch == 2 * 64 * sync.steps
+    assert predict(sync, costs) == pytest.approx(2e6 / (100 + 10 + 5))
+    fixed = list(candidates(costs, kinds, num_envs=128, max_envs=8, frames_per_batch=128 * 32))
+    assert {(c.kind, c.workers, c.steps) for c in fixed} == {("MultiSyncCollector", 2, 32),
+                                                             ("MultiAsyncCollector", 2, 64)}
+
+
+def _cartpole_vector() -> gym.vector.VectorEnv:
+    return gym.make_vec("CartPole-v1", num_envs=32)  # Gymnasium's default: NEXT_STEP, one object
+
+
+@pytest.mark.timeout(120)
+def test_tune_weighs_a_vector_env_and_its_pick_collects() -> None:
+    result = tune(_cartpole_vector, seconds=6, kinds=("Collector", "MultiSyncCollector"), progress=False)
+    assert result.costs.batched == 32 and sorted(result.costs.policy_us) == [32]
+    ran = [t for t in result.trials if t.error is None]
+    assert {t.candidate.kind for t in ran} == {"Collector", "MultiSyncCollector"}, result.trials
+    assert "one env object" in str(result)
+    with result.build(total_frames=2 * result.pick.candidate.frames_per_batch) as collector:
+        batches = list(collector)
+    assert len(batches) >= 2 and batches[0].shape[0] == 32 * result.pick.candidate.workers
+
+
 @pytest.mark.timeout(120)
 def test_tune_picks_its_fastest_trial_and_builds_it() -> None:
     result = tune("CartPole-v1", seconds=8, max_envs=8, kinds=("Collector", "MultiSyncCollector"),
