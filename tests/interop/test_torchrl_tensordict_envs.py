@@ -337,3 +337,16 @@ def test_ray_actors_running_multi_collectors_as_torchrl_builds_them(ray_session:
     done = torch.cat([batch["next", "done"] for batch in batches], dim=1)[..., 0]
     continues = ~done[:, :-1]
     assert torch.equal(observation[:, 1:][continues], following[:, :-1][continues])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_the_batch_check_finds_nan_and_infinity_as_the_elementwise_test_does(dtype: torch.dtype) -> None:
+    from rlcollect.rollout.tensordict_loop import _clean
+
+    for bad in (torch.nan, torch.inf, -torch.inf, None):
+        value = torch.randn(64, 3, 5).to(dtype).transpose(0, 1)  # not contiguous, as a stacked leaf may be
+        if bad is not None:
+            value[2, 17, 4] = bad
+        assert _clean(value, finite=True) == bool(value.isfinite().all()), bad
+        assert _clean(value, finite=False) == (not bool(value.isnan().any())), bad
+    assert _clean(torch.zeros(0, 3, dtype=dtype), finite=True)
