@@ -203,12 +203,9 @@ class GymVectorEnv(EnvBatch):
         if ended:
             rows = np.flatnonzero(done)
             reset_itself = np.zeros(len(rows), dtype=bool) if self_reset is None else self_reset[rows]
-            if reset_itself.all():  # (a simulator's usual step: every ended env reset itself)
-                self._keep_finals(rows, t, batch_rows(_viewed(info.get("final_obs")), rows))
-            else:
-                for group, final in ((rows[reset_itself], info.get("final_obs")), (rows[~reset_itself], obs)):
-                    if len(group):  # their true final observations, all at once
-                        self._keep_finals(group, t, batch_rows(_viewed(final), group))
+            for group, final in ((rows[reset_itself], info.get("final_obs")), (rows[~reset_itself], obs)):
+                if len(group):  # their true final observations, all at once (a simulator's: numpy views)
+                    self._keep_finals(group, t, batch_rows(_viewed(final), group))
             to_reset = done if self_reset is None else done & ~self_reset
             if to_reset.any():
                 obs = self._reset_some(obs, to_reset)
