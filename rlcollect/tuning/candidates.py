@@ -124,10 +124,8 @@ def candidates(costs: Costs, kinds: tuple[str, ...], num_envs: int | None, max_e
     ``frames_per_batch`` where given (else sized by :data:`BATCH_SECONDS`). An env object that
     brings its own envs (``costs.batched``) is one per process, ``num_envs`` a multiple of its
     envs and ``max_envs`` not counted (the object fixes them); no policy server serves it."""
-    drafts = _shapes(costs, kinds, [num_envs] if num_envs is not None
-                     else [2**i for i in range(12) if 2**i <= max_envs])
-    if costs.batched:
-        drafts = _batched_shapes(costs, kinds, num_envs)
+    totals = [num_envs] if num_envs is not None else [2**i for i in range(12) if 2**i <= max_envs]
+    drafts = _batched_shapes(costs, kinds, num_envs) if costs.batched else _shapes(costs, kinds, totals)
     for draft in drafts:
         if frames_per_batch is None:
             yield replace(draft, steps=_steps(draft, costs))
@@ -139,10 +137,8 @@ def _shapes(costs: Costs, kinds: tuple[str, ...], totals: list[int]) -> Iterator
     """Each kind's workers, envs per worker and groups (at :data:`MIN_STEPS`): a policy server's
     workers step their envs all at once (2 workers or more) or in 2 groups (1 worker or more:
     the server then works while they step) where the envs can."""
-    cores = costs.cores
-    counts = sorted({1, cores, 2 * cores} | {2**i for i in range(8) if 2**i <= 2 * cores})
     for kind in kinds:
-        for workers in [1] if kind == "Collector" else counts:
+        for workers in [1] if kind == "Collector" else _worker_counts(costs.cores):
             for total in totals:
                 if total % workers:
                     continue
@@ -156,11 +152,14 @@ def _shapes(costs: Costs, kinds: tuple[str, ...], totals: list[int]) -> Iterator
 def _batched_shapes(costs: Costs, kinds: tuple[str, ...], num_envs: int | None) -> Iterator[Candidate]:
     """Each kind's workers, one env object of ``costs.batched`` envs each (``num_envs`` of them
     in all where given)."""
-    cores = costs.cores
-    counts = sorted({1, cores, 2 * cores} | {2**i for i in range(8) if 2**i <= 2 * cores})
     for kind in kinds:
         if kind == "AsyncBatchedCollector":  # a policy server serves envs stepped one by one
             continue
-        for workers in [1] if kind == "Collector" else [w for w in counts if w > 1]:
+        for workers in [1] if kind == "Collector" else [w for w in _worker_counts(costs.cores) if w > 1]:
             if num_envs is None or workers * costs.batched == num_envs:
                 yield Candidate(kind, workers, 1, MIN_STEPS, batched=costs.batched)
+
+
+def _worker_counts(cores: int) -> list[int]:
+    """1 to ``2 x cores`` workers: the powers of two, the cores and twice them."""
+    return sorted({1, cores, 2 * cores} | {2**i for i in range(8) if 2**i <= 2 * cores})

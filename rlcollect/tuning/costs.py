@@ -121,7 +121,7 @@ def measure_costs(
     batched = rollout.envs.num_envs if rollout.envs.num_envs > 1 else 0  # one object, its own envs
     if batched:  # the policy runs on all of them at once, whatever the sizes asked for
         sizes = [batched]
-    else:
+    elif max(sizes) > 1:  # copies of one env: as many as the largest size
         rollout.close()
         rollout = Rollout(RolloutSpec(create_env_fn, policy=policy, num_envs=max(sizes),
                                       create_env_kwargs=env_kwargs))
