@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.preloaded import Preloaded
+
 # TorchRL's vendored collector tests run apart (python -m tests.torchrl_suite.run), not in the default run
 collect_ignore = [] if os.environ.get("RLCOLLECT_TORCHRL_SUITE") else ["torchrl_suite"]
 
@@ -47,6 +49,14 @@ def ray_session() -> Iterator[None]:
     if not ray.is_initialized():
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
+
+
+@pytest.fixture(scope="session")
+def preloaded() -> Iterator[Preloaded]:
+    """Runs scripts as a new interpreter would, forked from one that has imported torch, tensordict,
+    Gymnasium and rlcollect (:mod:`tests.preloaded`): one helper per test process."""
+    with Preloaded() as python:
+        yield python
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

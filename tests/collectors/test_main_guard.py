@@ -1,16 +1,18 @@
 """A script without ``if __name__ == "__main__":`` run with the spawn or forkserver start method:
 its workers import the script, which builds a collector again; the run stops at once with a short
-error naming the guard (it used to retry for 9 to 17 s and print 121 to 147 lines)."""
+error naming the guard (it used to retry for 9 to 17 s and print 121 to 147 lines). The scripts run
+as ``python script.py`` would, forked from a preloaded interpreter (:mod:`tests.preloaded`); their
+workers start as the start method says."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
+
+from tests.preloaded import Preloaded
 
 SCRIPT = """
 import torch
@@ -28,13 +30,12 @@ collector.shutdown()
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(("kind", "method"), [("MultiSyncCollector", "spawn"),
                                               ("MultiAsyncCollector", "forkserver")])
-def test_a_script_without_the_main_guard_stops_at_once_naming_it(tmp_path: Path, kind: str,
-                                                                  method: str) -> None:
+def test_a_script_without_the_main_guard_stops_at_once_naming_it(tmp_path: Path, kind: str, method: str,
+                                                                  preloaded: Preloaded) -> None:
     script = tmp_path / "unguarded.py"
     script.write_text(textwrap.dedent(SCRIPT.format(kind=kind, method=method)))
     began = time.monotonic()
-    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=100)
+    done = preloaded.run([str(script)], cwd=tmp_path, timeout=100)
     seconds = time.monotonic() - began
     lines = (done.stdout + done.stderr).splitlines()
     assert done.returncode == 1, done.stderr
@@ -46,11 +47,10 @@ def test_a_script_without_the_main_guard_stops_at_once_naming_it(tmp_path: Path,
 
 
 @pytest.mark.timeout(120)
-def test_the_same_script_under_the_guard_collects(tmp_path: Path) -> None:
+def test_the_same_script_under_the_guard_collects(tmp_path: Path, preloaded: Preloaded) -> None:
     body = textwrap.indent(textwrap.dedent(SCRIPT.format(kind="MultiSyncCollector", method="spawn")), "    ")
     script = tmp_path / "guarded.py"
     script.write_text(f"def main() -> None:\n{body}\n\nif __name__ == \"__main__\":\n    main()\n")
-    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=100)
+    done = preloaded.run([str(script)], cwd=tmp_path, timeout=100)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["torch.Size([2, 32])"] * 2

@@ -1,4 +1,6 @@
-"""DistributedWeightSyncScheme: a learner process broadcasts weights to receivers (gloo, spawn)."""
+"""DistributedWeightSyncScheme: a learner process broadcasts weights to receivers (gloo). The
+processes start from rlcollect's forkserver (fresh processes, as with spawn, without importing torch
+again for each)."""
 
 from __future__ import annotations
 
@@ -11,11 +13,11 @@ from typing import Any
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from rlcollect.weights.distributed import DistributedWeightSyncScheme
+from rlcollect.workers.transport import start_context
 
-CTX = mp.get_context("spawn")
+CTX = start_context("forkserver")
 TIMEOUT = 30.0  # the schemes' own bound on each step
 
 
@@ -46,7 +48,7 @@ def constant(value: float, in_features: int = 4) -> list[float]:
     return [value] * (2 * in_features + 2)
 
 
-# -- process targets (module level: spawn pickles them) ---------------------------------------------
+# -- process targets (module level: pickled by name) ------------------------------------------------
 def learner(port: int, world_size: int, out: Any) -> None:
     """Rank 0: initial weights 0.5, then versions 1, 2, 3 filled with 1.0, 2.0, 3.0 (three forms)."""
     torch.set_num_threads(1)
@@ -183,7 +185,7 @@ def test_two_receivers_get_the_same_final_weights() -> None:
                     args=(port, 3, DistributedWeightSyncScheme(url(port), world_size=3, rank=rank,
                                                                timeout=TIMEOUT), out))
         for rank in (1, 2)
-    ]  # not yet initialised schemes travel to the spawned processes
+    ]  # not yet initialised schemes travel to the started processes
     for proc in procs:
         proc.start()
     policy = linear(0.5)
