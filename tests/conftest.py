@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from rlcollect.workers.transport import PRELOAD
 from tests.preloaded import Preloaded
 
 # TorchRL's vendored collector tests run apart (python -m tests.torchrl_suite.run), not in the default run
@@ -97,10 +98,27 @@ def _turn(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
             fcntl.flock(room, fcntl.LOCK_UN)
 
 
+#: What TorchRL's own processes find imported (the forkserver below): what rlcollect's workers
+#: preload, and TorchRL
+TORCHRL_PRELOAD = [*PRELOAD, "torchrl"]
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """One torch thread in every test process (each xdist worker too), as the README tells a
     script that collects to set: the in-process collectors run beside the other workers' cases,
-    and they warn once at torch's default (``rlcollect.ThreadsWarning``)."""
+    and they warn once at torch's default (``rlcollect.ThreadsWarning``).
+
+    And the default start method is ``forkserver``: TorchRL's own processes (its ``ParallelEnv``'s
+    and collectors' workers, which the interop tests run beside rlcollect's) start by the default
+    method, ``spawn`` unless set, and each imported torch, tensordict and TorchRL again (5 s of CPU).
+    rlcollect's collectors choose theirs themselves (``start_method``) and do not read it. TorchRL's
+    own suite (``tests/torchrl_suite``) runs as TorchRL left it."""
+    import multiprocessing
+
     import torch
 
     torch.set_num_threads(1)
+    unset = multiprocessing.get_start_method(allow_none=True) is None
+    if unset and not os.environ.get("RLCOLLECT_TORCHRL_SUITE"):
+        multiprocessing.set_start_method("forkserver")
+        multiprocessing.set_forkserver_preload(TORCHRL_PRELOAD)
