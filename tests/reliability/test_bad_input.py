@@ -6,8 +6,9 @@ Each case is ``(build, error, pattern)``: ``build()`` makes the bad thing (a con
 (``ValueError`` for a bad value, ``TypeError`` for a bad type; a tuple where either is fair) and
 ``pattern`` a regex the message must match: the argument's name and the value, or for env / policy
 data the env index, the step and expected vs actual. Construction errors need no worker process:
-the multi-process collectors are built with 1 worker, ``start_method="spawn"`` and tiny batches,
-and refuse before starting any.
+the multi-process collectors are built with 1 worker, ``start_method="forkserver"`` (fresh
+processes that unpickle what they are sent, as with spawn, without importing torch again each
+time) and tiny batches, and refuse before starting any.
 
 Seeds: an int in ``[0, 2**63)`` (numpy integers included), see ``rlcollect.collectors.checks.SEED_LIMIT``.
 """
@@ -180,19 +181,20 @@ def torchrl_collector(**kwargs: Any) -> Callable[[], Any]:
 
 
 def multi(cls: type = MultiSyncCollector, **kwargs: Any) -> Callable[[], Any]:
-    """A one-worker multi-process collector, spawned, tiny batches."""
+    """A one-worker multi-process collector, its worker from the forkserver, tiny batches."""
     def build() -> Any:
         arguments = {"create_env_fn": CartPole, "num_workers": 1, "frames_per_batch": 8,
-                     "start_method": "spawn", **kwargs}
+                     "start_method": "forkserver", **kwargs}
         return cls(**arguments)
     return build
 
 
 def batched(**kwargs: Any) -> Callable[[], Any]:
-    """A one-env ``AsyncBatchedCollector`` serving a zeros policy, spawned, tiny batches."""
+    """A one-env ``AsyncBatchedCollector`` serving a zeros policy, its worker from the forkserver, tiny
+    batches."""
     def build() -> Any:
         arguments = {"create_env_fn": CartPole, "policy": zeros_policy, "num_envs": 1, "frames_per_batch": 8,
-                     "start_method": "spawn", **kwargs}
+                     "start_method": "forkserver", **kwargs}
         return AsyncBatchedCollector(**arguments)
     return build
 

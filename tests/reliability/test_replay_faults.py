@@ -53,7 +53,7 @@ def make_buffer(storage: str, tmp_path: Path, capacity: int = 16) -> ReplayBuffe
 
 def kill_when(target: Callable[..., None], rb: ReplayBuffer, check: Callable[[], Any] = lambda: None) -> None:
     """Spawn ``target(rb, event)``, wait for the event, run ``check``, SIGKILL the child and reap it."""
-    context = mp.get_context("spawn")
+    context = mp.get_context("forkserver")  # fresh processes, preloaded (tests/conftest.py)
     event = context.Event()
     child = context.Process(target=target, args=(rb, event))
     child.start()
@@ -139,7 +139,7 @@ def test_no_semaphore_and_no_lock_file_left_behind(tmp_path: Path) -> None:
     assert lock_files() - before == {own.name}
 
     report = tmp_path / "child_lock"
-    child = mp.get_context("spawn").Process(target=extend_and_own_a_buffer, args=(rb, str(report)))
+    child = mp.get_context("forkserver").Process(target=extend_and_own_a_buffer, args=(rb, str(report)))
     child.start()
     child.join(30)
     assert child.exitcode == 0
@@ -161,7 +161,7 @@ def test_no_semaphore_and_no_lock_file_left_behind(tmp_path: Path) -> None:
 @pytest.mark.skipif(not SHM.is_dir(), reason="no /dev/shm")
 def test_the_lock_file_of_a_killed_owner_is_removed_by_the_next_buffer(tmp_path: Path) -> None:
     report = tmp_path / "owner_lock"
-    child = mp.get_context("spawn").Process(target=own_a_buffer_and_die, args=(str(report),))
+    child = mp.get_context("forkserver").Process(target=own_a_buffer_and_die, args=(str(report),))
     child.start()
     child.join(30)
     assert child.exitcode == -signal.SIGKILL

@@ -56,7 +56,7 @@ def test_concurrent_writers_and_a_sampling_reader(tmp_path: Path) -> None:
     size = TOTAL + 100
     bigs = [make_buffer("shared", size, tmp_path), make_buffer("memmap", size, tmp_path / "big")]
     smalls = [make_buffer("shared", 64, tmp_path), make_buffer("memmap", 64, tmp_path / "small")]
-    context = mp.get_context("spawn")
+    context = mp.get_context("forkserver")  # fresh processes, preloaded (tests/conftest.py)
     stop = context.Event()
     writers = [
         context.Process(target=write_concurrently, args=(bigs, smalls, w, NUM_BATCHES, stop)) for w in WRITERS

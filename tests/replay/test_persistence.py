@@ -77,7 +77,7 @@ def test_dumps_loads_round_trip(tmp_path: Path, sampler: str, extra: dict[str, i
 
 
 def test_memmap_reopened_after_the_writing_process_exited(tmp_path: Path) -> None:
-    process = mp.get_context("spawn").Process(target=write_memmap_and_exit, args=(str(tmp_path), 12, 3))
+    process = mp.get_context("forkserver").Process(target=write_memmap_and_exit, args=(str(tmp_path), 12, 3))
     process.start()
     process.join(60)
     assert process.exitcode == 0

@@ -311,7 +311,7 @@ def test_workers_name_the_collector_wide_env(kind: str) -> None:
         "frames_per_batch": rows * 8,
         "total_frames": 64,
         "seed": 0,
-        "start_method": "spawn",
+        "start_method": "forkserver",  # fresh workers that unpickle the env, as spawn
         "max_worker_restarts": 0,
     }
     policy = lambda obs: torch.zeros(obs.shape[0], dtype=torch.int64)  # noqa: E731
@@ -334,7 +334,7 @@ def test_batched_server_checks_the_policy_output() -> None:
             envs_per_worker=1,
             frames_per_batch=8,
             total_frames=64,
-            start_method="spawn",
+            start_method="forkserver",
         ) as collector,
         pytest.raises(BadDataError, match=r"action has shape \[1\]; expected \[[12]\]"),
     ):
