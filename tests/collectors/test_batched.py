@@ -164,6 +164,7 @@ class FailingPolicy(torch.nn.Module):
         return torch.zeros(obs.shape[0], dtype=torch.long)
 
 
+@pytest.mark.alone  # /dev/shm is the machine's: another case's entries would show
 def test_a_failing_policy_is_raised_here_and_nothing_is_left_behind() -> None:
     before_children, before_shm = child_pids(), shm_entries()
     collector = AsyncBatchedCollector(make_cartpole, FailingPolicy(fail_at=30), num_envs=2,
@@ -286,6 +287,7 @@ def test_weight_sync_schemes_apply_to_the_served_policy(scheme: Any, moves: bool
         assert collector.stats().policy_version == (1 if moves else 0)
 
 
+@pytest.mark.alone  # /dev/shm is the machine's: another case's entries would show
 def test_shutdown_with_a_hung_env_is_bounded_and_leaves_nothing() -> None:
     before_children, before_shm = child_pids(), shm_entries()
     collector = AsyncBatchedCollector(functools.partial(CountingEnv, hang_at=5), WeightedPolicy(), num_envs=2,
