@@ -136,13 +136,20 @@ class WorkerBatches(PooledState):
                 waiting.discard(worker)
         return frames
 
-    def _async_batches(self) -> Iterator[TensorDictBase | None]:
+    def _dispatch_idle(self) -> None:
+        """Hand a batch to each idle worker while more frames are wanted: every worker at the
+        start, later those whose batch collected ahead ``set_seed`` dropped (into its freed slot)."""
         pool = self._pool
-        next_slot = [self._batches % 2] * self.num_workers
         for worker in range(self.num_workers):
             if worker not in pool.busy() and self._more_wanted(len(pool.busy()) * self.frames_per_batch):
-                self._dispatch(worker, next_slot[worker])
-        while pool.busy():
+                self._dispatch(worker, self._redo.pop(worker, self._batches % 2))
+
+    def _async_batches(self) -> Iterator[TensorDictBase | None]:
+        pool = self._pool
+        while True:
+            self._dispatch_idle()
+            if not pool.busy():
+                break
             worker, report = pool.wait_one(sorted(pool.busy()))
             self._frames += self._account(worker, report)
             self._batches += 1

@@ -71,12 +71,20 @@ class WorkerRequests(PooledState):
     # -- seeding and state ------------------------------------------------------------------------
     def set_seed(self, seed: int, static_seed: bool = False) -> int:
         """Env ``i`` of worker ``w`` is reset now with ``seed + w * num_envs_per_worker + i``.
+        Every batch handed out after it is collected after it: an asynchronous worker's batch
+        collected ahead (while the last one was used) and not handed out yet is dropped, not
+        counted, and collected again from the reseeded envs (as TorchRL's asynchronous collectors
+        do), so that the batches after ``set_seed(s)`` are those of a collector seeded ``s``.
 
         Returns:
             ``seed`` plus the number of envs of all workers.
         """
         self._ensure_started()
         self._pool.drain()
+        if not self.sync:
+            for worker, report in self._pool.discard_pending():
+                self._weights.release(worker)
+                self._redo[worker] = report.slot  # free again: the worker collects into it anew
         for worker in range(self.num_workers):
             self._pool.request(worker, "seed", (seed, self._batches > 0))
         return seed + self.num_envs

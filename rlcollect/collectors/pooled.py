@@ -157,6 +157,7 @@ class PooledCollector(WorkerBatches, WorkerRequests, BaseCollector):
         self._frames = self._batches = self._last_lag = 0
         self._startup_seconds = math.nan
         self._reports: list[BatchReport | None] = [None] * workers
+        self._redo: dict[int, int] = {}
         self._returns: deque[float] = deque(maxlen=100)
         self._lengths: deque[int] = deque(maxlen=100)
         self._episode_records = EpisodeRecords(infos=layout.infos if layout else ())  # until episodes()

@@ -55,6 +55,7 @@ class PooledState:
     _tensordict: bool  # batches are a TorchRL env's own TensorDicts, sent back whole
     _whole: dict[tuple[int, int], TensorDictBase]  # (slot, worker): a worker's whole batch
     _reports: list[BatchReport | None]
+    _redo: dict[int, int]  # worker -> slot whose batch collected ahead set_seed dropped: to fill again
     _returns: deque[float]
     _lengths: deque[int]
     _episode_records: EpisodeRecords

@@ -219,6 +219,11 @@ class WorkerPool(PoolShutdown):
         """The reports arrived and not consumed, in arrival order (call :meth:`drain` first)."""
         return list(self._stash)
 
+    def discard_pending(self) -> list[tuple[int, BatchReport]]:
+        """Drop the reports arrived and not consumed (call :meth:`drain` first); return them."""
+        dropped, self._stash = self._stash, []
+        return dropped
+
     def restore_pending(self, reports: Iterable[tuple[int, BatchReport]]) -> None:
         """Take back :meth:`pending` of a saved pool: they are consumed before any new batch."""
         self._stash = list(reports) + self._stash

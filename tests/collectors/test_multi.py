@@ -204,6 +204,32 @@ def test_seed_state_dict_and_stats() -> None:
     assert first[0] is not None and not (first[0]["observation"] == expected[0]["observation"]).all()  # type: ignore[index]
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["async", "batched"])
+def test_set_seed_drops_the_batch_collected_ahead_so_the_next_ones_are_a_seeded_collectors(kind: str) -> None:
+    """An asynchronous worker collects its next batch while the last one is used: ``set_seed(5)``
+    drops it (not counted) and the batches after it are those of a new collector seeded 5, as on
+    TorchRL's asynchronous collectors (its suite's ``test_concurrent_collector_seed``)."""
+    def build(seed: int) -> Any:
+        if kind == "async":
+            return MultiAsyncCollector(make_cartpole, TiltPolicy(), num_workers=1, frames_per_batch=16,
+                                       seed=seed)
+        return AsyncBatchedCollector(make_cartpole, TiltPolicy(), num_envs=2, envs_per_worker=2,
+                                     frames_per_batch=16, seed=seed)  # one worker: its batches in order
+
+    with build(5) as fresh:
+        expected = [fresh.next().clone() for _ in range(3)]  # type: ignore[union-attr]
+    with build(0) as collector:
+        first = collector.next().clone()
+        collector.set_seed(5)
+        got = [collector.next().clone() for _ in range(3)]
+        stats = collector.stats()
+    assert not (drop_ids(first) == drop_ids(expected[0])).all()  # seed 0's batch is another
+    for want, have in zip(expected, got, strict=True):
+        assert (drop_ids(want) == drop_ids(have)).all()
+    assert stats.frames == 4 * 16 and stats.batches == 4  # the dropped batch is not counted
+
+
 def test_profile_traces_only_chosen_workers(tmp_path: Path) -> None:
     with MultiSyncCollector("CartPole-v1", TiltPolicy(), num_workers=2, frames_per_batch=8,
                             total_frames=32) as collector:
