@@ -18,6 +18,7 @@ that fails on its own is seen too. ``tests/test_preloaded.py`` holds the helper 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -134,7 +135,8 @@ class Preloaded:
             try:
                 status = int(self._reply(timeout)["status"])
             except subprocess.TimeoutExpired:
-                os.killpg(pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):  # it may have ended meanwhile
+                    os.killpg(pid, signal.SIGKILL)
                 self._reply(30.0)
                 raise subprocess.TimeoutExpired([sys.executable, *args], timeout, out.read_text(),
                                                 err.read_text()) from None
