@@ -2,7 +2,8 @@
 below it, and no set of modules imports itself in a circle, not even through a late import inside
 a function (which only hides a circle). Imports under ``TYPE_CHECKING`` are not counted. Files
 stay under 400 lines and functions under 60 (the ones still longer are listed, to split), and the
-core names none of TorchRL's own collector arguments: ``rlcollect.torchrl`` translates them.
+core names none of TorchRL's own collector arguments or of what the wing passes in for TorchRL's
+behaviour: ``rlcollect.torchrl`` translates them.
 """
 
 from __future__ import annotations
@@ -91,7 +92,9 @@ LONG_FUNCTIONS: set[str] = set()
 TORCHRL_ONLY = ("cat_results", "trajs_per_write", "track_traj_ids", "num_sub_threads", "interruptor",
                 "no_cuda_sync", "use_buffers", "replay_buffer_chunk", "extend_buffer", "compact_obs",
                 "exclude_private", "use_env_creator", "remote_configs", "num_workers_per_collector",
-                "update_after_each_batch", "max_weight_update_interval", "MAX_IDLE_COUNT", "service_backend")
+                "update_after_each_batch", "max_weight_update_interval", "MAX_IDLE_COUNT", "service_backend",
+                # TorchRL's behaviour the wing owns: its layout (a layout object the core is given)
+                "track_policy_version", "TorchRLLayout", "torchrl_layout")
 
 
 def _relative(path: Path) -> str:

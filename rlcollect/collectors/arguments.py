@@ -32,7 +32,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import InteractionType
 
 from rlcollect.collectors.delivery import ReplayWriter
-from rlcollect.data.formats import BatchStep, NativeLayout, TorchRLLayout
+from rlcollect.data.formats import BatchStep, Layout
 
 __all__ = ["CollectorArguments", "EnvArguments", "SharedArguments", "WorkerArguments", "argument_names",
            "check_accepted", "named_as"]
@@ -80,13 +80,9 @@ class SharedArguments(TypedDict, total=False):
             of another shape or one its dtype does not hold, is a ``BadDataError``. Gymnasium
             envs, vector envs and synchronous EnvPool pools (a TorchRL env: its
             ``info_dict_reader``). ``None`` (default): none.
-        layout: ``"rlcollect"`` (default: the batch layout of the docs, ``[num_envs, T]``) or
-            ``"torchrl"``, TorchRL's (:mod:`rlcollect.data.torchrl_layout`: root ``done`` /
-            ``terminated`` / ``truncated``, ``[T]`` for one unbatched TorchRL env, the policy
-            version only with ``track_policy_version``), or a layout object of
-            :mod:`rlcollect.data.formats`; ``rlcollect.torchrl``'s collectors default to TorchRL's.
-        track_policy_version: with ``layout="torchrl"``, stamp ``policy_version`` at the root
-            and in ``"next"`` (the native layout always stamps it at the root).
+        layout: ``"rlcollect"`` (default: the batch layout of the docs, ``[num_envs, T]``) or a
+            layout object (:class:`~rlcollect.data.formats.Layout`): TorchRL's is
+            :mod:`rlcollect.torchrl.layout`'s, the default of ``rlcollect.torchrl``'s collectors.
         batch_steps: callables ``step(batch, shape) -> batch`` applied in order to each batch
             after its layout, before ``storing_device`` and ``postproc``
             (:class:`~rlcollect.data.formats.BatchStep`; they must pickle).
@@ -109,8 +105,7 @@ class SharedArguments(TypedDict, total=False):
     check: str
     obs_dtype: Any
     info_keys: Sequence[str] | None
-    layout: str | NativeLayout | TorchRLLayout
-    track_policy_version: bool
+    layout: str | Layout
     batch_steps: Sequence[BatchStep]
     replay_writer: ReplayWriter | None
 

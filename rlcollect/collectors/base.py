@@ -247,8 +247,8 @@ class BaseCollector(BackgroundCollection, WeightApi, RemoteApi, ProfileApi, Iter
     @property
     def policy_version(self) -> int | None:
         """The version of the weights the next frames are collected with (0 at the start, one more
-        per update, or ``Collector``'s acting module edited in place); ``None`` in TorchRL's layout without
-        ``track_policy_version``, as in TorchRL.
+        per update, or ``Collector``'s acting module edited in place); ``None`` where the layout
+        stamps none (TorchRL's, unless told to track it).
 
         Examples:
             >>> import torch
@@ -262,7 +262,7 @@ class BaseCollector(BackgroundCollection, WeightApi, RemoteApi, ProfileApi, Iter
             1
         """
         options = getattr(self, "options", None)
-        if options is not None and not options.layout.reports_policy_version(options.track_policy_version):
+        if options is not None and not options.layout.reports_policy_version():
             return None
         return self.stats().policy_version
 

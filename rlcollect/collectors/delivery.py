@@ -1,8 +1,8 @@
 """What happens to a collected batch before the user (or the replay buffer) gets it.
 
 One pipeline for every collector: copy (unless ``return_same_td``), regroup (``split_trajs``, or
-``trajs_per_batch`` complete episodes), the layout (:mod:`rlcollect.data.formats`: the native one,
-or TorchRL's), the batch steps (``batch_steps``), move to ``storing_device``, ``postproc``, the
+``trajs_per_batch`` complete episodes), the layout (:mod:`rlcollect.data.formats`: the native one
+or another), the batch steps (``batch_steps``), move to ``storing_device``, ``postproc``, the
 post-collect hook, then either yield the batch or write it to the replay buffer (as its
 :class:`ReplayWriter` says) and yield ``None``.
 """
@@ -16,7 +16,7 @@ from typing import Any, Literal
 import torch
 from tensordict import TensorDictBase
 
-from rlcollect.data.formats import BatchShape, BatchStep, NativeLayout, TorchRLLayout
+from rlcollect.data.formats import BatchShape, BatchStep, Layout, NativeLayout
 from rlcollect.data.trajectories import TrajectoryAssembler, pad_trajectories, split_trajectories
 from rlcollect.replay import flatten_batch
 
@@ -55,7 +55,7 @@ class Delivery:
             With a replay buffer, as TorchRL: after each collected batch every episode it
             completed is written (flat), ``writer.trajectories_per_extend`` episodes per
             ``extend``, and one ``None`` is yielded.
-        layout: the native layout or TorchRL's (:mod:`rlcollect.data.formats`).
+        layout: how batches are laid out (:mod:`rlcollect.data.formats`).
         steps: the batch steps after the layout.
         writer: how batches reach the replay buffer.
         unbatched: each env has no batch size of its own (set by the collector once its env is
@@ -74,8 +74,7 @@ class Delivery:
     written_elsewhere: bool = False
     trajs_per_batch: int | None = None
     traj_format: Literal["padded", "cat"] = "padded"
-    layout: NativeLayout | TorchRLLayout = field(default_factory=NativeLayout)
-    track_policy_version: bool = False
+    layout: Layout = field(default_factory=NativeLayout)
     steps: tuple[BatchStep, ...] = ()
     writer: ReplayWriter = ReplayWriter()
     unbatched: bool = False
@@ -144,7 +143,7 @@ class Delivery:
         workers = 1 if regrouped else self.workers
         shape = BatchShape(workers, stacked=self.whole and workers > 1,
                            unbatched=self.unbatched and not regrouped)
-        out, shape = self.layout.format(out, shape, track_policy_version=self.track_policy_version)
+        out, shape = self.layout.format(out, shape)
         for step in self.steps:
             out = step(out, shape)
         if self.storing_device is not None:
@@ -193,8 +192,7 @@ def make_delivery(
     trajs_per_batch: int | None,
     traj_format: str | None,
     workers_write: bool = False,
-    layout: NativeLayout | TorchRLLayout | None = None,
-    track_policy_version: bool = False,
+    layout: Layout | None = None,
     steps: tuple[BatchStep, ...] = (),
     writer: ReplayWriter | None = None,
 ) -> Delivery:
@@ -230,7 +228,6 @@ def make_delivery(
         trajs_per_batch=trajs_per_batch,
         traj_format="cat" if traj_format == "cat" else "padded",
         layout=layout,
-        track_policy_version=track_policy_version,
         steps=steps,
         writer=writer,
     )

@@ -50,7 +50,7 @@ from rlcollect.collectors.checks import (
 from rlcollect.collectors.delivery import Delivery, ReplayWriter, make_delivery
 from rlcollect.common.callers import outside_stacklevel
 from rlcollect.data.checks import CHECK_LEVELS, short_repr
-from rlcollect.data.formats import NativeLayout, TorchRLLayout, layout_of
+from rlcollect.data.formats import Layout, layout_of
 from rlcollect.policies.adapter import interaction_type
 from rlcollect.rollout.engine import RolloutSpec
 from rlcollect.weights.forms import UnknownKeyError
@@ -112,8 +112,7 @@ class CollectorOptions:
     check: str = "full"
     obs_dtype: Any = None
     info_keys: Sequence[str] | None = ()  # becomes a tuple
-    layout: str | NativeLayout | TorchRLLayout = "rlcollect"  # becomes a layout object
-    track_policy_version: bool = False
+    layout: str | Layout = "rlcollect"  # becomes a layout object
     batch_steps: Sequence[Any] = ()  # becomes a tuple
     replay_writer: ReplayWriter | None = None
     # a TorchRL env's policy transforms (rlcollect.torchrl's collectors take it)
@@ -192,7 +191,7 @@ class CollectorOptions:
             raise TypeError(f"policy must be None, an nn.Module, a TensorDictModule or a callable; got "
                             f"{type(self.policy).__name__} {short_repr(self.policy)}")
         for name in ("reset_at_each_iter", "set_truncated", "split_trajs", "return_same_td", "prefetch",
-                     "update_at_each_batch", "track_policy_version"):
+                     "update_at_each_batch"):
             self._put(name, check_flag(name, getattr(self, name)))
         compile_policy = self.compile_policy
         if not isinstance(compile_policy, (bool, np.bool_, Mapping)):
@@ -370,7 +369,7 @@ class CollectorOptions:
             post_collect_hook=self.post_collect_hook, replay_buffer=self.replay_buffer,
             trajs_per_batch=self.trajs_per_batch, traj_format=self.traj_format,
             workers_write=workers_write, layout=layout_of(self.layout),
-            track_policy_version=self.track_policy_version, steps=tuple(self.batch_steps),
+            steps=tuple(self.batch_steps),
             writer=self.replay_writer,
         )
 

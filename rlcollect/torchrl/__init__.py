@@ -13,7 +13,7 @@ What this module gives today: the names (``Collector`` with ``num_collectors`` /
 (``SyncDataCollector``, ``MultiSyncDataCollector``, ``MultiaSyncDataCollector``,
 ``aSyncDataCollector``, ``DataCollectorBase``), bound to rlcollect's collectors with their own
 arguments and TorchRL's (:data:`TORCHRL_ARGUMENTS`), and TorchRL's
-batch layout by default (``layout="torchrl"``, see :mod:`rlcollect.data.torchrl_layout`: root
+batch layout by default (:class:`TorchRLLayout`, see :mod:`rlcollect.torchrl.layout`: root
 ``done`` / ``terminated`` / ``truncated``, ``[T]`` batches for one unbatched env,
 ``policy_version`` only with ``track_policy_version=True``). TorchRL's own collector tests, vendored
 in ``tests/torchrl_suite/`` with this one import changed, measure how far that goes.
@@ -42,6 +42,7 @@ from rlcollect.torchrl.collectors import (
     MultiSyncCollector,
     RayCollector,
 )
+from rlcollect.torchrl.layout import TorchRLLayout
 from rlcollect.torchrl.stats import TorchRLStats
 from rlcollect.torchrl.translate import TORCHRL_ARGUMENTS
 from rlcollect.weights import WeightUpdaterBase
@@ -68,6 +69,7 @@ __all__ = [
     "RayCollector",
     "SyncDataCollector",
     "TORCHRL_ARGUMENTS",
+    "TorchRLLayout",
     "TorchRLStats",
     "WeightUpdaterBase",
     "aSyncDataCollector",

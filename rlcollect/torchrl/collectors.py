@@ -28,12 +28,12 @@ from rlcollect import collectors
 from rlcollect.collectors import BaseCollector
 from rlcollect.collectors.checks import check_flag, check_int
 from rlcollect.common.callers import outside_stacklevel
-from rlcollect.data.formats import TorchRLLayout
 from rlcollect.envs.torchrl_env import dump_env_transform
 from rlcollect.policies.devices import warn_unmovable
 from rlcollect.torchrl.accessors import TorchRLAccessors
 from rlcollect.torchrl.arguments import check_ray_replay_buffer, idle_seconds, none_means_default
 from rlcollect.torchrl.backends import Selection, context_backend, select
+from rlcollect.torchrl.layout import TorchRLLayout
 from rlcollect.torchrl.signatures import ASYNC, COLLECTOR, MULTI, RAY, RAY_DEFAULTS, torchrl_signature
 from rlcollect.torchrl.stats import TorchRLStats, note_acting_weights, torchrl_stats, worker_stats
 from rlcollect.torchrl.translate import WorkerInit, take_torchrl_arguments
@@ -73,10 +73,8 @@ def _torchrl_init(collector: Any, cls: Any, args: tuple[Any, ...], kwargs: dict[
         warnings.warn("trajs_per_batch without traj_format yields 'padded' batches ([n, max_len] with a "
                       "mask); as in TorchRL, the default will change to 'cat' in torchrl v0.16: pass "
                       "traj_format='padded' or 'cat'", FutureWarning, stacklevel=outside_stacklevel())
-    layout = kwargs.setdefault("layout", "torchrl")
-    collector._torchrl_layout = None
-    if layout == "torchrl":  # an object of this collector's own: _exclude_private_keys switches it
-        kwargs["layout"] = collector._torchrl_layout = TorchRLLayout()
+    layout = translation.layout  # an object of this collector's own: _exclude_private_keys switches it
+    collector._torchrl_layout = layout if isinstance(layout, TorchRLLayout) else None
     kwargs.update(translation.core_arguments())
     idle = os.environ.get("MAX_IDLE_COUNT")
     if idle is not None and cls is not collectors.Collector and "timeout" not in kwargs:

@@ -55,7 +55,7 @@ def torchrl_stats(collector: Any, native: CollectorStats, workers: str | None) -
             entries["total_frames"] = collector.total_frames
             entries["completed"] = native.frames >= collector.total_frames
         entries["requested_frames_per_batch"] = collector.requested_frames_per_batch
-        if collector.options.track_policy_version:
+        if collector.options.layout.reports_policy_version():
             entries["policy_version"] = native.policy_version
     if workers is not None:
         # a worker that dies is restarted or fails the collector at once: all are alive while it runs

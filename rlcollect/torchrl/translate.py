@@ -27,7 +27,8 @@ from rlcollect.collectors.checks import check_callable, check_flag, check_int
 from rlcollect.collectors.delivery import ReplayWriter
 from rlcollect.common.callers import outside_stacklevel
 from rlcollect.data.checks import short_repr
-from rlcollect.data.formats import BatchShape, BatchStep
+from rlcollect.data.formats import BatchShape, BatchStep, Layout
+from rlcollect.torchrl.layout import TorchRLLayout
 
 __all__ = ["TORCHRL_ARGUMENTS", "CompactObs", "GroupWorkers", "Translation", "WithoutTrajIds",
            "WorkerInit", "take_torchrl_arguments"]
@@ -37,7 +38,7 @@ TORCHRL_ARGUMENTS: dict[str, Any] = {
     "cat_results": None, "extend_buffer": True, "use_buffers": None, "reset_when_done": True,
     "compact_obs": False, "trust_policy": None, "cudagraph_policy": None, "track_traj_ids": True,
     "trajs_per_write": None, "no_cuda_sync": None, "num_threads": None, "num_sub_threads": 1,
-    "interruptor": None, "weight_recv_schemes": None, "worker_idx": None,
+    "interruptor": None, "weight_recv_schemes": None, "worker_idx": None, "track_policy_version": False,
 }
 #: The values of ``cat_results`` (``None``: ``"stack"``).
 CAT_RESULTS = (None, "stack", 0, -1)
@@ -108,6 +109,7 @@ class Translation:
     """What TorchRL's arguments of one call become.
 
     Attributes:
+        layout: the ``layout`` option (TorchRL's layout object unless the call gave another).
         steps: batch steps (``batch_steps=``) after TorchRL's layout.
         writer: how batches reach the replay buffer (``replay_writer=``), if not rlcollect's way.
         num_threads: the torch threads of this process, set before the collector is built.
@@ -115,6 +117,7 @@ class Translation:
         receivers: weight receivers registered once the collector is built.
     """
 
+    layout: str | Layout = field(default_factory=TorchRLLayout)
     steps: list[BatchStep] = field(default_factory=list)
     writer: ReplayWriter | None = None
     num_threads: int | None = None
@@ -125,7 +128,9 @@ class Translation:
 
     def core_arguments(self) -> dict[str, Any]:
         """The core collector's arguments this translation adds."""
-        arguments: dict[str, Any] = {"batch_steps": tuple(self.steps)} if self.steps else {}
+        arguments: dict[str, Any] = {"layout": self.layout}
+        if self.steps:
+            arguments["batch_steps"] = tuple(self.steps)
         if self.writer is not None:
             arguments["replay_writer"] = self.writer
         return arguments
@@ -169,13 +174,15 @@ def take_torchrl_arguments(kwargs: dict[str, Any]) -> Translation:
     given = {name: kwargs.pop(name) for name in TORCHRL_ARGUMENTS if name in kwargs}
     values = {**TORCHRL_ARGUMENTS, **given}
     _refuse_unsupported(values)
-    translation = Translation()
+    layout = kwargs.pop("layout", "torchrl")
+    tracked = check_flag("track_policy_version", values["track_policy_version"])
+    translation = Translation(TorchRLLayout(track_policy_version=tracked) if layout == "torchrl" else layout)
     cat = values["cat_results"]
     if isinstance(cat, (bool, np.bool_)) or not (
             cat is None or cat == "stack" or (isinstance(cat, (int, np.integer)) and cat in (0, -1))):
         raise ValueError(f"cat_results={short_repr(cat)} is not one of {CAT_RESULTS} (how TorchRL's "
                          "layout groups a synchronous batch of several workers)")
-    if cat not in (None, 0) and kwargs.get("layout", "torchrl") != "torchrl":
+    if cat not in (None, 0) and not isinstance(translation.layout, TorchRLLayout):
         raise ValueError(f"cat_results={cat!r} groups the workers' batches in TorchRL's layout: pass "
                          "layout='torchrl' (rlcollect's layout puts the workers' envs one after the "
                          "other along dim 0, which is cat_results=0)")

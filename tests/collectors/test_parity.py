@@ -27,6 +27,7 @@ from tensordict import TensorDictBase
 from rlcollect import AsyncBatchedCollector, Collector, MultiAsyncCollector, MultiSyncCollector, RayCollector
 from rlcollect.collectors.delivery import ReplayWriter
 from rlcollect.data.formats import BatchShape
+from rlcollect.torchrl import TorchRLLayout
 from rlcollect.weights import RayWeightSyncScheme, SharedMemWeightSyncScheme
 from tests.envs_for_tests import TiltPolicy, assert_ids_label_trajectories, make_cartpole, make_cartpole_info
 
@@ -77,8 +78,8 @@ CASES: dict[str, tuple[dict[str, Any], str]] = {
     "check=batch": ({"check": "batch"}, "frames"),
     "check=off": ({"check": "off"}, "frames"),
     "obs_dtype=float64": ({"obs_dtype": "float64"}, "frames"),
-    "layout=torchrl": ({"layout": "torchrl"}, "frames"),
-    "track_policy_version": ({"layout": "torchrl", "track_policy_version": True}, "frames"),
+    "layout=torchrl": ({"layout": TorchRLLayout()}, "frames"),
+    "track_policy_version": ({"layout": TorchRLLayout(track_policy_version=True)}, "frames"),
     "batch_steps": ({"batch_steps": [DoubledReward()]}, "frames"),
     "replay_writer": ({"replay_buffer": "sink", "replay_writer": ReplayWriter(time_major=True)}, "sink"),
     "compile_policy": ({"compile_policy": {"backend": "eager"}}, "frames"),

@@ -14,6 +14,7 @@ from rlcollect import MultiAsyncCollector as NativeMultiAsync
 from rlcollect import MultiSyncCollector as NativeMultiSync
 from rlcollect.data.formats import BatchShape
 from rlcollect.torchrl import Collector as TorchRLLayoutCollector
+from rlcollect.torchrl import TorchRLLayout
 from rlcollect.torchrl.translate import GroupWorkers
 from tests.envs_for_tests import TiltPolicy, make_cartpole
 
@@ -361,7 +362,8 @@ def test_fake_tensordict_is_a_zeroed_batch_of_the_same_structure(layout: str) ->
         return batch.set("twice", batch["observation"] * 2)
 
     with Collector(make_cartpole, TiltPolicy(), num_envs=3, frames_per_batch=12, total_frames=12,
-                   postproc=postproc, layout=layout, seed=1) as collector:
+                   postproc=postproc, layout=TorchRLLayout() if layout == "torchrl" else layout,
+                   seed=1) as collector:
         fake = collector.fake_tensordict()
         assert collector.stats().frames == 0
         real = next(iter(collector))

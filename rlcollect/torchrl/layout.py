@@ -1,4 +1,5 @@
-"""The batch in TorchRL's collector layout: what every collector delivers with ``layout="torchrl"``.
+"""The batch in TorchRL's collector layout: what :mod:`rlcollect.torchrl`'s collectors deliver by
+default, and any collector given ``layout=TorchRLLayout()``.
 
 The engine always fills the native layout (``[N, T]``; see :mod:`rlcollect.data.buffers`). This is
 a view of that batch, sharing its tensors (nothing is copied), that differs where TorchRL's
@@ -23,14 +24,22 @@ Examples:
     >>> batch = torchrl_layout(native, unbatched=True, track_policy_version=False)
     >>> batch.batch_size, "done" in batch.keys(), "policy_version" in batch.keys()
     (torch.Size([3]), True, False)
+    >>> out, shape = TorchRLLayout().format(native, BatchShape())
+    >>> out.batch_size, shape.stacked
+    (torch.Size([1, 3]), False)
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from tensordict import TensorDictBase
 
-__all__ = ["ROOT_FLAGS", "torchrl_layout"]
+from rlcollect.data.formats import BatchShape
+from rlcollect.data.layout import is_private_key
+
+__all__ = ["ROOT_FLAGS", "TorchRLLayout", "torchrl_layout"]
 
 #: The flags TorchRL keeps at the root as well as in ``"next"``.
 ROOT_FLAGS = ("done", "terminated", "truncated")
@@ -69,3 +78,42 @@ def torchrl_layout(
     if unbatched and out.batch_size[0] == 1:
         out = out[0]
     return out
+
+
+@dataclass
+class TorchRLLayout:
+    """TorchRL's layout as a collector's ``layout`` object (see the module docstring): root
+    ``done`` / ``terminated`` / ``truncated``, ``[T]`` for one unbatched TorchRL env, a
+    synchronous batch of several workers stacked ``[workers, *batch, T]``, ``policy_version``
+    only when tracked, and actions in the policy's dtype.
+
+    Attributes:
+        track_policy_version: stamp ``policy_version`` at the root and in ``"next"`` (TorchRL's
+            argument of that name; ``False``: the batches hold none and ``policy_version`` is
+            ``None``).
+        private_keys: keep the keys with a part that starts with ``_`` (a policy's private
+            state, such as an exploration module's noise); TorchRL leaves them out (``False``).
+    """
+
+    track_policy_version: bool = False
+    private_keys: bool = False
+    name = "torchrl"
+    action_dtype = "policy"
+    #: as in TorchRL, a collector whose policy writes no action is built (its env transforms can
+    #: be looked at) and fails when the policy first acts
+    action_at_build = False
+
+    def format(self, batch: TensorDictBase, shape: BatchShape) -> tuple[TensorDictBase, BatchShape]:
+        """``batch`` (native, or whole TensorDicts already stacked by worker) in TorchRL's layout."""
+        workers = 1 if shape.stacked else shape.workers
+        out = torchrl_layout(batch, unbatched=shape.unbatched, track_policy_version=self.track_policy_version,
+                             workers=workers)
+        if workers > 1 and batch.batch_dims == 2:
+            shape = BatchShape(shape.workers, stacked=True, unbatched=shape.unbatched)
+        if not self.private_keys:
+            out = out.exclude(*[key for key in out.keys(True) if is_private_key(key)])
+        return out, shape
+
+    def reports_policy_version(self) -> bool:
+        """Whether ``policy_version`` is a number: only when tracked, as in TorchRL."""
+        return self.track_policy_version
