@@ -94,7 +94,9 @@ TORCHRL_ONLY = ("cat_results", "trajs_per_write", "track_traj_ids", "num_sub_thr
                 "exclude_private", "use_env_creator", "remote_configs", "num_workers_per_collector",
                 "update_after_each_batch", "max_weight_update_interval", "MAX_IDLE_COUNT", "service_backend",
                 # TorchRL's behaviour the wing owns: its layout (a layout object the core is given)
-                "track_policy_version", "TorchRLLayout", "torchrl_layout")
+                "track_policy_version", "TorchRLLayout", "torchrl_layout",
+                # and its remote helpers (over the core's call_workers)
+                "get_distant_attr", "map_fn")
 
 
 def _relative(path: Path) -> str:

@@ -1,11 +1,11 @@
 """What a collector with workers asks of them besides batches (seeds, states, counters, weights,
-TorchRL's remote calls ``get_distant_attr`` and ``map_fn``), and what it tells another collector
+calls on their attributes), and what it tells another collector
 built on it (its batch layout, its weight sources, its next trajectory id).
 
 Examples:
     >>> from rlcollect import MultiSyncCollector
     >>> with MultiSyncCollector("CartPole-v1", num_workers=2, frames_per_batch=8) as collector:
-    ...     collector.get_distant_attr("worker_idx")
+    ...     collector.call_workers("worker_idx")
     [0, 1]
 """
 
@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from rlcollect.collectors.pooled_state import PooledState
+from rlcollect.collectors.remote import worker_entries
 from rlcollect.collectors.stats import CollectorStats
 from rlcollect.collectors.stream import between_batches
 from rlcollect.common.state import checked_state, stamped
@@ -37,35 +38,21 @@ class WorkerRequests(PooledState):
     """Seeds, states, stats and remote calls of a collector's workers (a part of
     :class:`~rlcollect.collectors.pooled.PooledCollector`)."""
 
-    # -- TorchRL's remote helpers ------------------------------------------------------------------
-    def get_distant_attr(self, attr: str) -> list[Any]:
-        """Each worker's attribute at the path ``attr`` (``"worker_idx"``, ``"frames_per_batch"``,
-        ``"replay_buffer.write_count"``, ``"policy"``, ... of :class:`WorkerView`), in worker
-        order; the batches under way finish first."""
-        return self._call_workers(attr, [None] * self.num_workers, [{}] * self.num_workers)
-
-    def map_fn(self, method_name: str, list_of_args: Sequence[tuple[Any, ...]] | None = None,
-               list_of_kwargs: Sequence[Mapping[str, Any]] | None = None) -> list[Any]:
-        """Call the method at the path ``method_name`` in each worker (see :meth:`get_distant_attr`),
-        with worker ``i``'s entry of ``list_of_args`` and ``list_of_kwargs``; return the results in
-        worker order.
+    # -- calls on the workers --------------------------------------------------------------------
+    def call_workers(self, path: str, args: Sequence[Sequence[Any]] | None = None,
+                     kwargs: Sequence[Mapping[str, Any]] | None = None) -> list[Any]:
+        """Read (``args`` None) or call the attribute at ``path`` of each worker's
+        :class:`~rlcollect.workers.worker.WorkerView` (``"worker_idx"``, ``"replay_buffer.write_count"``,
+        ``"policy"``, ...), with worker ``i``'s entry of ``args`` and ``kwargs``; the results in worker
+        order, once the batches under way finish. A path that fails raises here; the worker carries on.
 
         Raises:
-            ValueError: a list does not have one entry per worker.
+            ValueError: ``args`` or ``kwargs`` does not have one entry per worker.
         """
-        workers = self.num_workers
-        args = list(list_of_args) if list_of_args is not None else [()] * workers
-        kwargs = list(list_of_kwargs) if list_of_kwargs is not None else [{}] * workers
-        for name, entries in (("argument", args), ("keyword-argument", kwargs)):
-            if len(entries) != workers:
-                raise ValueError(f"Expected {workers} {name} entries (one per worker), got {len(entries)}")
-        return self._call_workers(method_name, [tuple(a) for a in args], [dict(k) for k in kwargs])
-
-    def _call_workers(self, path: str, args: list[tuple[Any, ...] | None], kwargs: list[dict[str, Any]]
-                      ) -> list[Any]:
+        entries, keywords = worker_entries(self.num_workers, args, kwargs)
         self._ensure_started()
         self._pool.drain()
-        return [self._pool.request(worker, "call", (path, args[worker], kwargs[worker]))
+        return [self._pool.request(worker, "call", (path, entries[worker], keywords[worker]))
                 for worker in range(self.num_workers)]
 
     # -- seeding and state ------------------------------------------------------------------------

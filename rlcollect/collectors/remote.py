@@ -1,6 +1,6 @@
 """What a collector exposes besides its batches, as TorchRL's collectors do: its hooks, its place
-among another collector's workers, and calls on its workers (``cascade_execute``,
-``get_distant_attr``, ``map_fn``).
+among another collector's workers, and calls on itself (``cascade_execute``) and on its workers
+(``call_workers``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from tensordict import TensorDictBase
 
 from rlcollect.data.attributes import call_path, resolve_path
 
-__all__ = ["RemoteApi"]
+__all__ = ["RemoteApi", "worker_entries"]
 
 
 class RemoteApi:
@@ -97,41 +97,41 @@ class RemoteApi:
         """
         return call_path(self, attr_path, args, kwargs)
 
-    def get_distant_attr(self, attr: str) -> Any:
-        """The attribute at the path ``attr`` (as :meth:`cascade_execute` reads it); a collector
-        with workers returns each worker's, in worker order (TorchRL's remote helper).
+    def call_workers(self, path: str, args: Sequence[Sequence[Any]] | None = None,
+                     kwargs: Sequence[Mapping[str, Any]] | None = None) -> list[Any]:
+        """Read (``args`` None) or call the attribute at the path ``path`` in each of the
+        collector's workers, in worker order: one entry of ``args`` (and of ``kwargs``) per
+        worker. A worker answers for its ``worker_idx``, ``frames_per_batch``, ``replay_buffer``,
+        ``policy``, ``policy_version``, ``env`` (:class:`~rlcollect.workers.worker.WorkerView`); a
+        collector without worker processes is its own one worker.
+
+        Raises:
+            ValueError: ``args`` or ``kwargs`` does not have one entry per worker.
+            AttributeError, KeyError, IndexError: the path does not resolve (a worker carries on).
 
         Examples:
             >>> from rlcollect import Collector
             >>> with Collector("CartPole-v1", frames_per_batch=8) as collector:
-            ...     collector.get_distant_attr("frames_per_batch")
-            8
+            ...     read = collector.call_workers("frames_per_batch")
+            ...     called = collector.call_workers("stats", [()])  # one argument entry per worker
+            >>> read, called[0].frames
+            ([8], 0)
         """
-        return resolve_path(self, attr)
+        (entry,), (keywords,) = worker_entries(1, args, kwargs)
+        return [resolve_path(self, path) if entry is None else call_path(self, path, entry, keywords)]
 
-    def map_fn(self, method_name: str, list_of_args: Sequence[tuple[Any, ...]] | None = None,
-               list_of_kwargs: Sequence[Mapping[str, Any]] | None = None) -> list[Any]:
-        """Call the method at the path ``method_name`` once per entry of ``list_of_args`` and
-        ``list_of_kwargs`` (one call without arguments if neither is given); return the results. A
-        collector with workers calls it in each worker, one entry per worker (TorchRL's remote helper).
 
-        Raises:
-            ValueError: the two lists differ in length.
-            AttributeError: the attribute is not callable.
-        """
-        if list_of_args is None:
-            list_of_args = [()] * len(list_of_kwargs) if list_of_kwargs else [()]
-        if list_of_kwargs is None:
-            list_of_kwargs = [{}] * len(list_of_args)
-        if len(list_of_args) != len(list_of_kwargs):
-            raise ValueError(f"list_of_args and list_of_kwargs must have the same length, got "
-                             f"{len(list_of_args)} and {len(list_of_kwargs)}")
-        method = resolve_path(self, method_name)
-        if not callable(method):
-            raise AttributeError(f"{method_name} is not callable: map_fn calls a method "
-                                 "(get_distant_attr reads an attribute)")
-        return [method(*args, **kwargs) for args, kwargs in zip(list_of_args, list_of_kwargs, strict=True)]
-
+def worker_entries(workers: int, args: Sequence[Sequence[Any]] | None,
+                   kwargs: Sequence[Mapping[str, Any]] | None
+                   ) -> tuple[list[tuple[Any, ...] | None], list[dict[str, Any]]]:
+    """``call_workers``'s arguments as one entry per worker (``None``: read the attribute)."""
+    if args is None and kwargs is not None:
+        args = [()] * len(kwargs)
+    for name, entries in (("argument", args), ("keyword-argument", kwargs)):
+        if entries is not None and len(entries) != workers:
+            raise ValueError(f"Expected {workers} {name} entries (one per worker), got {len(entries)}")
+    return ([None] * workers if args is None else [tuple(a) for a in args],
+            [{}] * workers if kwargs is None else [dict(k) for k in kwargs])
 
 
 def _check_hook(name: str, hook: Any) -> None:

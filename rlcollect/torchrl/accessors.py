@@ -3,7 +3,8 @@
 ``getattr_env`` / ``getattr_policy`` / ``getattr_rb`` read an attribute of the env, the policy
 or the replay buffer (the first worker's env and policy for a collector with workers, as in
 TorchRL), ``get_model(model_id)`` is the module weights of ``model_id`` go to,
-``set_post_collect_hook`` the method form of the attribute, ``closed`` tells whether the
+``set_post_collect_hook`` the method form of the attribute, ``get_distant_attr`` and ``map_fn``
+read and call attributes of the collector (of each worker, with workers), ``closed`` tells whether the
 collector was shut down, and ``worker_idx`` reads ``None`` where TorchRL's does (a collector
 that is not another's worker).
 
@@ -19,7 +20,7 @@ Examples:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -27,6 +28,7 @@ from tensordict import TensorDictBase
 
 from rlcollect.collectors import BaseCollector
 from rlcollect.collectors.pooled import PooledCollector
+from rlcollect.data.attributes import resolve_path
 
 __all__ = ["TorchRLAccessors"]
 
@@ -47,6 +49,51 @@ class TorchRLAccessors:
     def getattr_rb(self, attr: str) -> Any:
         """The replay buffer's attribute ``attr`` (``"write_count"``, which TorchRL's trainers poll)."""
         return getattr(self.replay_buffer, attr)
+
+    def get_distant_attr(self, attr: str) -> Any:
+        """The attribute at the path ``attr`` of this collector, or each worker's in worker order
+        for a collector with workers (:meth:`~rlcollect.BaseCollector.call_workers`); TorchRL's
+        remote helper.
+
+        Examples:
+            >>> from rlcollect.torchrl import Collector
+            >>> with Collector("CartPole-v1", frames_per_batch=8) as collector:
+            ...     collector.get_distant_attr("frames_per_batch")
+            8
+        """
+        if isinstance(self, PooledCollector):
+            return self.call_workers(attr)
+        return resolve_path(self, attr)
+
+    def map_fn(self, method_name: str, list_of_args: Sequence[Sequence[Any]] | None = None,
+               list_of_kwargs: Sequence[Mapping[str, Any]] | None = None) -> list[Any]:
+        """Call the method at the path ``method_name`` once per entry of ``list_of_args`` and
+        ``list_of_kwargs`` (one call without arguments if neither is given), or, for a collector
+        with workers, in each worker with its entry (``get_distant_attr``: each worker's path is
+        read); the results. TorchRL's remote helper.
+
+        Raises:
+            ValueError: the two lists differ in length (with workers: do not have one entry per
+                worker).
+            AttributeError: the attribute is not callable.
+        """
+        if isinstance(self, PooledCollector):
+            if list_of_args is None and list_of_kwargs is None:
+                list_of_args = [()] * self.num_workers
+            path = "read" if method_name == "get_distant_attr" else method_name  # the worker's name for it
+            return self.call_workers(path, list_of_args, list_of_kwargs)
+        if list_of_args is None:
+            list_of_args = [()] * len(list_of_kwargs) if list_of_kwargs else [()]
+        if list_of_kwargs is None:
+            list_of_kwargs = [{}] * len(list_of_args)
+        if len(list_of_args) != len(list_of_kwargs):
+            raise ValueError(f"list_of_args and list_of_kwargs must have the same length, got "
+                             f"{len(list_of_args)} and {len(list_of_kwargs)}")
+        method = resolve_path(self, method_name)
+        if not callable(method):
+            raise AttributeError(f"{method_name} is not callable: map_fn calls a method "
+                                 "(get_distant_attr reads an attribute)")
+        return [method(*args, **kwargs) for args, kwargs in zip(list_of_args, list_of_kwargs, strict=True)]
 
     def get_model(self, model_id: str) -> torch.nn.Module:
         """The module that weights of ``model_id`` are applied to (``"policy"``, or a path)."""
@@ -90,4 +137,3 @@ class TorchRLAccessors:
         post_collect_hook: Any
 
         def receiver_model(self, model_id: str) -> torch.nn.Module: ...
-        def get_distant_attr(self, attr: str) -> Any: ...

@@ -255,7 +255,7 @@ class MultiCollector(BaseCollector, metaclass=_MultiCollectorType):
 
 
 @torchrl_signature(MULTI)
-class MultiSyncCollector(_PrivateKeys, WorkerCalls, collectors.MultiSyncCollector, MultiCollector):  # type: ignore[misc]  # TorchRL's stats()
+class MultiSyncCollector(WorkerCalls, _PrivateKeys, collectors.MultiSyncCollector, MultiCollector):  # type: ignore[misc]  # TorchRL's stats()
     """:class:`rlcollect.MultiSyncCollector` with TorchRL's batch layout and arguments; a batch is
     grouped by worker as ``cat_results`` says (``"stack"`` by default, as in TorchRL).
     ``frames_per_batch`` may be a list, one (equal) count per worker: a batch holds their sum."""
@@ -268,7 +268,7 @@ class MultiSyncCollector(_PrivateKeys, WorkerCalls, collectors.MultiSyncCollecto
 
 
 @torchrl_signature(MULTI)
-class MultiAsyncCollector(_PrivateKeys, WorkerCalls, collectors.MultiAsyncCollector, MultiCollector):  # type: ignore[misc]  # TorchRL's stats()
+class MultiAsyncCollector(WorkerCalls, _PrivateKeys, collectors.MultiAsyncCollector, MultiCollector):  # type: ignore[misc]  # TorchRL's stats()
     """:class:`rlcollect.MultiAsyncCollector` with TorchRL's batch layout and arguments.
     ``frames_per_batch`` may be a list of one count per worker: as in TorchRL 0.14, each worker's
     batches then hold their sum."""

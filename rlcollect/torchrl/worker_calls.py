@@ -13,8 +13,10 @@ Examples:
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
+from rlcollect.collectors.remote import worker_entries
 from rlcollect.data.attributes import call_path, resolve_path
 from rlcollect.torchrl.pipes import worker_pipes
 from rlcollect.torchrl.stats import update_and_note, worker_state_dict, worker_stats
@@ -36,7 +38,7 @@ class WorkerCalls:
         """Each worker's attribute at ``attr``; a path into the replay buffer that the collector
         extends itself is read on that buffer (:meth:`_shared_buffer`)."""
         if self._shared_buffer(attr):
-            return [resolve_path(self, attr)] * getattr(self, "num_workers", 1)
+            return [resolve_path(self, attr)] * self.num_workers
         results: list[Any] = super().get_distant_attr(attr)  # type: ignore[misc]
         return results
 
@@ -49,22 +51,30 @@ class WorkerCalls:
             return False
         if getattr(self, "replay_buffer", None) is None:
             return False
-        held: list[Any] = super().get_distant_attr("replay_buffer.__class__")  # type: ignore[misc]
-        return all(cls is type(None) for cls in held)
+        return all(cls is type(None) for cls in self.call_workers("replay_buffer.__class__"))
 
-    def map_fn(self, method_name: str, list_of_args: Any = None, list_of_kwargs: Any = None) -> list[Any]:
+    def map_fn(self, method_name: str, list_of_args: Sequence[Sequence[Any]] | None = None,
+               list_of_kwargs: Sequence[Mapping[str, Any]] | None = None) -> list[Any]:
         """``map_fn`` whose workers answer ``get_policy_version`` with None where the collector does
         (TorchRL's layout without ``track_policy_version``), as TorchRL's workers; a method of the
         replay buffer the collector extends itself is called on that buffer (:meth:`_shared_buffer`)."""
         if self._shared_buffer(method_name):
-            workers = getattr(self, "num_workers", 1)
-            args, kwargs = list_of_args or [()] * workers, list_of_kwargs or [{}] * workers
-            return [call_path(self, method_name, a, k) for a, k in zip(args, kwargs, strict=True)]
+            args, kwargs = worker_entries(self.num_workers, list_of_args or [()] * self.num_workers,
+                                          list_of_kwargs)
+            return [call_path(self, method_name, a or (), k) for a, k in zip(args, kwargs, strict=True)]
         results: list[Any] = super().map_fn(method_name, list_of_args, list_of_kwargs)  # type: ignore[misc]
         if method_name == "get_policy_version" and getattr(self, "policy_version", None) is None:
             return [None] * len(results)
         return results
 
+    if TYPE_CHECKING:  # the collector's own
+        num_workers: int
+        replay_buffer: Any
+        policy_version: int | None
+
+        def call_workers(self, path: str, args: Sequence[Sequence[Any]] | None = None,
+                         kwargs: Sequence[Mapping[str, Any]] | None = None) -> list[Any]: ...
+
     def _dump_env_transform(self, step: int | None = None) -> None:
         """TorchRL's call: each worker's env transform writes what it gathered."""
-        self.map_fn("_dump_env_transform", list_of_kwargs=[{"step": step}] * getattr(self, "num_workers", 1))
+        self.map_fn("_dump_env_transform", list_of_kwargs=[{"step": step}] * self.num_workers)

@@ -13,8 +13,8 @@ The same :class:`Worker` runs in a worker process
 - ``("seed", (seed, new_trajectories))``, ``("load_state_dict", state)`` -> ``("ok", None)``;
 - ``("state_dict", None)`` -> ``("ok", state)``;
 - ``("call", (path, args, kwargs))`` -> ``("ok", value)``: the attribute at ``path`` of a
-  :class:`WorkerView`, read (``args`` None) or called (TorchRL's ``get_distant_attr`` and
-  ``map_fn``); a path that fails is answered ``("refused", WorkerFailure)`` and the worker carries on;
+  :class:`WorkerView`, read (``args`` None) or called (the collector's ``call_workers``); a path
+  that fails is answered ``("refused", WorkerFailure)`` and the worker carries on;
 - ``("close", None)`` -> the worker closes its envs (a process exits, an actor answers ``ok``).
 
 A TensorDict rollout (a TorchRL env the buffers cannot hold) has no slots: ``collect`` sends its
@@ -183,8 +183,8 @@ class WorkerFailure:
 
 
 class WorkerView:
-    """What the parent's ``get_distant_attr`` and ``map_fn`` paths resolve on in a worker: the
-    attributes of TorchRL's worker collectors that a worker has.
+    """What the parent's ``call_workers`` paths resolve on in a worker: the attributes of
+    TorchRL's worker collectors that a worker has.
 
     Attributes:
         worker_idx: the worker's index.
@@ -211,8 +211,9 @@ class WorkerView:
         """TorchRL's worker call that has the env's transform write what it gathered (a video)."""
         dump_env_transform(self.env, step)
 
-    def get_distant_attr(self, attr: str) -> Any:
-        return resolve_path(self, attr)
+    def read(self, path: str) -> Any:
+        """The attribute at ``path`` (a call that reads another path in each worker)."""
+        return resolve_path(self, path)
 
     def cascade_execute(self, attr_path: str, *args: Any, **kwargs: Any) -> Any:
         return call_path(self, attr_path, args, kwargs)
@@ -284,7 +285,7 @@ class Worker:
             if command == "close":
                 self.close()
                 return "ok", None
-            if command == "call":  # TorchRL's remote helpers: (path, args or None to read, kwargs)
+            if command == "call":  # call_workers: (path, args or None to read, kwargs)
                 return self._call(*argument)
             raise ValueError(f"unknown worker command {command!r}")
         except BaseException as error:

@@ -170,7 +170,7 @@ def test_every_worker_starts_from_worker_0s_weights() -> None:
     with MultiSyncCollector("CartPole-v1", policy_factory=Unseeded, num_workers=2, frames_per_batch=20,
                             total_frames=20) as collector:
         batches = list(collector)
-        policies = collector.get_distant_attr("policy")
+        policies = collector.call_workers("policy")
     assert len(batches) == 1 and len(policies) == 2
     first, second = (dict(policy.state_dict()) for policy in policies)
     assert sorted(first) == ["linear.bias", "linear.weight"]

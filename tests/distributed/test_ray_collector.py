@@ -558,6 +558,9 @@ def test_torchrl_ray_collector_takes_torchrl_arguments() -> None:
                              use_env_creator=False) as collector:
         assert not collector.sync and collector.num_envs == 2
         batches = list(collector)
+        # TorchRL's remote helpers over rlcollect's call_workers: each actor answers
+        assert collector.get_distant_attr("worker_idx") == collector.call_workers("worker_idx") == [0]
+        assert collector.map_fn("get_distant_attr", [("frames_per_batch",)]) == [16]
     assert [b.numel() for b in batches] == [16, 16]
     for batch in batches:
         assert torch.equal(batch["action"], TiltPolicy()(batch["observation"]))

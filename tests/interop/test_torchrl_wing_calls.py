@@ -112,8 +112,8 @@ def test_map_fn_get_policy_version_answers_as_torchrls_workers(track: bool) -> N
         collector.shutdown()
     assert answers[:2] == answers[2:] == ([[0, 0], [1, 1]] if track else [[None, None]] * 2)
     with rlcollect.MultiSyncCollector([cartpole] * 2, frames_per_batch=20) as native:
-        assert native.map_fn("get_policy_version") == [0, 0]
-        assert [type(env).__name__ for env in native.get_distant_attr("env")] == ["GymEnv"] * 2
+        assert native.call_workers("get_policy_version", [(), ()]) == [0, 0]
+        assert [type(env).__name__ for env in native.call_workers("env")] == ["GymEnv"] * 2
 
 
 @pytest.mark.timeout(180)
@@ -135,7 +135,7 @@ def test_the_workers_replay_buffer_is_the_collectors_as_in_torchrl() -> None:
         collector.shutdown()
     assert answers[0] == answers[1] == (40, 40, [40, 40], [40, 40])
     with rlcollect.MultiSyncCollector([cartpole] * 2, frames_per_batch=20) as native:  # no buffer
-        assert native.get_distant_attr("replay_buffer") == [None, None]
+        assert native.call_workers("replay_buffer") == [None, None]
 
 
 def test_data_collector_base_is_base_collector_and_warns_when_built() -> None:
