@@ -134,3 +134,25 @@ def test_the_core_names_no_torchrl_only_argument() -> None:
         named += [f"{_relative(path)}: {name}" for name in TORCHRL_ONLY
                   if re.search(rf"\b{name}\b", text)]
     assert named == [], f"TorchRL-only arguments in the core (rlcollect.torchrl translates them): {named}"
+
+
+#: The rlcollect classes in each public collector's MRO today. A collector holds its parts as
+#: objects rather than inheriting them (a collector with workers: its slots, schedule, setups and
+#: requests); the goal is at most 4 (the wing's at most 5): lower a count as a part becomes one held.
+MRO_CLASSES = {"rlcollect.Collector": 6, "rlcollect.MultiSyncCollector": 8,
+               "rlcollect.MultiAsyncCollector": 8, "rlcollect.AsyncBatchedCollector": 7,
+               "rlcollect.RayCollector": 7,
+               "rlcollect.torchrl.Collector": 9, "rlcollect.torchrl.MultiSyncCollector": 13,
+               "rlcollect.torchrl.MultiAsyncCollector": 13, "rlcollect.torchrl.RayCollector": 10}
+
+
+def test_collectors_hold_their_parts_rather_than_inherit_them() -> None:
+    import importlib
+
+    counts = {}
+    for name in MRO_CLASSES:
+        module, _, cls = name.rpartition(".")
+        mro = getattr(importlib.import_module(module), cls).__mro__
+        counts[name] = sum(k.__module__.startswith("rlcollect.") for k in mro)
+        assert not any(k.__module__.startswith("rlcollect.collectors.pool_") for k in mro), name
+    assert counts == MRO_CLASSES, f"rlcollect classes per MRO changed (lower MRO_CLASSES): {counts}"

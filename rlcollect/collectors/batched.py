@@ -29,7 +29,8 @@ from rlcollect.collectors.arguments import (
 )
 from rlcollect.collectors.checks import check_int
 from rlcollect.collectors.options import CollectorOptions
-from rlcollect.collectors.pooled import PooledCollector
+from rlcollect.collectors.pool_batches import Hooks
+from rlcollect.collectors.pooled import PooledCollector, weakly
 from rlcollect.collectors.probe import worker_processes
 from rlcollect.collectors.stats import CollectorStats
 from rlcollect.envs.factory import EnvSource
@@ -200,8 +201,8 @@ class AsyncBatchedCollector(PooledCollector):
             self._models["policy"] = policy.module
         super()._allocate(options, transport, probe, steps, awaiting)
         self._server = PolicyServer(
-            policy, self._slots, self.num_envs_per_worker // self._env_groups, timeout=options.timeout,
-            exploration_type=options.exploration_type, **self._server_settings,
+            policy, self._slots.buffers, self.num_envs_per_worker // self._env_groups,
+            timeout=options.timeout, exploration_type=options.exploration_type, **self._server_settings,
         )
         self._pool.check, self._pool.stalled = self._server.check, self._server.stalled
         self._finalizer.detach()
@@ -233,10 +234,13 @@ class AsyncBatchedCollector(PooledCollector):
         if not started:
             self._warm_forkserver()  # restarts, from now on, go through it
 
-    def _dispatch(self, worker: int, slot: int, receive: bool = True, random: bool | None = None) -> None:
+    def _hooks(self) -> Hooks:
+        return dataclasses.replace(super()._hooks(), assign=weakly(self._assign))
+
+    def _assign(self, worker: int, slot: int) -> None:
+        """The server answers ``worker``'s envs into ``slot`` (before the worker is handed it)."""
         for group in range(self._env_groups):
             self._server.assign(worker * self._env_groups + group, slot)
-        super()._dispatch(worker, slot, receive, random)
 
     @property
     def policy(self) -> Any:

@@ -1,7 +1,8 @@
 """How a collector with workers gets its batches: it hands each worker a batch to fill (with the
 newest weights), waits for the workers' reports, takes in their rows and episodes, and yields
-the batches: a synchronous one when every worker filled its rows of a slot, an asynchronous one
-as soon as one worker did (a part of :class:`~rlcollect.collectors.pooled.PooledCollector`).
+the batches. The schedule is chosen once, when the collector is built: :class:`SyncSchedule`
+yields a batch when every worker filled its rows of a slot, :class:`AsyncSchedule` as soon as one
+worker did.
 
 Worker ``w`` fills rows ``[w * M, (w + 1) * M)`` of a slot; a synchronous collector uses one slot
 (two with ``prefetch``: the workers fill the next while the learner reads this one), an
@@ -10,117 +11,180 @@ asynchronous one two per worker (it fills one while its last batch is read).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+import abc
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase
 
-from rlcollect.collectors.pooled_state import PooledState
-from rlcollect.workers.pool import PoolClosed
+from rlcollect.collectors.delivery import Delivery
+from rlcollect.collectors.options import CollectorOptions
+from rlcollect.data.buffers import BatchBuffers
+from rlcollect.data.layout import BatchLayout
+from rlcollect.rollout.episodes import EpisodeRecords
+from rlcollect.weights.schemes import WeightChannel
+from rlcollect.weights.watch import UnsentEdits
+from rlcollect.workers.pool import PoolClosed, WorkerPool
 from rlcollect.workers.wire import unpack_into
 from rlcollect.workers.worker import BatchReport
 
-__all__ = ["WorkerBatches"]
+__all__ = ["AsyncSchedule", "Hooks", "Schedule", "Slots", "SyncSchedule"]
 
 
-class WorkerBatches(PooledState):
-    """The batches of a collector's workers, handed out and gathered (a part of
-    :class:`~rlcollect.collectors.pooled.PooledCollector`)."""
+@dataclass
+class Slots:
+    """Where the workers' batches land: shared (or local) ``[N, T]`` buffers, one per slot, or,
+    for a TorchRL env whose data the buffers cannot hold (``buffers`` empty), each worker's whole
+    TensorDict by (slot, worker); and the flags that preempt the workers filling a slot."""
 
-    if TYPE_CHECKING:  # the collector's own (BaseCollector's weight API)
-        def update_policy_weights_(self, policy_or_weights: Any = None, *, worker_ids: Any = None,
-                                   **kwargs: Any) -> None: ...
+    buffers: list[BatchBuffers]
+    envs_per_worker: int
+    stop_flags: torch.Tensor | None = None  # [slots] uint8
+    whole: dict[tuple[int, int], TensorDictBase] = field(default_factory=dict)
 
-    def _rows(self, slot: int, worker: int) -> TensorDictBase:
-        if self._tensordict:
-            return self._whole[slot, worker]
-        envs = self.num_envs_per_worker
-        return self._slots[slot].batch[worker * envs : (worker + 1) * envs]
+    @classmethod
+    def allocate(cls, count: int, layout: BatchLayout | None, workers: int, envs_per_worker: int,
+                 steps: int, *, shared: bool, masked: bool) -> Slots:
+        """``count`` slots of ``workers * envs_per_worker`` envs and ``steps`` steps (no buffers
+        without a ``layout``: whole batches), in shared memory if ``shared``; stop flags if ``masked``."""
+        buffers = [] if layout is None else BatchBuffers.allocate_slots(
+            count, layout, workers * envs_per_worker, steps, shared=shared, masked=masked)
+        flags = torch.zeros(count, dtype=torch.uint8).share_memory_() if masked else None  # type: ignore[no-untyped-call]
+        return cls(buffers, envs_per_worker, stop_flags=flags)
 
-    def _slot_batch(self, slot: int) -> TensorDictBase:
-        """Every worker's rows of ``slot``: a synchronous batch. Whole TensorDict batches are
-        stacked, ``[workers, *batch, T]``."""
-        if not self._tensordict:
-            return self._slots[slot].batch
-        parts = [self._whole[slot, worker] for worker in range(self.num_workers)]
-        out = LazyStackedTensorDict.maybe_dense_stack(parts, 0)
+    def rows(self, slot: int, worker: int) -> TensorDictBase:
+        """Worker ``worker``'s rows of ``slot``."""
+        if not self.buffers:
+            return self.whole[slot, worker]
+        envs = self.envs_per_worker
+        return self.buffers[slot].batch[worker * envs : (worker + 1) * envs]
+
+    def batch(self, slot: int, workers: int) -> TensorDictBase:
+        """Every worker's rows of ``slot``; whole TensorDicts are stacked, ``[workers, *batch, T]``."""
+        if self.buffers:
+            return self.buffers[slot].batch
+        out = LazyStackedTensorDict.maybe_dense_stack([self.whole[slot, w] for w in range(workers)], 0)
         out.names = [None] * (out.batch_dims - 1) + ["time"]
         return out
 
-    def _dispatch(self, worker: int, slot: int, receive: bool = True, random: bool | None = None) -> None:
+
+@dataclass(frozen=True)
+class Hooks:
+    """What the schedule asks of its collector before a batch is handed out: take the newest
+    received weights, whether actions are random, an update per batch, and (a policy server)
+    which slot a worker's envs are served into."""
+
+    receive: Callable[[], None]
+    in_warmup: Callable[[int, int], bool]
+    update: Callable[[int], None]
+    assign: Callable[[int, int], None] | None = None
+
+
+class Schedule(abc.ABC):
+    """The batches of a collector's workers, handed out and gathered, and what was counted of them."""
+
+    def __init__(self, pool: WorkerPool, slots: Slots, options: CollectorOptions, delivery: Delivery,
+                 weights: WeightChannel, unsent: UnsentEdits, hooks: Hooks, *, steps: int,
+                 frames_per_batch: int, total_frames: int, infos: Any = ()) -> None:
+        self.pool, self.slots, self.options, self.delivery = pool, slots, options, delivery
+        self.weights, self.unsent, self.hooks = weights, unsent, hooks
+        self.num_workers, self.steps, self.frames_per_batch = pool.num_workers, steps, frames_per_batch
+        self.total_frames = total_frames
+        self.frames = self.batches = self.last_lag = 0
+        self.reports: list[BatchReport | None] = [None] * self.num_workers
+        self.returns: deque[float] = deque(maxlen=100)
+        self.lengths: deque[int] = deque(maxlen=100)
+        self.episode_records = EpisodeRecords(infos=infos)  # until episodes()
+
+    @abc.abstractmethod
+    def iterator(self) -> Iterator[TensorDictBase | None]:
+        """The batches, as the delivery hands them out."""
+
+    @abc.abstractmethod
+    def drop_ahead(self) -> None:
+        """Drop the batches collected ahead and not handed out yet (``set_seed``)."""
+
+    @abc.abstractmethod
+    def pending_batches(self, reports: int) -> int:
+        """The batches that ``reports`` finished, not handed out, make."""
+
+    def dispatch(self, worker: int, slot: int, receive: bool = True, random: bool | None = None) -> None:
         """Hand ``worker`` its next batch (into ``slot``), with the newest weights received first
         (``receive``; a synchronous batch receives once for all its workers, and decides once
         whether its actions are ``random``)."""
-        if receive:  # a batch of its own (else _dispatch_all's, counted there)
-            self._unsent.requested()
-            if self._receiver_schemes:
-                self._poll_receivers()
+        if self.hooks.assign is not None:
+            self.hooks.assign(worker, slot)
+        if receive:
+            self.unsent.requested()
+            self.hooks.receive()
         if self.options.update_at_each_batch:
-            self.update_policy_weights_(worker_ids=[worker])
+            self.hooks.update(worker)
         if random is None:
-            random = self._in_warmup(self._frames, self._frames_in_flight())
-        self._pool.collect(worker, (slot, random, self._weights.payload(worker)))
+            random = self.hooks.in_warmup(self.frames, self.frames_in_flight())
+        self.pool.collect(worker, (slot, random, self.weights.payload(worker)))
 
-    def _frames_in_flight(self) -> int:
-        return len(self._pool.busy()) * self.num_envs_per_worker * self._num_steps
+    def frames_in_flight(self) -> int:
+        return len(self.pool.busy()) * self.slots.envs_per_worker * self.steps
 
-    def _dispatch_all(self, slot: int) -> None:
-        if self._stop_flags is not None:
-            self._stop_flags[slot] = 0
-        self._unsent.requested()
-        if self._receiver_schemes:  # once: every worker of a synchronous batch runs the same version
-            self._poll_receivers()
-        random = self._in_warmup(self._frames, self._frames_in_flight())  # the whole batch, as in TorchRL
-        for worker in range(self.num_workers):
-            self._dispatch(worker, slot, receive=False, random=random)
-
-    def _account(self, worker: int, report: BatchReport) -> int:
+    def account(self, worker: int, report: BatchReport) -> int:
         """Take in a worker's report (its rows, if they came with it); return the batch's frames."""
         if report.data is not None:
-            unpack_into(report.data, self._rows(report.slot, worker))
+            unpack_into(report.data, self.slots.rows(report.slot, worker))
         if report.batch is not None:
-            self._whole[report.slot, worker] = report.batch
-        self._weights.release(worker)
-        self._reports[worker] = report
+            self.slots.whole[report.slot, worker] = report.batch
+        self.weights.release(worker)
+        self.reports[worker] = report
         records = report.episode_records
-        self._returns.extend(records["return"].tolist())
-        self._lengths.extend(records["length"].tolist())
-        self._episode_records.add({**records, "worker": np.full(len(records["return"]), worker)})
-        self._last_lag = int(self._weights.versions[worker]) - report.policy_version
+        self.returns.extend(records["return"].tolist())
+        self.lengths.extend(records["length"].tolist())
+        self.episode_records.add({**records, "worker": np.full(len(records["return"]), worker)})
+        self.last_lag = int(self.weights.versions[worker]) - report.policy_version
         frames = report.batch_frames
-        return report.steps * self.num_envs_per_worker if frames is None else frames
+        return report.steps * self.slots.envs_per_worker if frames is None else frames
 
-    def _more_wanted(self, frames_in_flight: int) -> bool:
-        return self.total_frames < 0 or self._frames + frames_in_flight < self.total_frames
+    def more_wanted(self, frames_in_flight: int) -> bool:
+        return self.total_frames < 0 or self.frames + frames_in_flight < self.total_frames
 
-    # -- iteration --------------------------------------------------------------------------------
-    def iterator(self) -> Iterator[TensorDictBase | None]:
-        self._ensure_started()
-        return self._sync_batches() if self.sync else self._async_batches()
-
-    def _sync_batches(self) -> Iterator[TensorDictBase | None]:
-        prefetch = self.options.prefetch
-        slot = self._batches % self._num_slots
-        if not self._pool.busy() and self._more_wanted(0):
-            self._dispatch_all(slot)
-        while self._pool.busy():
-            self._frames += self._gather(slot)
-            self._batches += 1
-            if prefetch and self._more_wanted(0):
-                self._dispatch_all(slot ^ 1)  # workers fill the other slot while this one is used
-            yield from self._delivery.outputs(self._slot_batch(slot))
-            if prefetch:
-                slot ^= 1
-            elif self._more_wanted(0):  # after the learner had the batch: its new weights are used
-                self._dispatch_all(slot)
-        self._refuse_if_closed()
-
-    def _refuse_if_closed(self) -> None:
+    def refuse_if_closed(self) -> None:
         """The stream ended because the workers were shut down (not because every frame was
         collected): an error, as a shut down collector's next batch is in every collector."""
-        if self._pool.closed:
+        if self.pool.closed:
             raise PoolClosed("the workers were shut down: build a new collector to collect more")
+
+
+class SyncSchedule(Schedule):
+    """A batch is every worker's rows of a slot; late workers are preempted past
+    ``preemptive_threshold``; with ``prefetch`` the workers fill the other slot meanwhile."""
+
+    def iterator(self) -> Iterator[TensorDictBase | None]:
+        prefetch = self.options.prefetch
+        slot = self.batches % (2 if prefetch else 1)
+        if not self.pool.busy() and self.more_wanted(0):
+            self._dispatch_all(slot)
+        while self.pool.busy():
+            self.frames += self._gather(slot)
+            self.batches += 1
+            if prefetch and self.more_wanted(0):
+                self._dispatch_all(slot ^ 1)  # workers fill the other slot while this one is used
+            yield from self.delivery.outputs(self.slots.batch(slot, self.num_workers))
+            if prefetch:
+                slot ^= 1
+            elif self.more_wanted(0):  # after the learner had the batch: its new weights are used
+                self._dispatch_all(slot)
+        self.refuse_if_closed()
+
+    def _dispatch_all(self, slot: int) -> None:
+        if self.slots.stop_flags is not None:
+            self.slots.stop_flags[slot] = 0
+        self.unsent.requested()
+        self.hooks.receive()  # once: every worker of a synchronous batch runs the same version
+        random = self.hooks.in_warmup(self.frames, self.frames_in_flight())  # the whole batch, as in TorchRL
+        for worker in range(self.num_workers):
+            self.dispatch(worker, slot, receive=False, random=random)
 
     def _gather(self, slot: int) -> int:
         """Wait for every worker's rows of ``slot``; preempt the late ones; return the frames."""
@@ -129,31 +193,54 @@ class WorkerBatches(PooledState):
         needed = None if threshold is None or threshold >= 1 else int(threshold * self.num_workers)
         while waiting:
             if needed is not None and self.num_workers - len(waiting) >= needed:
-                assert self._stop_flags is not None
-                self._stop_flags[slot] = 1  # the rest stop at their next step (0: every one, now)
-            for worker, report in self._pool.wait(sorted(waiting)):
-                frames += self._account(worker, report)
+                assert self.slots.stop_flags is not None
+                self.slots.stop_flags[slot] = 1  # the rest stop at their next step (0: every one, now)
+            for worker, report in self.pool.wait(sorted(waiting)):
+                frames += self.account(worker, report)
                 waiting.discard(worker)
         return frames
 
-    def _dispatch_idle(self) -> None:
-        """Hand a batch to each idle worker while more frames are wanted: every worker at the
-        start, later those whose batch collected ahead ``set_seed`` dropped (into its freed slot)."""
-        pool = self._pool
-        for worker in range(self.num_workers):
-            if worker not in pool.busy() and self._more_wanted(len(pool.busy()) * self.frames_per_batch):
-                self._dispatch(worker, self._redo.pop(worker, self._batches % 2))
+    def drop_ahead(self) -> None:
+        return  # nothing is collected ahead of the batch asked for
 
-    def _async_batches(self) -> Iterator[TensorDictBase | None]:
-        pool = self._pool
+    def pending_batches(self, reports: int) -> int:
+        return reports // self.num_workers
+
+
+class AsyncSchedule(Schedule):
+    """A batch is one worker's rows, yielded as soon as it reports; the worker fills its other
+    slot meanwhile."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._redo: dict[int, int] = {}  # worker -> slot whose batch drop_ahead dropped: to fill again
+
+    def iterator(self) -> Iterator[TensorDictBase | None]:
+        pool = self.pool
         while True:
             self._dispatch_idle()
             if not pool.busy():
                 break
             worker, report = pool.wait_one(sorted(pool.busy()))
-            self._frames += self._account(worker, report)
-            self._batches += 1
-            if self._more_wanted(len(pool.busy()) * self.frames_per_batch):
-                self._dispatch(worker, report.slot ^ 1)  # it fills its other slot meanwhile
-            yield from self._delivery.outputs(self._rows(report.slot, worker))
-        self._refuse_if_closed()
+            self.frames += self.account(worker, report)
+            self.batches += 1
+            if self.more_wanted(len(pool.busy()) * self.frames_per_batch):
+                self.dispatch(worker, report.slot ^ 1)  # it fills its other slot meanwhile
+            yield from self.delivery.outputs(self.slots.rows(report.slot, worker))
+        self.refuse_if_closed()
+
+    def _dispatch_idle(self) -> None:
+        """Hand a batch to each idle worker while more frames are wanted: every worker at the
+        start, later those whose batch collected ahead was dropped (into its freed slot)."""
+        pool = self.pool
+        for worker in range(self.num_workers):
+            if worker not in pool.busy() and self.more_wanted(len(pool.busy()) * self.frames_per_batch):
+                self.dispatch(worker, self._redo.pop(worker, self.batches % 2))
+
+    def drop_ahead(self) -> None:
+        for worker, report in self.pool.discard_pending():
+            self.weights.release(worker)
+            self._redo[worker] = report.slot  # free again: the worker collects into it anew
+
+    def pending_batches(self, reports: int) -> int:
+        return reports

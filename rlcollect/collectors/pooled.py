@@ -7,7 +7,9 @@ in their reports) and starts the workers through a :class:`WorkerPool`. Where on
 ``policy_factory`` builds the policy, worker 0's process builds the probe instead (the factory
 runs in the workers alone) and keeps it as its rollout, the other worker processes start
 meanwhile, and each gets its setup when the pool starts.
-The batches themselves: :mod:`rlcollect.collectors.pool_batches`.
+The collector holds its parts: the slots and the schedule that hands out and gathers the batches
+(:mod:`rlcollect.collectors.pool_batches`: synchronous or asynchronous, chosen here once) and the
+requests to its workers (:mod:`rlcollect.collectors.pool_requests`).
 
 Examples:
     >>> from rlcollect import MultiSyncCollector
@@ -25,14 +27,12 @@ Examples:
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import multiprocessing
 import time
 import weakref
-from collections import deque
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, ParamSpec, TypeVar
 
 import cloudpickle
 import numpy as np
@@ -40,29 +40,37 @@ import torch
 from tensordict import TensorDictBase
 
 from rlcollect.collectors.base import BaseCollector
-from rlcollect.collectors.delivery import WorkerHook
 from rlcollect.collectors.options import CollectorOptions
-from rlcollect.collectors.pool_batches import WorkerBatches
+from rlcollect.collectors.pool_batches import AsyncSchedule, Hooks, Schedule, Slots, SyncSchedule
 from rlcollect.collectors.pool_requests import WorkerRequests
+from rlcollect.collectors.pool_setups import WorkerSetups
 from rlcollect.collectors.probe import preload_modules, probe_in_worker, probe_rollout, worker_builds_probe
+from rlcollect.collectors.stats import CollectorStats
+from rlcollect.collectors.stream import between_batches
 from rlcollect.common.resources import check_descriptors
-from rlcollect.data.buffers import BatchBuffers
+from rlcollect.data.layout import BatchLayout
 from rlcollect.rollout.engine import RolloutSpec
-from rlcollect.rollout.episodes import EpisodeRecords
 from rlcollect.rollout.summary import EngineSummary
+from rlcollect.weights.forms import check_model_ids
+from rlcollect.weights.schemes import NoWeightSyncScheme, WeightChannel
 from rlcollect.weights.senders import channel_for, init_senders
 from rlcollect.weights.watch import UnsentEdits
 from rlcollect.workers.pool import WorkerPool
 from rlcollect.workers.transport import ProcessTransport, Transport, start_forkserver
-from rlcollect.workers.worker import BatchReport, WorkerSetup
+from rlcollect.workers.worker import WorkerSetup
 
 __all__ = ["PooledCollector"]
 
+P = ParamSpec("P")
+R = TypeVar("R")
 
-class PooledCollector(WorkerBatches, WorkerRequests, BaseCollector):
+
+class PooledCollector(BaseCollector):
     """Base of the collectors with workers; subclasses call :meth:`_build` from ``__init__``."""
 
+    options: CollectorOptions
     sync: bool  # a batch is all workers' rows of a slot (sync) or one worker's rows (async)
+    _weights: WeightChannel
     _policy_in_workers = True  # False: the policy runs in this process (a policy server)
     #: What this collector's state holds (checked by load_state_dict before anything changes).
     _state_keys: tuple[str, ...] = ("frames", "batches", "weights", "next_traj_id", "pending", "workers")
@@ -95,8 +103,6 @@ class PooledCollector(WorkerBatches, WorkerRequests, BaseCollector):
         else:
             probe, per_process = probe_rollout(options, policy_in_workers=self._policy_in_workers,
                                                owner=owner)
-        # a TorchRL env whose data the buffers cannot hold: each worker sends its batches back whole
-        self._tensordict = probe.layout is None
         self.num_envs_per_worker = envs = per_process * options.nested_workers
         self.num_envs = envs * workers
         rows = self.num_envs if sync else envs
@@ -118,49 +124,56 @@ class PooledCollector(WorkerBatches, WorkerRequests, BaseCollector):
         workers in ``awaiting`` run already, built by the probe, and wait for their setups)."""
         workers, sync = self.num_workers, self.sync
         _, outers, traj_start = options.placement  # this collector inside a worker: its ids and seeds
-        sink = options.replay_buffer
-        workers_write = sink is not None and transport.can_write(sink) and not self._tensordict
+        sink, layout = options.replay_buffer, probe.layout  # (no layout: a TorchRL env's own TensorDicts)
+        workers_write = sink is not None and transport.can_write(sink) and layout is not None
         self._delivery = options.delivery(workers_write=workers_write)
         self._delivery.unbatched = probe.unbatched
         if self._hooks_in_workers:
             self._delivery.post_collect_hook = None  # each worker runs it (see _worker_spec)
         self._delivery.workers = workers if sync else 1
-        self._delivery.whole = self._tensordict  # whole TensorDict batches: stacked here (_slot_batch)
+        self._delivery.whole = layout is None  # whole TensorDict batches: stacked (Slots.batch)
         written_elsewhere = self._delivery.written_elsewhere
-        self._num_slots = num_slots = 2 if (options.prefetch or not sync) else 1
-        self._num_steps = steps
-        masked = options.preemptive_threshold is not None
-        shared = transport.shared_slots
-        layout = probe.layout
-        self._slots: list[BatchBuffers] = [] if layout is None else BatchBuffers.allocate_slots(
-            num_slots, layout, self.num_envs, steps, shared=shared, masked=masked)
+        self._slots = Slots.allocate(2 if (options.prefetch or not sync) else 1, layout, workers,
+                                     self.num_envs_per_worker, steps, shared=transport.shared_slots,
+                                     masked=options.preemptive_threshold is not None)
         check_descriptors(3 * workers + 3, f"{workers} worker processes", "num_workers")  # pipes, sentinels
-        self._whole: dict[tuple[int, int], TensorDictBase] = {}  # (slot, worker): a worker's whole batch
-        self._stop_flags = (torch.zeros(num_slots, dtype=torch.uint8).share_memory_()  # type: ignore[no-untyped-call]
-                            if masked else None)
         if written_elsewhere and hasattr(options.replay_buffer, "init"):
-            options.replay_buffer.init(self._slots[0].batch[:1])  # laid out before the workers get it
+            options.replay_buffer.init(self._slots.buffers[0].batch[:1])  # laid out before the workers get it
         self._init_weights(options, transport)
         self._unsent = UnsentEdits(options.policy)  # the policy you hold, which the copies do not follow
-        self._setup_arguments: dict[str, Any] = {
+        self._setups = WorkerSetups(options, self._slots, self._weights, {
             "num_workers": outers * workers, "traj_start": traj_start, "num_steps": steps,
-            "seed": options.seed, "stop_flags": self._stop_flags,
+            "seed": options.seed, "stop_flags": self._slots.stop_flags,
             "replay_buffer": options.replay_buffer if written_elsewhere else None,
-            "init_fn": None if options.worker_init_fn is None else cloudpickle.dumps(options.worker_init_fn)}
-        self._specs: dict[int, bytes] = {}  # pickled rollout specs, kept while the workers start
+            "init_fn": None if options.worker_init_fn is None else cloudpickle.dumps(options.worker_init_fn)},
+            num_workers=workers, shared=transport.shared_slots and layout is not None,
+            hooks=self._delivery if self._hooks_in_workers else None, finish=weakly(self._worker_spec))
         # the pool (which the finalizer keeps) must not keep this collector alive: a weak setup
-        self._pool = WorkerPool(transport, _weakly(self._worker_setup), workers, timeout=options.timeout,
+        self._pool = WorkerPool(transport, weakly(self._worker_setup), workers, timeout=options.timeout,
                                 start_timeout=options.start_timeout,
                                 max_restarts=options.max_worker_restarts, traj_start=traj_start,
                                 restart_seed_stride=self.num_envs * outers, awaiting=awaiting)
         self._finalizer: weakref.finalize[..., Any] = weakref.finalize(self, self._pool.shutdown)
-        self._frames = self._batches = self._last_lag = 0
         self._startup_seconds = math.nan
-        self._reports: list[BatchReport | None] = [None] * workers
-        self._redo: dict[int, int] = {}
-        self._returns: deque[float] = deque(maxlen=100)
-        self._lengths: deque[int] = deque(maxlen=100)
-        self._episode_records = EpisodeRecords(infos=layout.infos if layout else ())  # until episodes()
+        schedule = SyncSchedule if sync else AsyncSchedule  # chosen once
+        self._schedule: Schedule = schedule(
+            self._pool, self._slots, options, self._delivery, self._weights, self._unsent, self._hooks(),
+            steps=steps, frames_per_batch=self.frames_per_batch, total_frames=self.total_frames,
+            infos=layout.infos if layout else ())
+        self._requests = WorkerRequests(self._schedule, weakly(self._ensure_started),
+                                        state_kind=self._state_kind, state_keys=self._state_keys)
+
+    def _hooks(self) -> Hooks:
+        """What the schedule asks of this collector (through weak references: the parts never keep
+        the collector alive, so that dropping it stops its workers)."""
+        return Hooks(weakly(self._receive), weakly(self._in_warmup), weakly(self._update_worker))
+
+    def _receive(self) -> None:
+        if self._receiver_schemes:
+            self._poll_receivers()
+
+    def _update_worker(self, worker: int) -> None:
+        self.update_policy_weights_(worker_ids=[worker])
 
     def _init_weights(self, options: CollectorOptions, transport: Transport) -> None:
         """The schemes' senders and the channel carrying the weights to the workers."""
@@ -171,41 +184,12 @@ class PooledCollector(WorkerBatches, WorkerRequests, BaseCollector):
 
     # -- workers ----------------------------------------------------------------------------------
     def _worker_setup(self, worker: int) -> WorkerSetup:
-        """Worker ``worker``'s setup with the current weights (at its start, and at a restart)."""
-        options, envs = self.options, self.num_envs_per_worker
-        outer = options.placement[0]
-        rows = slice(worker * envs, (worker + 1) * envs)
-        shared = self._pool.transport.shared_slots and not self._tensordict
-        return WorkerSetup(
-            worker_idx=outer * self.num_workers + worker, spec=self._spec(worker),
-            env_offset=(outer * self.num_workers + worker) * envs, weights=self._weights.receiver(worker),
-            slots=tuple(s.storage[rows] for s in self._slots) if shared else None,
-            own_weights=isinstance(options.policy_factory, tuple), **self._setup_arguments,
-        )
-
-    def _spec(self, worker: int) -> bytes:
-        """Worker ``worker``'s rollout spec, pickled (the policy with it): once for all the workers
-        whose env source is the same while they start, again for a restart."""
-        options = self.options
-        same = (options.create_env_fn[worker] is options.create_env_fn[0]
-                and options.create_env_kwargs[worker] == options.create_env_kwargs[0]
-                and options.worker_policy_factory(worker) is options.worker_policy_factory(0))
-        key = 0 if same else worker
-        if key not in self._specs:
-            self._specs[key] = cloudpickle.dumps(self._worker_spec(key))
-        return self._specs[key]
+        """Worker ``worker``'s setup (at its start, and at a restart)."""
+        return self._setups.setup(worker)
 
     def _worker_spec(self, worker: int) -> RolloutSpec:
-        """What worker ``worker`` builds its rollout from (its policy from ``policy_factory`` if
-        given, even with ``policy``: that one stays here as the source of the weights)."""
-        spec = dataclasses.replace(self.options.rollout_spec(worker),  # info_keys: laid out as the slots
-                                   info_fields=self._slots[0].layout.infos if self._slots else None)
-        hook = self.options.post_collect_hook
-        if self._hooks_in_workers and hook is not None:  # one worker's rows, in the collector's layout
-            rows = dataclasses.replace(self._delivery, workers=1, replay_buffer=None, postproc=None,
-                                       storing_device=None, post_collect_hook=None)
-            spec = dataclasses.replace(spec, post_collect_hook=WorkerHook(hook, rows))
-        return spec if spec.policy_factory is None else dataclasses.replace(spec, policy=None)
+        """What worker ``worker`` builds its rollout from."""
+        return self._setups.rollout_spec(worker, self.options)
 
     def start(self) -> None:
         """As :meth:`BaseCollector.start`; with ``start_method="auto"``, the workers then start (and
@@ -241,7 +225,7 @@ class PooledCollector(WorkerBatches, WorkerRequests, BaseCollector):
         except Exception as error:
             raise TypeError(f"{name} ({hook!r:.80}) cannot be sent to a worker process: {error}. "
                             "Define it at module level") from None
-        self._specs.clear()  # the workers' specs are made from the options again
+        self._setups.forget()  # the workers' specs are made from the options again
 
     def _ensure_started(self) -> None:
         if self._pool.closed:
@@ -253,7 +237,7 @@ class PooledCollector(WorkerBatches, WorkerRequests, BaseCollector):
                 self._pool.shutdown(0.0)
                 raise
             finally:
-                self._specs.clear()  # a restart pickles its spec again
+                self._setups.forget()  # a restart pickles its spec again
             ready = [info.ready_at for info in self._pool.infos if info is not None]
             self._startup_seconds = max(ready) - self._constructed_at
 
@@ -268,7 +252,7 @@ class PooledCollector(WorkerBatches, WorkerRequests, BaseCollector):
         return [info.pid if info else None for info in self._pool.infos]
 
     def _drain_episodes(self) -> dict[str, np.ndarray]:
-        return self._episode_records.drain()
+        return self._schedule.episode_records.drain()
 
     def _quiesce(self) -> None:
         self._pool.drain()  # batches under way finish (and are written); no new one is handed out
@@ -302,15 +286,114 @@ class PooledCollector(WorkerBatches, WorkerRequests, BaseCollector):
     def _on_background_error(self) -> None:
         self._pool.close_soon()  # the workers exit after their batch under way
 
+    # -- the parts' answers -------------------------------------------------------------------
+    def iterator(self) -> Iterator[TensorDictBase | None]:
+        self._ensure_started()
+        return self._schedule.iterator()
 
-def _weakly(method: Callable[[int], WorkerSetup]) -> Callable[[int], WorkerSetup]:
+    def call_workers(self, path: str, args: Sequence[Sequence[Any]] | None = None,
+                     kwargs: Sequence[Mapping[str, Any]] | None = None) -> list[Any]:
+        return self._requests.call_workers(path, args, kwargs)
+
+    def set_seed(self, seed: int, static_seed: bool = False) -> int:
+        """Env ``i`` of worker ``w`` is reset now with ``seed + w * num_envs_per_worker + i``.
+        Every batch handed out after it is collected after it: an asynchronous worker's batch
+        collected ahead (while the last one was used) and not handed out yet is dropped, not
+        counted, and collected again from the reseeded envs (as TorchRL's asynchronous collectors
+        do), so that the batches after ``set_seed(s)`` are those of a collector seeded ``s``.
+
+        Returns:
+            ``seed`` plus the number of envs of all workers.
+        """
+        self._requests.set_seed(seed)
+        return seed + self.num_envs
+
+    def reset(self, reset_idx: Sequence[bool] | None = None) -> None:
+        """Reset the envs of every worker now (unseeded), or of the workers ``reset_idx`` marks
+        (one flag per worker): their next batches start new trajectories. A batch a worker
+        collected before is still yielded first (asynchronous collectors); trajectories held for
+        ``trajs_per_batch`` are dropped.
+
+        Raises:
+            ValueError: ``reset_idx`` does not hold one True/False flag per worker.
+        """
+        self._requests.reset(reset_idx)
+
+    @property
+    def policy(self) -> Any:
+        """The policy given (the workers run copies of it; ``None`` with only a ``policy_factory``)."""
+        return self.options.policy
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every worker's state after its batch in flight, those batches, and the counters.
+
+        A collector loaded with it yields the batches that were in flight first, then continues:
+        the same frames as the uninterrupted run. From another thread, it is taken once the batch
+        under way is handed out.
+        """
+        with between_batches(self._busy, self.options.timeout, "state_dict()"):
+            return self._requests.state_dict()
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Restore every worker, the batches in flight and the counters from :meth:`state_dict`.
+
+        Raises:
+            TypeError, ValueError: not this collector class's state, or one of another number of
+                workers (each named); nothing is changed then.
+        """
+        self._requests.load_state_dict(state_dict)
+
+    def stats(self) -> CollectorStats:
+        return self._requests.stats(self._startup_seconds)
+
+    # -- what another collector built from these options reads ------------------------------------
+    @property
+    def batch_layout(self) -> BatchLayout | None:
+        """The layout of the slots the workers fill (``None``: a TorchRL env's data, which each
+        worker sends back whole)."""
+        return self._slots.buffers[0].layout if self._slots.buffers else None
+
+    @property
+    def weight_sources(self) -> dict[str, torch.nn.Module]:
+        """The modules, by model id, that ``update_policy_weights_()`` reads the weights from."""
+        return self._models
+
+    @property
+    def next_trajectory_id(self) -> int:
+        """The first local trajectory id no worker used yet (where a restart starts)."""
+        return max(self._pool.next_traj_id)
+
+    # -- weights ----------------------------------------------------------------------------------
+    def _update_weights(self, forms: dict[str, Any], worker_ids: list[int] | None) -> None:
+        schemes = self._weight_sync_schemes or {}
+        check_model_ids(forms, schemes)
+        ids = list(range(self.num_workers)) if worker_ids is None else worker_ids
+        weights = {}
+        for model_id, source in forms.items():
+            if not isinstance(schemes[model_id], NoWeightSyncScheme):
+                weights[model_id] = schemes[model_id].prepare_weights(source)  # None: this process's module
+        if weights:
+            self._weights.push(weights, ids)
+        self._weights_sent()
+
+    def _weights_sent(self) -> None:
+        self._unsent.sent()
+
+    def _model_ids(self) -> list[str]:
+        return list(self._models)
+
+    def receiver_model(self, model_id: str) -> torch.nn.Module:
+        return self._models[model_id]
+
+
+def weakly(method: Callable[P, R]) -> Callable[P, R]:
     """``method`` (a bound method) called through a weak reference to its object."""
     ref = weakref.WeakMethod(method)
 
-    def call(worker: int) -> WorkerSetup:
+    def call(*args: P.args, **kwargs: P.kwargs) -> R:
         bound = ref()
         if bound is None:
-            raise RuntimeError("the collector is gone: no worker can be set up")
-        return bound(worker)
+            raise RuntimeError("the collector is gone: its workers are stopped")
+        return bound(*args, **kwargs)
 
     return call

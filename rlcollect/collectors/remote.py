@@ -101,9 +101,10 @@ class RemoteApi:
                      kwargs: Sequence[Mapping[str, Any]] | None = None) -> list[Any]:
         """Read (``args`` None) or call the attribute at the path ``path`` in each of the
         collector's workers, in worker order: one entry of ``args`` (and of ``kwargs``) per
-        worker. A worker answers for its ``worker_idx``, ``frames_per_batch``, ``replay_buffer``,
-        ``policy``, ``policy_version``, ``env`` (:class:`~rlcollect.workers.worker.WorkerView`); a
-        collector without worker processes is its own one worker.
+        worker, once the batches under way finish. A worker answers for its ``worker_idx``,
+        ``frames_per_batch``, ``replay_buffer``, ``policy``, ``policy_version``, ``env``
+        (:class:`~rlcollect.workers.worker.WorkerView`); a collector without worker processes is its
+        own one worker.
 
         Raises:
             ValueError: ``args`` or ``kwargs`` does not have one entry per worker.
