@@ -3,15 +3,17 @@ without CPUs and worker nodes of one CPU each, all on this machine), two actors,
 
 One run meets every fault in turn: an actor SIGKILLed, an env that breaks and then a replacement
 whose env fails to build, a node removed, a node that goes silent (its raylet and the actor
-stopped). After each one the test checks what the user sees: the failed actor's replacement
-delivers again, on the node the docs promise (its own node while that is alive, else one with
-room), the healthy actor's batches kept coming meanwhile, and every restart was counted. At the
-end no frame is lost or repeated within any env: each observation carries its env's step counter.
-The times measured are printed (``-s``); the bounds asserted are loose (a loaded 2-core machine).
+stopped); then, with one actor, a spare taking over and a node whose raylet is killed. After each
+one the test checks what the user sees: the failed actor's replacement delivers again, on the
+node the docs promise (its own node while that is alive, else one with room), the healthy actor's
+batches kept coming meanwhile, and every restart was counted. At the end no frame is lost or
+repeated within any env: each observation carries its env's step counter. The times measured are
+printed (``-s``); the bounds asserted are loose (a loaded 2-core machine).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import os
@@ -189,19 +191,28 @@ def test_faults_across_the_nodes_of_a_cluster(cluster: Cluster, tmp_path: Path) 
     assert_steps_follow(run.arrivals)
 
 
-@pytest.mark.timeout(200)
-def test_a_spare_actor_replaces_one_lost_with_its_node(cluster: Cluster, tmp_path: Path) -> None:
-    """spare_actors=1: when the actor's node is removed, the spare (up, on another node) is its
-    replacement at once: no interpreter to start, no imports."""
-    for _ in range(2):  # room for the actor and its spare, whatever the test before left
+@contextlib.contextmanager
+def one_actor(cluster: Cluster, tmp_path: Path, nodes: int,
+              **kwargs: Any) -> Iterator[tuple[RayCollector, Run]]:
+    """One actor collecting (its first batch in), ``nodes`` more worker nodes of one CPU first
+    (room, whatever the tests before left)."""
+    for _ in range(nodes):
         cluster.add_node(num_cpus=1)
     cluster.wait_for_nodes()
     env = functools.partial(FaultyEnv, folder=str(tmp_path))
     with RayCollector(env, None, num_collectors=1, frames_per_batch=20, sync=False, seed=0,
-                      spare_actors=1) as collector, warnings.catch_warnings(record=True) as caught:
+                      **kwargs) as collector, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         run = Run(collector, caught)
         run.until(lambda: bool(run.arrivals))
+        yield collector, run
+
+
+@pytest.mark.timeout(200)
+def test_a_spare_actor_replaces_one_lost_with_its_node(cluster: Cluster, tmp_path: Path) -> None:
+    """spare_actors=1: when the actor's node is removed, the spare (up, on another node) is its
+    replacement at once: no interpreter to start, no imports."""
+    with one_actor(cluster, tmp_path, 2, spare_actors=1) as (collector, run):
         spares = collector._pool.transport._spares  # type: ignore[attr-defined]
         run.until(lambda: bool(spares) and bool(ray.wait([spares[0][1]], timeout=0)[0]))
         spare = spares[0][0]
@@ -211,3 +222,26 @@ def test_a_spare_actor_replaces_one_lost_with_its_node(cluster: Cluster, tmp_pat
         assert collector.actors[0] is spare and collector.stats().restarts == 1
     print(f"node removed, the spare took over: back after {back:.2f} s")
     assert_steps_follow(run.arrivals)
+
+
+@pytest.mark.timeout(200)
+def test_a_node_whose_raylet_dies_is_found_and_its_actor_replaced(cluster: Cluster, tmp_path: Path) -> None:
+    """A node's raylet SIGKILLed under the actor (the node dies with no warning): the actor, whose
+    process Ray leaves running until it declares the node dead, keeps delivering meanwhile; then
+    its failure is named with its node and it is replaced on a node with room. Collection never
+    waits longer than the health-check bound, and no frame is lost or repeated."""
+    with one_actor(cluster, tmp_path, 1, health_timeout=10.0) as (collector, run):
+        home = node_of(cluster, collector.actor_nodes[0])
+        raylet = home.all_processes["raylet"][0].process.pid
+        began, replaced = time.monotonic(), run.replaced(0)
+        os.kill(raylet, signal.SIGKILL)
+        back = run.until(replaced, limit=60.0)
+        (found, message), = run.warned_since(began, "actor 0 failed")
+        gap, batches = run.longest_gap(0, began)
+        assert collector.actor_nodes[0] != home.node_id and collector.stats().restarts == 1
+    print(f"raylet killed: failure named after {found - began:.2f} s, back after {back:.2f} s, "
+          f"longest gap {gap:.2f} s ({batches} batches)")
+    assert home.node_id[:8] in message and "lost from the cluster" in message
+    assert gap < 10.0
+    assert_steps_follow(run.arrivals)
+    cluster.remove_node(home, allow_graceful=False)
