@@ -139,11 +139,11 @@ def test_the_core_names_no_torchrl_only_argument() -> None:
 #: The rlcollect classes in each public collector's MRO today. A collector holds its parts as
 #: objects rather than inheriting them (a collector with workers: its slots, schedule, setups and
 #: requests); the goal is at most 4 (the wing's at most 5): lower a count as a part becomes one held.
-MRO_CLASSES = {"rlcollect.Collector": 6, "rlcollect.MultiSyncCollector": 8,
-               "rlcollect.MultiAsyncCollector": 8, "rlcollect.AsyncBatchedCollector": 7,
-               "rlcollect.RayCollector": 7,
-               "rlcollect.torchrl.Collector": 9, "rlcollect.torchrl.MultiSyncCollector": 13,
-               "rlcollect.torchrl.MultiAsyncCollector": 13, "rlcollect.torchrl.RayCollector": 10}
+MRO_CLASSES = {"rlcollect.Collector": 5, "rlcollect.MultiSyncCollector": 7,
+               "rlcollect.MultiAsyncCollector": 7, "rlcollect.AsyncBatchedCollector": 6,
+               "rlcollect.RayCollector": 6,
+               "rlcollect.torchrl.Collector": 8, "rlcollect.torchrl.MultiSyncCollector": 12,
+               "rlcollect.torchrl.MultiAsyncCollector": 12, "rlcollect.torchrl.RayCollector": 9}
 
 
 def test_collectors_hold_their_parts_rather_than_inherit_them() -> None:

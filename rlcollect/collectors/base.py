@@ -2,10 +2,11 @@
 
 Subclasses implement the reference's abstract methods (:meth:`BaseCollector.iterator`, ``shutdown``,
 ``set_seed``, ``state_dict``, ``load_state_dict``); everything else has a working default.
-Iteration, ``next()``, ``len()``, the context manager, stats and episodes live here; the other
-parts of the API each have a module: background collection (:mod:`~rlcollect.collectors.background`),
-weights sent and received (:mod:`~rlcollect.collectors.weight_api`), hooks, nesting and remote
-calls (:mod:`~rlcollect.collectors.remote`) and profiling (:mod:`~rlcollect.collectors.profiles`).
+Iteration, ``next()``, ``len()``, the context manager, stats, episodes and the profiling settings
+live here; the other parts of the API each have a module: background collection
+(:mod:`~rlcollect.collectors.background`), weights sent and received
+(:mod:`~rlcollect.collectors.weight_api`), hooks, nesting and calls on the workers
+(:mod:`~rlcollect.collectors.remote`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,20 +26,20 @@ from torch.utils.data import IterableDataset
 
 from rlcollect.collectors.background import BackgroundCollection
 from rlcollect.collectors.checks import refuse_dataloader_workers
-from rlcollect.collectors.profiles import ProfileApi
 from rlcollect.collectors.remote import RemoteApi
 from rlcollect.collectors.stats import CollectorStats
 from rlcollect.collectors.stream import Batches
 from rlcollect.collectors.weight_api import WeightApi
 from rlcollect.policies.devices import policy_on_device
 from rlcollect.rollout.episodes import episode_table
+from rlcollect.rollout.profiling import ProfileConfig
 
 __all__ = ["BaseCollector"]
 
 _OWN_DEVICE: Any = object()  # _get_policy_and_device's default: the collector's policy_device
 
 
-class BaseCollector(BackgroundCollection, WeightApi, RemoteApi, ProfileApi, IterableDataset,  # type: ignore[type-arg]
+class BaseCollector(BackgroundCollection, WeightApi, RemoteApi, IterableDataset,  # type: ignore[type-arg]
                     metaclass=abc.ABCMeta):
     """Base class of the collectors: an iterable of ``[N, T]`` TensorDict batches, and a torch
     ``IterableDataset`` that ``DataLoader(collector, batch_size=None, collate_fn=lambda b: b)`` reads
@@ -83,6 +85,73 @@ class BaseCollector(BackgroundCollection, WeightApi, RemoteApi, ProfileApi, Iter
         if policy_device is _OWN_DEVICE:
             policy_device = getattr(self, "policy_device", None)
         return policy_on_device(policy, policy_device, trust_policy=self.trust_policy)
+
+    # -- profiling (the settings; the rollouts read them where they run) ------------------
+    _profile_config: ProfileConfig | None = None
+
+    def enable_profile(
+        self,
+        *,
+        workers: list[int] | None = None,
+        num_rollouts: int = 3,
+        warmup_rollouts: int = 1,
+        save_path: str | Path | None = None,
+        activities: list[str] | None = None,
+        record_shapes: bool = True,
+        profile_memory: bool = False,
+        with_stack: bool = True,
+        with_flops: bool = False,
+        on_trace_ready: Callable[[Any], None] | None = None,
+    ) -> None:
+        """Profile the first ``num_rollouts`` rollouts (of ``workers``) with ``torch.profiler``.
+
+        Traces are Chrome trace files at ``save_path`` (made absolute here, so a worker or a Ray
+        actor with another working directory writes where you said; ``{worker_idx}`` is
+        replaced), the first ``warmup_rollouts`` rollouts discarded.
+
+        Raises:
+            RuntimeError: called after iteration started.
+            ValueError: ``num_rollouts <= warmup_rollouts``.
+        """
+        if self._iteration_started:
+            raise RuntimeError("Cannot enable profiling after iteration started: enable_profile() must be "
+                               "called before iterating the collector")
+        self._profile_config = ProfileConfig(
+            workers=[0] if workers is None else list(workers),
+            num_rollouts=num_rollouts,
+            warmup_rollouts=warmup_rollouts,
+            save_path=None if save_path is None else Path(save_path).absolute(),  # workers may run elsewhere
+            activities=["cpu", "cuda"] if activities is None else list(activities),
+            record_shapes=record_shapes,
+            profile_memory=profile_memory,
+            with_stack=with_stack,
+            with_flops=with_flops,
+            on_trace_ready=on_trace_ready,
+        )
+
+    def disable_profile(self) -> None:
+        """Forget the :meth:`enable_profile` settings and stop this process's profiler if it runs
+        (no-op when profiling was never enabled). Workers that already started keep profiling
+        until their ``num_rollouts``.
+
+        Examples:
+            >>> from rlcollect import Collector
+            >>> with Collector("CartPole-v1", frames_per_batch=4) as collector:
+            ...     collector.enable_profile(num_rollouts=2, warmup_rollouts=1)
+            ...     collector.disable_profile()
+            ...     print(collector.profile_config)
+            None
+        """
+        self._profile_config = None
+        self._stop_profiler()
+
+    def _stop_profiler(self) -> None:  # noqa: B027 (collectors with a profiler here override it)
+        """Stop the profiler that runs in this process, if any."""
+
+    @property
+    def profile_config(self) -> ProfileConfig | None:
+        """The profiling settings, ``None`` unless :meth:`enable_profile` was called."""
+        return self._profile_config
 
     # -- iteration -------------------------------------------------------------------------
     @abc.abstractmethod

@@ -325,7 +325,9 @@ def test_workers_name_the_collector_wide_env(kind: str) -> None:
 
 
 def test_batched_server_checks_the_policy_output() -> None:
-    policy = LaterPolicy(lambda obs: torch.zeros(1, dtype=torch.int64))
+    """One action too many, whichever envs a forward pass serves (a fixed shape of 1 would be right
+    for a pass that happens to serve one env: under load every pass may)."""
+    policy = LaterPolicy(lambda obs: torch.zeros(obs.shape[0] + 1, dtype=torch.int64))
     with (
         AsyncBatchedCollector(
             BadEnv,
@@ -336,7 +338,7 @@ def test_batched_server_checks_the_policy_output() -> None:
             total_frames=64,
             start_method="forkserver",
         ) as collector,
-        pytest.raises(BadDataError, match=r"action has shape \[1\]; expected \[[12]\]"),
+        pytest.raises(BadDataError, match=r"action has shape \[[23]\]; expected \[[12]\]"),
     ):
         list(collector)
 
