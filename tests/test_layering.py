@@ -142,8 +142,8 @@ def test_the_core_names_no_torchrl_only_argument() -> None:
 MRO_CLASSES = {"rlcollect.Collector": 5, "rlcollect.MultiSyncCollector": 7,
                "rlcollect.MultiAsyncCollector": 7, "rlcollect.AsyncBatchedCollector": 6,
                "rlcollect.RayCollector": 6,
-               "rlcollect.torchrl.Collector": 8, "rlcollect.torchrl.MultiSyncCollector": 12,
-               "rlcollect.torchrl.MultiAsyncCollector": 12, "rlcollect.torchrl.RayCollector": 9}
+               "rlcollect.torchrl.Collector": 7, "rlcollect.torchrl.MultiSyncCollector": 11,
+               "rlcollect.torchrl.MultiAsyncCollector": 11, "rlcollect.torchrl.RayCollector": 8}
 
 
 def test_collectors_hold_their_parts_rather_than_inherit_them() -> None:

@@ -7,9 +7,8 @@ in their reports) and starts the workers through a :class:`WorkerPool`. Where on
 ``policy_factory`` builds the policy, worker 0's process builds the probe instead (the factory
 runs in the workers alone) and keeps it as its rollout, the other worker processes start
 meanwhile, and each gets its setup when the pool starts.
-The collector holds its parts: the slots and the schedule that hands out and gathers the batches
-(:mod:`rlcollect.collectors.pool_batches`: synchronous or asynchronous, chosen here once) and the
-requests to its workers (:mod:`rlcollect.collectors.pool_requests`).
+It holds its parts: slots and a schedule, synchronous or asynchronous, chosen here once (``pool_batches``),
+what each worker is given (``pool_setups``), the requests to the workers (``pool_requests``).
 
 Examples:
     >>> from rlcollect import MultiSyncCollector

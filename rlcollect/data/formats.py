@@ -95,9 +95,10 @@ def layout_of(value: Any) -> Layout:
     """The ``layout`` option as an object: ``"rlcollect"`` or a :class:`Layout` object."""
     if isinstance(value, str) and value == NativeLayout.name:
         return NativeLayout()
-    if not isinstance(value, str) and all(callable(getattr(value, name, None))
-                                          for name in ("format", "reports_policy_version")):
+    methods, fields = ("format", "reports_policy_version"), ("action_dtype", "action_at_build")
+    if (not isinstance(value, str) and all(hasattr(value, name) for name in fields)
+            and all(callable(getattr(value, name, None)) for name in methods)):
         return cast(Layout, value)
     raise ValueError(f"layout={short_repr(value)} is not 'rlcollect' or a layout object (a Layout of "
-                     "rlcollect.data.formats; rlcollect.torchrl's collectors deliver TorchRL's layout, "
-                     "and its layout object gives it to any collector)")
+                     f"rlcollect.data.formats: {', '.join(methods + fields)}; rlcollect.torchrl's "
+                     "collectors deliver TorchRL's layout, and its layout object gives it to any collector)")

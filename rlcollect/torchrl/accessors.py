@@ -5,8 +5,9 @@ or the replay buffer (the first worker's env and policy for a collector with wor
 TorchRL), ``get_model(model_id)`` is the module weights of ``model_id`` go to,
 ``set_post_collect_hook`` the method form of the attribute, ``get_distant_attr`` and ``map_fn``
 read and call attributes of the collector (of each worker, with workers), ``closed`` tells whether the
-collector was shut down, and ``worker_idx`` reads ``None`` where TorchRL's does (a collector
-that is not another's worker).
+collector was shut down, ``worker_idx`` reads ``None`` where TorchRL's does (a collector
+that is not another's worker); and TorchRL's switches: ``_exclude_private_keys``, ``interruptor``
+(none) and the keywords of ``update_policy_weights_`` meant for a legacy updater.
 
 Examples:
     >>> from rlcollect.torchrl import Collector
@@ -20,6 +21,7 @@ Examples:
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -29,8 +31,13 @@ from tensordict import TensorDictBase
 from rlcollect.collectors import BaseCollector
 from rlcollect.collectors.pooled import PooledCollector
 from rlcollect.data.attributes import resolve_path
+from rlcollect.torchrl.layout import TorchRLLayout
 
 __all__ = ["TorchRLAccessors"]
+
+#: The keywords of rlcollect's ``update_policy_weights_`` (TorchRL passes others to its updater).
+_UPDATE_KEYWORDS = frozenset(inspect.signature(BaseCollector.update_policy_weights_).parameters) - {
+    "self", "updater_kwargs"}
 
 
 class TorchRLAccessors:
@@ -131,6 +138,33 @@ class TorchRLAccessors:
     def _first(self, path: str) -> Any:
         value = self.get_distant_attr(path)
         return value[0] if isinstance(self, PooledCollector) else value
+
+    # -- TorchRL's switches and flags --------------------------------------------------------
+    _torchrl_layout: TorchRLLayout | None = None  # the collector's layout object, if TorchRL's
+
+    @property
+    def interruptor(self) -> None:
+        """TorchRL's interruptor object: rlcollect builds none (``preemptive_threshold`` is a flag
+        per batch slot the workers read at each step)."""
+        return None
+
+    def update_policy_weights_(self, *args: Any, **kwargs: Any) -> None:
+        """rlcollect's, where keywords of none of its forms go to a legacy ``weight_updater`` and
+        are ignored without one, as in TorchRL."""
+        if getattr(self, "weight_updater", None) is None:
+            kwargs = {name: value for name, value in kwargs.items() if name in _UPDATE_KEYWORDS}
+        super().update_policy_weights_(*args, **kwargs)  # type: ignore[misc]
+
+    @property
+    def _exclude_private_keys(self) -> bool:
+        """Batches in TorchRL's layout leave out the keys with a part that starts with ``_`` (a
+        policy's private state) unless this is set to False."""
+        return self._torchrl_layout is None or not self._torchrl_layout.private_keys
+
+    @_exclude_private_keys.setter
+    def _exclude_private_keys(self, value: bool) -> None:
+        if self._torchrl_layout is not None:
+            self._torchrl_layout.private_keys = not value
 
     if TYPE_CHECKING:  # the collector's own
         replay_buffer: Any

@@ -15,7 +15,6 @@ Examples:
 from __future__ import annotations
 
 import abc
-import inspect
 import os
 import warnings
 from collections.abc import Callable
@@ -42,10 +41,6 @@ from rlcollect.torchrl.worker_calls import WorkerCalls
 __all__ = ["AsyncCollector", "Collector", "DataCollectorBase", "MultiAsyncCollector", "MultiCollector",
            "MultiSyncCollector", "ProfilerHook", "RayCollector"]
 
-
-#: The keywords of rlcollect's ``update_policy_weights_`` (TorchRL passes others to its updater).
-_UPDATE_KEYWORDS = frozenset(inspect.signature(BaseCollector.update_policy_weights_).parameters) - {
-    "self", "updater_kwargs"}
 
 #: The core option only the collectors here take (a TorchRL env's policy transforms).
 _CORE_OPTIONS = frozenset({"auto_register_policy_transforms"})
@@ -85,37 +80,6 @@ def _torchrl_init(collector: Any, cls: Any, args: tuple[Any, ...], kwargs: dict[
     translation.apply(collector)
     if getattr(collector, "policy", None) is not None:  # workers built by a policy_factory: their own
         note_acting_weights(collector)  # TorchRL's state_dict shows what each worker acts with
-
-
-class _PrivateKeys(TorchRLAccessors):
-    """TorchRL's attributes: its accessors (:class:`TorchRLAccessors`), the
-    ``_exclude_private_keys`` switch (batches in TorchRL's layout leave out the keys with a part
-    that starts with ``_``, a policy's private state, unless it is set to False) and the
-    ``interruptor``."""
-
-    _torchrl_layout: TorchRLLayout | None = None
-
-    @property
-    def interruptor(self) -> None:
-        """TorchRL's interruptor object: rlcollect builds none (``preemptive_threshold`` is a flag
-        per batch slot the workers read at each step)."""
-        return None
-
-    def update_policy_weights_(self, *args: Any, **kwargs: Any) -> None:
-        """rlcollect's, where keywords of none of its forms go to a legacy ``weight_updater`` and
-        are ignored without one, as in TorchRL."""
-        if getattr(self, "weight_updater", None) is None:
-            kwargs = {name: value for name, value in kwargs.items() if name in _UPDATE_KEYWORDS}
-        super().update_policy_weights_(*args, **kwargs)  # type: ignore[misc]
-
-    @property
-    def _exclude_private_keys(self) -> bool:
-        return self._torchrl_layout is None or not self._torchrl_layout.private_keys
-
-    @_exclude_private_keys.setter
-    def _exclude_private_keys(self, value: bool) -> None:
-        if self._torchrl_layout is not None:
-            self._torchrl_layout.private_keys = not value
 
 
 class _Deprecated(type(BaseCollector)):  # type: ignore[misc]  # BaseCollector's metaclass
@@ -169,7 +133,7 @@ def _build(chosen: Selection) -> Any:
 
 
 @torchrl_signature(COLLECTOR)
-class Collector(_PrivateKeys, collectors.Collector, metaclass=_CollectorType):  # type: ignore[misc]  # worker_idx: None
+class Collector(TorchRLAccessors, collectors.Collector, metaclass=_CollectorType):  # type: ignore[misc]  # worker_idx: None
     """:class:`rlcollect.Collector` with TorchRL's batch layout by default (``layout="torchrl"``)
     and TorchRL's arguments (:data:`TORCHRL_ARGUMENTS`).
 
@@ -255,7 +219,7 @@ class MultiCollector(BaseCollector, metaclass=_MultiCollectorType):
 
 
 @torchrl_signature(MULTI)
-class MultiSyncCollector(WorkerCalls, _PrivateKeys, collectors.MultiSyncCollector, MultiCollector):  # type: ignore[misc]  # TorchRL's stats()
+class MultiSyncCollector(WorkerCalls, TorchRLAccessors, collectors.MultiSyncCollector, MultiCollector):  # type: ignore[misc]  # TorchRL's stats()
     """:class:`rlcollect.MultiSyncCollector` with TorchRL's batch layout and arguments; a batch is
     grouped by worker as ``cat_results`` says (``"stack"`` by default, as in TorchRL).
     ``frames_per_batch`` may be a list, one (equal) count per worker: a batch holds their sum."""
@@ -268,7 +232,7 @@ class MultiSyncCollector(WorkerCalls, _PrivateKeys, collectors.MultiSyncCollecto
 
 
 @torchrl_signature(MULTI)
-class MultiAsyncCollector(WorkerCalls, _PrivateKeys, collectors.MultiAsyncCollector, MultiCollector):  # type: ignore[misc]  # TorchRL's stats()
+class MultiAsyncCollector(WorkerCalls, TorchRLAccessors, collectors.MultiAsyncCollector, MultiCollector):  # type: ignore[misc]  # TorchRL's stats()
     """:class:`rlcollect.MultiAsyncCollector` with TorchRL's batch layout and arguments.
     ``frames_per_batch`` may be a list of one count per worker: as in TorchRL 0.14, each worker's
     batches then hold their sum."""
@@ -305,7 +269,7 @@ _RAY_COLLECTOR_ARGUMENTS = ("device", "env_device", "policy_device", "exploratio
 
 
 @torchrl_signature(RAY, **RAY_DEFAULTS)
-class RayCollector(_PrivateKeys, collectors.RayCollector):  # type: ignore[misc]  # worker_idx: None
+class RayCollector(TorchRLAccessors, collectors.RayCollector):  # type: ignore[misc]  # worker_idx: None
     """:class:`rlcollect.RayCollector` with TorchRL's batch layout, arguments and defaults:
     ``sync=False``; the actors' collector arguments (``device``, ``exploration_type``,
     ``max_frames_per_traj``, ...) at the top level as well as in ``collector_kwargs``;

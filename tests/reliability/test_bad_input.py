@@ -163,6 +163,16 @@ class Linear4(torch.nn.Module):
 
 
 # -- builders -----------------------------------------------------------------------------------
+class FormatOnly:
+    """A layout that formats but does not say how actions are stored."""
+
+    def format(self, batch: Any, shape: Any) -> Any:
+        return batch, shape
+
+    def reports_policy_version(self) -> bool:
+        return True
+
+
 def collector(**kwargs: Any) -> Callable[[], Any]:
     """``Collector(create_env_fn, frames_per_batch=8, **kwargs)`` (CartPole unless given)."""
     def build() -> Any:
@@ -394,6 +404,8 @@ CASES += section(
     case("check='some'", collector(check="some"), V, r"check='some' is not one of"),
     case("layout='tf'", collector(layout="tf"), V, r"layout='tf' is not 'rlcollect' or a layout object"),
     case("layout=None", collector(layout=None), V, r"layout=None is not 'rlcollect' or a layout object"),
+    case("layout object without action_dtype", collector(layout=FormatOnly()), V,
+         r"is not 'rlcollect' or a layout object .*format, reports_policy_version, action_dtype"),
     case("layout='torchrl' in the core", collector(layout="torchrl"), V,
          r"layout='torchrl' is not 'rlcollect' or a layout object .*rlcollect.torchrl's collectors deliver "
          r"TorchRL's layout"),
