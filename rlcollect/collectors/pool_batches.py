@@ -89,10 +89,10 @@ class Schedule(abc.ABC):
 
     def __init__(self, pool: WorkerPool, slots: Slots, options: CollectorOptions, delivery: Delivery,
                  weights: WeightChannel, unsent: UnsentEdits, hooks: Hooks, *, steps: int,
-                 frames_per_batch: int, total_frames: int, infos: Any = ()) -> None:
+                 total_frames: int, infos: Any = ()) -> None:
         self.pool, self.slots, self.options, self.delivery = pool, slots, options, delivery
         self.weights, self.unsent, self.hooks = weights, unsent, hooks
-        self.num_workers, self.steps, self.frames_per_batch = pool.num_workers, steps, frames_per_batch
+        self.num_workers, self.steps = pool.num_workers, steps
         self.total_frames = total_frames
         self.frames = self.batches = self.last_lag = 0
         self.reports: list[BatchReport | None] = [None] * self.num_workers
@@ -224,7 +224,7 @@ class AsyncSchedule(Schedule):
             worker, report = pool.wait_one(sorted(pool.busy()))
             self.frames += self.account(worker, report)
             self.batches += 1
-            if self.more_wanted(len(pool.busy()) * self.frames_per_batch):
+            if self.more_wanted(self.frames_in_flight()):
                 self.dispatch(worker, report.slot ^ 1)  # it fills its other slot meanwhile
             yield from self.delivery.outputs(self.slots.rows(report.slot, worker))
         self.refuse_if_closed()
@@ -234,7 +234,7 @@ class AsyncSchedule(Schedule):
         start, later those whose batch collected ahead was dropped (into its freed slot)."""
         pool = self.pool
         for worker in range(self.num_workers):
-            if worker not in pool.busy() and self.more_wanted(len(pool.busy()) * self.frames_per_batch):
+            if worker not in pool.busy() and self.more_wanted(self.frames_in_flight()):
                 self.dispatch(worker, self._redo.pop(worker, self.batches % 2))
 
     def drop_ahead(self) -> None:

@@ -157,7 +157,7 @@ class PooledCollector(BaseCollector):
         schedule = SyncSchedule if sync else AsyncSchedule  # chosen once
         self._schedule: Schedule = schedule(
             self._pool, self._slots, options, self._delivery, self._weights, self._unsent, self._hooks(),
-            steps=steps, frames_per_batch=self.frames_per_batch, total_frames=self.total_frames,
+            steps=steps, total_frames=self.total_frames,
             infos=layout.infos if layout else ())
         self._requests = WorkerRequests(self._schedule, weakly(self._ensure_started),
                                         state_kind=self._state_kind, state_keys=self._state_keys)
