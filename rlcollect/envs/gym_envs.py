@@ -98,19 +98,21 @@ class GymEnvs(EnvBatch):
 
     def bind(self, buffers: BatchBuffers) -> None:
         super().bind(buffers)
-        # pick the write path once: a leaf observation is one numpy item write per env-step
-        self._obs_array = None if buffers.dict_obs else next(iter(buffers.obs_ext_np.values()))
         self._reward = buffers.reward_np[..., 0]  # [N, T]
         self._terminated = buffers.terminated_np[..., 0]
         self._truncated = buffers.truncated_np[..., 0]
-        self._actions = buffers.action_np  # [N, T, *act]
-        self._actions_as_list = buffers.action_np.ndim == 2  # Discrete: python ints, like a hand loop
         array = next(iter(buffers.obs_ext_np.values()))  # the leaf observation's shape and dtype
-        self._obs_shape, self._obs_dtype = array.shape[2:], array.dtype
+        self._obs_dtype = array.dtype
         # what the env returns passes the identity test; the buffer may store it in another dtype
         # (obs_dtype): numpy casts it in the write, checked_array says which values may be cast
         space_dtype = getattr(self.observation_space, "dtype", None)
-        self._env_obs_dtype = np.dtype(space_dtype) if space_dtype is not None else array.dtype
+        env_dtype = np.dtype(space_dtype) if space_dtype is not None else array.dtype
+        # what each step reads, made once: one row of actions per step (indexing [:, t] costs more
+        # than the step's other bookkeeping; Discrete's as python ints, like a hand loop), the
+        # write path (a leaf observation: one numpy item write per env-step), the constants
+        self._action_rows = list(buffers.action_np.swapaxes(0, 1))  # [T] of [N, *act]
+        self._fixed = (None if buffers.dict_obs else array, self._limit, self._steps, array.shape[2:],
+                       env_dtype, self._info_arrays, buffers.action_np.ndim == 2)
         if len(self._reward_rows) != buffers.num_steps:
             # rewards go to a list per step, then into the buffer once per batch (finish): a list
             # store costs a quarter of a numpy item write, and numpy's conversion checks the types
@@ -134,15 +136,16 @@ class GymEnvs(EnvBatch):
         assert buffers is not None
         # each step's actions are the envs' own (a copy, or python ints), as in a hand-written loop:
         # an env that keeps its action, or edits it in place, touches no batch
-        actions: Any = self._actions[start:stop, t]  # this group's rows only
-        actions = actions.tolist() if self._actions_as_list else actions.copy()
-        obs_array, rewards, limit, steps = self._obs_array, self._reward_rows[t], self._limit, self._steps
+        obs_array, limit, steps, shape, dtype, infos, as_list = self._fixed
+        actions: Any = self._action_rows[t]
+        envs = self.envs
+        if stop - start != self.num_envs:  # this group's rows only
+            actions, envs = actions[start:stop], envs[start:stop]
+        actions = actions.tolist() if as_list else actions.copy()
+        rewards, slot = self._reward_rows[t], t + 1
         # the checks (rlcollect.data.checks) cost two identity tests per env-step: flags are
         # looked at only when they are not exactly False, rewards when the batch is finished
-        checking, shape, dtype = self.check_writes, self._obs_shape, self._env_obs_dtype
-        flag_types, array_type, rewritable, infos = FLAG_TYPES, ndarray, REWRITABLE, self._info_arrays
-        slot = t + 1
-        envs = self.envs if stop - start == self.num_envs else self.envs[start:stop]
+        checking, flag_types, array_type, rewritable = self.check_writes, FLAG_TYPES, ndarray, REWRITABLE
         for i, (env, action) in enumerate(zip(envs, actions, strict=True), start):
             result = env.step(action)
             try:

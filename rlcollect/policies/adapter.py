@@ -304,6 +304,36 @@ def on_device(module: Any, device: torch.device | None) -> Any:
     return copy.deepcopy(module).to(device)
 
 
+#: Layers that read their input and return a new tensor, neither writing into it nor keeping it
+#: (under inference mode nothing is saved for a backward pass).
+READ_ONLY_LAYERS: tuple[type[torch.nn.Module], ...] = (
+    torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.LayerNorm)
+
+
+def reads_input_only(policy: Any) -> bool:
+    """Whether ``policy`` can neither write into its input nor keep it: a module (or an
+    ``nn.Sequential`` whose first module is one) of exactly one of :data:`READ_ONLY_LAYERS`, its own
+    ``forward``, no forward hook on it, on the ``Sequential`` around it or on every module. Such a
+    policy may be handed the batch's own view of the observations, with no copy.
+
+    Examples:
+        >>> reads_input_only(torch.nn.Sequential(torch.nn.Linear(4, 2), torch.nn.ReLU()))
+        True
+        >>> reads_input_only(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 2)))  # a view
+        False
+    """
+    hooks = torch.nn.modules.module
+    if hooks._global_forward_pre_hooks or hooks._global_forward_hooks:
+        return False
+    while type(policy) is torch.nn.Sequential and len(policy) and not _hooked(policy):
+        policy = policy[0]
+    return type(policy) in READ_ONLY_LAYERS and not _hooked(policy)
+
+
+def _hooked(module: torch.nn.Module) -> bool:
+    return bool(module._forward_pre_hooks or module._forward_hooks or "forward" in vars(module))
+
+
 class PrivateInput:
     """The policy's own copy of one observation entry at each step, made from the batch's view of
     step ``t``: a policy that writes into its input changes its copy, never the stored frames, and
