@@ -107,10 +107,10 @@ class GymEnvs(EnvBatch):
         # (obs_dtype): numpy casts it in the write, checked_array says which values may be cast
         space_dtype = getattr(self.observation_space, "dtype", None)
         env_dtype = np.dtype(space_dtype) if space_dtype is not None else array.dtype
-        # what each step reads, made once: one row of actions per step (indexing [:, t] costs more
-        # than the step's other bookkeeping; Discrete's as python ints, like a hand loop), the
-        # write path (a leaf observation: one numpy item write per env-step), the constants
-        self._action_rows = list(buffers.action_np.swapaxes(0, 1))  # [T] of [N, *act]
+        # what each step reads, made once: the actions step-major (a third of the cost of [:, t];
+        # Discrete's as python ints, like a hand loop), the write path (a leaf observation: one
+        # numpy item write per env-step), the constants
+        self._action_rows = buffers.action_np.swapaxes(0, 1)  # [T, N, *act]
         self._fixed = (None if buffers.dict_obs else array, self._limit, self._steps, array.shape[2:],
                        env_dtype, self._info_arrays, buffers.action_np.ndim == 2)
         if len(self._reward_rows) != buffers.num_steps:
@@ -128,10 +128,7 @@ class GymEnvs(EnvBatch):
             buffers.write_obs(i, slot, obs)
         self._steps[:] = [0] * self.num_envs
 
-    def step(self, t: int) -> None:
-        self.step_rows(t, 0, self.num_envs)
-
-    def step_rows(self, t: int, start: int, stop: int) -> None:
+    def step_rows(self, t: int, start: int = 0, stop: int | None = None) -> None:
         buffers = self._buffers
         assert buffers is not None
         # each step's actions are the envs' own (a copy, or python ints), as in a hand-written loop:
@@ -139,7 +136,7 @@ class GymEnvs(EnvBatch):
         obs_array, limit, steps, shape, dtype, infos, as_list = self._fixed
         actions: Any = self._action_rows[t]
         envs = self.envs
-        if stop - start != self.num_envs:  # this group's rows only
+        if stop is not None and stop - start != self.num_envs:  # this group's rows only
             actions, envs = actions[start:stop], envs[start:stop]
         actions = actions.tolist() if as_list else actions.copy()
         rewards, slot = self._reward_rows[t], t + 1
@@ -183,6 +180,8 @@ class GymEnvs(EnvBatch):
                 if checking:
                     check_observation(obs, buffers.obs_ext_np, True, env=i, step=t)
                 buffers.write_obs(i, slot, obs)
+
+    step = step_rows  # every row: one call a step, not two
 
     def finish(self, steps: int) -> None:
         if not steps:

@@ -149,12 +149,13 @@ def collect_batch(
 def step_all(envs: EnvBatch, policy: PolicyAdapter, steps: int, stop: np.ndarray | None = None,
              on_error: Callable[[int, Exception], None] | None = None) -> int:
     """Take ``steps`` steps of every env (see :func:`collect_batch`); return the steps taken."""
+    act, step = policy.act, envs.step
     for t in range(steps):
         if stop is not None and t and stop[0]:  # not before the first step: every worker advances
             return t
-        policy.act(t)  # action[:, t] <- policy(observation slot t)
+        act(t)  # action[:, t] <- policy(observation slot t)
         try:  # (free unless it raises)
-            envs.step(t)  # reward, flags [:, t]; observation slot t + 1 (reset obs if done)
+            step(t)  # reward, flags [:, t]; observation slot t + 1 (reset obs if done)
         except Exception as error:
             if on_error is not None:
                 on_error(t, error)
