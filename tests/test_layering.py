@@ -139,11 +139,11 @@ def test_the_core_names_no_torchrl_only_argument() -> None:
 #: The rlcollect classes in each public collector's MRO today. A collector holds its parts as
 #: objects rather than inheriting them (a collector with workers: its slots, schedule, setups and
 #: requests); the goal is at most 4 (the wing's at most 5): lower a count as a part becomes one held.
-MRO_CLASSES = {"rlcollect.Collector": 5, "rlcollect.MultiSyncCollector": 7,
-               "rlcollect.MultiAsyncCollector": 7, "rlcollect.AsyncBatchedCollector": 6,
-               "rlcollect.RayCollector": 6,
-               "rlcollect.torchrl.Collector": 7, "rlcollect.torchrl.MultiSyncCollector": 11,
-               "rlcollect.torchrl.MultiAsyncCollector": 11, "rlcollect.torchrl.RayCollector": 8}
+MRO_CLASSES = {"rlcollect.Collector": 4, "rlcollect.MultiSyncCollector": 6,
+               "rlcollect.MultiAsyncCollector": 6, "rlcollect.AsyncBatchedCollector": 5,
+               "rlcollect.RayCollector": 5,
+               "rlcollect.torchrl.Collector": 6, "rlcollect.torchrl.MultiSyncCollector": 10,
+               "rlcollect.torchrl.MultiAsyncCollector": 10, "rlcollect.torchrl.RayCollector": 7}
 
 
 def test_collectors_hold_their_parts_rather_than_inherit_them() -> None:

@@ -1,4 +1,5 @@
-"""Background collection into the replay buffer: ``start()``, ``pause()``, ``async_shutdown()``.
+"""Background collection into the replay buffer: the part behind ``start()``, ``pause()`` and
+``async_shutdown()``.
 """
 
 from __future__ import annotations
@@ -7,89 +8,69 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
 
 import torch
 from tensordict import TensorDictBase
 
-__all__ = ["BackgroundCollection"]
+__all__ = ["Background"]
 
 
-class BackgroundCollection:
-    """What every collector gives for collecting in a background thread (a part of
-    :class:`~rlcollect.BaseCollector`)."""
+class Background:
+    """A collector's collection into its replay buffer in a thread while the caller trains (the
+    part behind the collector's ``start()``, ``pause()`` and ``async_shutdown()``).
 
-    _iteration_started: bool = False
+    Examples:
+        >>> background = Background()
+        >>> background.running
+        False
+        >>> background.start(lambda: iter([None, None]), quiesce=lambda: None)
+        >>> background.stop(time.monotonic() + 5) is None, background.running
+        (True, False)
+    """
 
-    if TYPE_CHECKING:  # the collector's own
-        def iterator(self) -> Iterator[TensorDictBase | None]: ...
-        def shutdown(self, timeout: float | None = None, close_env: bool = True,
-                     raise_on_error: bool = True) -> None: ...
-        def _quiesce(self) -> None: ...
-        def _shutdown_receivers(self) -> None: ...
+    def __init__(self) -> None:
+        self._thread: _Background | None = None
 
-    # -- background collection into the replay buffer ---------------------------------------
-    replay_buffer: Any = None
-    _background: _Background | None = None
+    @property
+    def running(self) -> bool:
+        """Started and not stopped."""
+        return self._thread is not None
 
-    def start(self) -> None:
-        """Collect into ``replay_buffer`` in the background until :meth:`async_shutdown`.
-
-        A thread drives the collector; with worker processes, the workers write a shared or
-        memmap buffer themselves and the thread only hands out the work.
+    def start(self, batches: Callable[[], Iterator[TensorDictBase | None]], quiesce: Callable[[], None],
+              on_error: Callable[[], None] = lambda: None) -> None:
+        """Run ``batches()`` in a thread; ``quiesce`` returns once no batch is under way (a pause
+        waits for it), ``on_error`` runs in the thread if collection stops on an error.
 
         Raises:
-            RuntimeError: no ``replay_buffer`` was given, or collection already started.
+            RuntimeError: already started.
         """
-        if self.replay_buffer is None:
-            raise RuntimeError(f"{type(self).__name__}.start() needs replay_buffer= at construction")
-        if self._background is not None:
+        if self._thread is not None:
             raise RuntimeError("start() was already called")
-        self._iteration_started = True
-        self._background = _Background(self.iterator(), self._quiesce, self._on_background_error)
+        self._thread = _Background(batches(), quiesce, on_error)
 
     @contextlib.contextmanager
-    def pause(self, timeout: float = 60.0) -> Iterator[None]:
-        """While the context is open, nothing is written to the replay buffer.
-
-        Entering waits (up to ``timeout`` seconds) for the batches under way to be written.
-        """
-        background = self._background
-        if background is None:
+    def pause(self, timeout: float, on_failure: Callable[[], None]) -> Iterator[None]:
+        """While the context is open, no batch is collected; entering waits (up to ``timeout``
+        seconds) for the batch under way. If collection stopped on an error, ``on_failure`` runs
+        (the collector's shutdown, which raises that error) and ``RuntimeError`` is raised."""
+        thread = self._thread
+        if thread is None:
             raise RuntimeError("pause() needs background collection: call start() first")
-        if not background.hold(timeout):  # collection stopped on an error: stop the rest, raise it
-            self.shutdown(timeout=timeout)
-            raise RuntimeError("background collection stopped")  # (shutdown raised its error)
+        if not thread.hold(timeout):  # collection stopped on an error: stop the rest, raise it
+            on_failure()
+            raise RuntimeError("background collection stopped")  # (on_failure raised its error)
         try:
             yield
         finally:
-            background.release()
+            thread.release()
 
-    def async_shutdown(self, timeout: float | None = None, close_env: bool = True) -> None:
-        """Stop background collection started by :meth:`start`, then shut down (see
-        :meth:`shutdown`: every thread and process is stopped before an error of the collection
-        is raised)."""
-        self.shutdown(timeout=timeout, close_env=close_env)
-
-    def _stop_background(self, deadline: float, interrupt: Callable[[], None] | None = None
-                         ) -> BaseException | None:
-        """Stop the background thread, if any, and the receiver schemes (every ``shutdown``
-        starts with this); return the error collection stopped on, for the caller to raise once
-        everything is stopped.
-
-        The thread may finish the batch under way until half the time left to ``deadline``
-        (``time.monotonic()``); then ``interrupt`` makes it give up its waits.
-        """
-        background, self._background = self._background, None
-        try:
-            return background.stop(deadline, interrupt) if background is not None else None
-        finally:
-            self._shutdown_receivers()
-
-    def _on_background_error(self) -> None:
-        """Called in the background thread once collection stopped on an error: release what
-        would otherwise keep running until :meth:`shutdown` (the workers)."""
-        return
+    def stop(self, deadline: float, interrupt: Callable[[], None] | None = None) -> BaseException | None:
+        """Stop the thread, if any; return the error collection stopped on, for the caller to
+        raise once everything is stopped. The thread may finish the batch under way until half
+        the time left to ``deadline`` (``time.monotonic()``); then ``interrupt`` makes it give up
+        its waits."""
+        thread, self._thread = self._thread, None
+        return None if thread is None else thread.stop(deadline, interrupt)
 
 
 class _Background:
@@ -144,7 +125,7 @@ class _Background:
         self._released.set()
 
     def stop(self, deadline: float, interrupt: Callable[[], None] | None = None) -> BaseException | None:
-        """Stop the thread (see :meth:`BaseCollector._stop_background`); return its error."""
+        """Stop the thread (see :meth:`Background.stop`); return its error."""
         self._stop.set()
         self._released.set()
         self._thread.join(max(0.0, (deadline - time.monotonic()) / 2))

@@ -1,19 +1,16 @@
-"""The API every collector shares (TorchRL's ``BaseCollector`` surface).
-
-Subclasses implement the reference's abstract methods (:meth:`BaseCollector.iterator`, ``shutdown``,
-``set_seed``, ``state_dict``, ``load_state_dict``); everything else has a working default.
-Iteration, ``next()``, ``len()``, the context manager, stats, episodes and the profiling settings
-live here; the other parts of the API each have a module: background collection
-(:mod:`~rlcollect.collectors.background`), weights sent and received
+"""The API every collector shares (TorchRL's ``BaseCollector`` surface): iteration, ``next()``,
+``len()``, the context manager, stats, episodes, the profiling settings, and background collection
+through its part (:class:`~rlcollect.collectors.background.Background`). Weights sent and received
 (:mod:`~rlcollect.collectors.weight_api`), hooks, nesting and calls on the workers
-(:mod:`~rlcollect.collectors.remote`).
+(:mod:`~rlcollect.collectors.remote`) have a module each.
 """
 
 from __future__ import annotations
 
 import abc
+import contextlib
+import functools
 import threading
-import time
 import warnings
 import weakref
 from collections.abc import Callable, Generator, Iterator, Mapping
@@ -24,10 +21,10 @@ import numpy as np
 from tensordict import TensorDict, TensorDictBase
 from torch.utils.data import IterableDataset
 
-from rlcollect.collectors.background import BackgroundCollection
+from rlcollect.collectors.background import Background
 from rlcollect.collectors.checks import refuse_dataloader_workers
 from rlcollect.collectors.remote import RemoteApi
-from rlcollect.collectors.stats import CollectorStats
+from rlcollect.collectors.stats import CollectorStats, HandedOut
 from rlcollect.collectors.stream import Batches
 from rlcollect.collectors.weight_api import WeightApi
 from rlcollect.policies.devices import policy_on_device
@@ -39,7 +36,7 @@ __all__ = ["BaseCollector"]
 _OWN_DEVICE: Any = object()  # _get_policy_and_device's default: the collector's policy_device
 
 
-class BaseCollector(BackgroundCollection, WeightApi, RemoteApi, IterableDataset,  # type: ignore[type-arg]
+class BaseCollector(WeightApi, RemoteApi, IterableDataset,  # type: ignore[type-arg]
                     metaclass=abc.ABCMeta):
     """Base class of the collectors: an iterable of ``[N, T]`` TensorDict batches, and a torch
     ``IterableDataset`` that ``DataLoader(collector, batch_size=None, collate_fn=lambda b: b)`` reads
@@ -56,7 +53,6 @@ class BaseCollector(BackgroundCollection, WeightApi, RemoteApi, IterableDataset,
     requested_frames_per_batch: int
     _iterator: Iterator[TensorDictBase | None] | None = None
     _stream_ref: weakref.ref[Batches] | None = None
-    _busy_lock: threading.RLock | None = None
     #: The reference's flags: the policy's device trusted without a warning (policy devices are
     #: always checked by a dry step here), the policy compiled or captured in CUDA graphs, chatter.
     trust_policy: bool = False
@@ -78,10 +74,9 @@ class BaseCollector(BackgroundCollection, WeightApi, RemoteApi, IterableDataset,
 
     def _get_policy_and_device(self, policy: Any = None, policy_device: Any = _OWN_DEVICE,
                                env_maker: Any = None, env_maker_kwargs: Any = None) -> tuple[Any, Any]:
-        """The reference's helper for subclasses: ``policy`` copied onto ``policy_device`` (by
-        default ``self.policy_device``) and a function returning its original weights, or
-        ``(policy, None)`` where nothing moves (see :func:`~rlcollect.policies.devices.policy_on_device`;
-        ``env_maker`` and its kwargs are accepted and unused, as in the reference)."""
+        """The reference's helper: ``policy`` on ``policy_device`` (default ``self.policy_device``)
+        and a function returning its original weights, or ``(policy, None)`` where nothing moves
+        (:func:`~rlcollect.policies.devices.policy_on_device`; ``env_maker*`` unused, as there)."""
         if policy_device is _OWN_DEVICE:
             policy_device = getattr(self, "policy_device", None)
         return policy_on_device(policy, policy_device, trust_policy=self.trust_policy)
@@ -153,6 +148,49 @@ class BaseCollector(BackgroundCollection, WeightApi, RemoteApi, IterableDataset,
         """The profiling settings, ``None`` unless :meth:`enable_profile` was called."""
         return self._profile_config
 
+    # -- background collection into the replay buffer (its part: Background) ---------------
+    replay_buffer: Any = None
+    _iteration_started: bool = False
+
+    @functools.cached_property
+    def _background(self) -> Background:
+        return Background()
+
+    def start(self) -> None:
+        """Collect into ``replay_buffer`` in a thread until :meth:`async_shutdown` (with worker
+        processes, the workers write a shared or memmap buffer and the thread hands out the work).
+
+        Raises:
+            RuntimeError: no ``replay_buffer`` was given, or collection already started.
+        """
+        if self.replay_buffer is None:
+            raise RuntimeError(f"{type(self).__name__}.start() needs replay_buffer= at construction")
+        self._background.start(self.iterator, self._quiesce, self._on_background_error)
+        self._iteration_started = True
+
+    def pause(self, timeout: float = 60.0) -> contextlib.AbstractContextManager[None]:
+        """While the context is open, nothing is written to the replay buffer; entering waits up to
+        ``timeout`` seconds for the batches under way to be written."""
+        return self._background.pause(timeout, lambda: self.shutdown(timeout=timeout))
+
+    def async_shutdown(self, timeout: float | None = None, close_env: bool = True) -> None:
+        """Stop :meth:`start`'s collection, then shut down (every thread and process is stopped
+        before an error of the collection is raised: :meth:`shutdown`)."""
+        self.shutdown(timeout=timeout, close_env=close_env)
+
+    def _stop_background(self, deadline: float, interrupt: Callable[[], None] | None = None
+                         ) -> BaseException | None:
+        """Stop background collection (:meth:`Background.stop`) and the receiver schemes; every
+        ``shutdown`` starts with this and raises the error returned once everything is stopped."""
+        try:
+            return self._background.stop(deadline, interrupt)
+        finally:
+            self._shutdown_receivers()
+
+    def _on_background_error(self) -> None:  # noqa: B027 (collectors with workers override it)
+        """Run in the background thread once collection stopped on an error: release what would
+        otherwise keep running until :meth:`shutdown` (the workers)."""
+
     # -- iteration -------------------------------------------------------------------------
     @abc.abstractmethod
     def iterator(self) -> Iterator[TensorDictBase | None]:
@@ -161,31 +199,26 @@ class BaseCollector(BackgroundCollection, WeightApi, RemoteApi, IterableDataset,
     def __iter__(self) -> Iterator[TensorDictBase]:
         """Yield batches, going on from where the last iterator stopped.
 
-        Typed as the reference types it, ``Iterator[TensorDictBase]``, so that a loop over batches
-        type-checks as it is written. A collector given a ``replay_buffer`` yields ``None`` for each
-        batch instead (the batch went into the buffer; the loop only paces collection): read the
-        buffer, not the loop's variable.
+        A collector given a ``replay_buffer`` yields ``None`` for each batch instead (typed as the
+        reference's, ``Iterator[TensorDictBase]``): read the buffer, not the loop's variable.
 
-        A collector has one stream of batches: while an iterator over it is alive (referenced and
-        not finished), ``iter(collector)`` returns that same iterator, so two of them share the
-        stream and every step is delivered once, to one of them. An iterator that is dropped
-        (``break``, ``next(iter(collector))``) leaves the collector as it is, ready for the next
-        loop; an error of collection (a Ctrl-C while it waits, too) shuts it down before it propagates.
+        One stream of batches: while an iterator is alive (referenced, not finished),
+        ``iter(collector)`` returns it, so every step is delivered once. One dropped (``break``)
+        leaves the collector ready for the next loop; an error of collection (a Ctrl-C while it
+        waits, too) shuts it down before it propagates.
         """
         refuse_dataloader_workers(type(self).__name__)
         live = self._stream_ref() if self._stream_ref is not None else None
         if live is not None and not live.finished:
             return live
-        stream = Batches(self._stream(), self._busy, lambda: self._background is not None)
+        stream = Batches(self._stream(), self._busy, lambda: self._background.running)
         self._stream_ref = weakref.ref(stream)
         return stream
 
-    @property
+    @functools.cached_property
     def _busy(self) -> threading.RLock:
         """Held while a batch is being made: a state from another thread waits for it."""
-        if self._busy_lock is None:
-            self._busy_lock = threading.RLock()
-        return self._busy_lock
+        return threading.RLock()
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         raise TypeError(f"a {type(self).__name__} cannot be pickled or copied: it holds its envs, threads "
@@ -196,7 +229,7 @@ class BaseCollector(BackgroundCollection, WeightApi, RemoteApi, IterableDataset,
         self._iteration_started = True
         batches = self.iterator()
         if type(self).stats is BaseCollector.stats:  # a subclass with the reference's methods only
-            batches = self._counted(batches)
+            batches = self._handed_out.count(batches)
         try:
             yield from batches
         except GeneratorExit:  # the loop was left, or the iterator dropped: not an error
@@ -232,8 +265,7 @@ class BaseCollector(BackgroundCollection, WeightApi, RemoteApi, IterableDataset,
             return None
 
     def __len__(self) -> int:
-        """Number of batches; only for collectors with a finite ``total_frames`` (a subclass that
-        sets none has no length either)."""
+        """Number of batches; only for collectors with a finite ``total_frames``."""
         total = getattr(self, "total_frames", -1)
         if total > 0:
             return -(total // -self.frames_per_batch)
@@ -247,16 +279,15 @@ class BaseCollector(BackgroundCollection, WeightApi, RemoteApi, IterableDataset,
 
     # -- lifecycle -------------------------------------------------------------------------
     @abc.abstractmethod
-    def shutdown(
-        self, timeout: float | None = None, close_env: bool = True, raise_on_error: bool = True
-    ) -> None:
+    def shutdown(self, timeout: float | None = None, close_env: bool = True, raise_on_error: bool = True
+                 ) -> None:
         """Release envs, processes and shared memory; idempotent."""
 
     init_random_frames: int = 0
 
     def _in_warmup(self, collected: int, in_flight: int = 0) -> bool:
         """Whether the next batch takes random actions: the frames collected (or written to the
-        replay buffer, when it counts its writes) and those under way are below ``init_random_frames``."""
+        replay buffer, if it counts) and under way are below ``init_random_frames``."""
         written = int(getattr(self.replay_buffer, "write_count", collected))
         return written + in_flight < self.init_random_frames
 
@@ -286,32 +317,13 @@ class BaseCollector(BackgroundCollection, WeightApi, RemoteApi, IterableDataset,
         """Resume from :meth:`state_dict`."""
 
     def stats(self) -> CollectorStats:
-        """Frames, batches, fps, episodes, mean return, restarts, policy lag.
+        """Frames, batches, fps, episodes, mean return, restarts, policy lag (this default, for a
+        subclass with the reference's methods only: the batches handed out, :class:`HandedOut`)."""
+        return self._handed_out.stats()
 
-        rlcollect's collectors count all of them where the batches are made; this default (for a
-        subclass that implements only the reference's abstract methods) counts the frames and
-        batches handed out, and their rate since the first one was asked for.
-        """
-        frames, batches, started = self._handed_out
-        seconds = time.perf_counter() - started if started else 0.0
-        return CollectorStats(frames=frames, batches=batches, fps=frames / seconds if seconds > 0 else 0.0)
-
-    _handed_out: tuple[int, int, float] = (0, 0, 0.0)  # frames, batches, when the first was asked for
-
-    def _counted(self, batches: Iterator[TensorDictBase | None]) -> Iterator[TensorDictBase | None]:
-        """``batches``, counted for the default :meth:`stats`."""
-        frames, count, started = self._handed_out
-        self._handed_out = (frames, count, started or time.perf_counter())
-        try:
-            for batch in batches:
-                if batch is not None:
-                    frames, count, started = self._handed_out
-                    self._handed_out = (frames + batch.numel(), count + 1, started)
-                yield batch
-        finally:
-            close = getattr(batches, "close", None)
-            if close is not None:
-                close()
+    @functools.cached_property
+    def _handed_out(self) -> HandedOut:
+        return HandedOut()
 
     @property
     def policy_version(self) -> int | None:
@@ -340,21 +352,15 @@ class BaseCollector(BackgroundCollection, WeightApi, RemoteApi, IterableDataset,
         return self.policy_version
 
     def episodes(self) -> TensorDict:
-        """Every episode the env ended since the last call (the first time: since the start; one a
-        reset abandoned is none), a row each, in the order learnt of: a TensorDict ``[episodes]`` of
+        """Every episode the envs ended since the last call (one a reset abandoned is none), a row
+        each, in the order learnt of: a TensorDict ``[episodes]`` of ``"return"`` (float64),
+        ``"length"`` (int64), ``"env"`` (its index in the collector: ``worker * envs per worker +
+        its index``), ``"traj_id"`` (its frames' ``("collector", "traj_ids")``),
+        ``"policy_version"`` (that of its last action) and ``"worker"`` (0 in one process).
 
-        - ``"return"`` (float64) and ``"length"`` (int64, steps),
-        - ``"env"``: the env's index in the collector (the row of its frames in a batch of every
-          env; ``worker * envs per worker + its index`` in its worker),
-        - ``"traj_id"``: the trajectory id of its frames (``("collector", "traj_ids")``),
-        - ``"policy_version"``: the version that chose its last action,
-        - ``"worker"``: the worker process (or Ray actor) that stepped it; 0 in one process.
-
-        Computed per batch where the batch is made, vectorised; the same in every collector, in
-        iteration and in background collection (:meth:`start`). The last 10,000 are kept between
-        calls, in arrays allocated once per process that steps envs (under 0.5 MB each), so a
-        collector whose episodes are never asked for does not grow; older ones are dropped
-        (``stats().episodes`` counts every episode all the same).
+        Computed per batch where the batch is made, in every collector, in iteration and in
+        :meth:`start`'s collection. The last 10,000 are kept between calls (under 0.5 MB per
+        process that steps envs); older ones are dropped (``stats().episodes`` counts them all).
 
         Examples:
             >>> from rlcollect import Collector

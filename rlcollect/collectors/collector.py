@@ -187,7 +187,7 @@ class Collector(BaseCollector):
         :meth:`update_policy_weights_`, at the start of the next batch, and every frame's
         ``policy_version`` names the weights that chose it (a policy that cannot be copied acts
         itself, with a warning)."""
-        if self.replay_buffer is not None and self._background is None and self._staged is None:
+        if self.replay_buffer is not None and not self._background.running and self._staged is None:
             acting = self._rollout.models.get("policy")
             if _copied_from(self._rollout.user_policy, acting) is None:  # your module itself acts
                 self._act_with_copy()
