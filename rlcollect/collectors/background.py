@@ -36,6 +36,11 @@ class Background:
         """Started and not stopped."""
         return self._thread is not None
 
+    @property
+    def error(self) -> BaseException | None:
+        """The error collection stopped on, until :meth:`stop` returns it (``None`` before)."""
+        return None if self._thread is None else self._thread.error
+
     def start(self, batches: Callable[[], Iterator[TensorDictBase | None]], quiesce: Callable[[], None],
               on_error: Callable[[], None] = lambda: None) -> None:
         """Run ``batches()`` in a thread; ``quiesce`` returns once no batch is under way (a pause

@@ -411,8 +411,7 @@ def test_a_background_error_is_raised_after_every_process_stopped(kind: str, lea
         warnings.simplefilter("ignore")
         collector.start()
         deadline = time.monotonic() + 30
-        while collector._background is not None and collector._background.error is None \
-                and time.monotonic() < deadline:
+        while collector._background.error is None and time.monotonic() < deadline:
             leaks.watch(collector)
             time.sleep(0.02)
     failed_at = time.monotonic()
