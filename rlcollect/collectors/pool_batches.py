@@ -100,6 +100,21 @@ class Schedule(abc.ABC):
         self.lengths: deque[int] = deque(maxlen=100)
         self.episode_records = EpisodeRecords(infos=infos)  # until episodes()
 
+    # what the collector lays out for this kind of schedule, asked before it is built
+    @staticmethod  # noqa: B027 (the synchronous schedule applies every option)
+    def check(options: CollectorOptions) -> None:
+        """Refuse the options this kind of schedule does not apply."""
+
+    @staticmethod
+    @abc.abstractmethod
+    def batch_rows(workers: int, envs_per_worker: int) -> int:
+        """The env rows of one batch."""
+
+    @staticmethod
+    @abc.abstractmethod
+    def slot_count(options: CollectorOptions) -> int:
+        """The slots each worker fills in turn."""
+
     @abc.abstractmethod
     def iterator(self) -> Iterator[TensorDictBase | None]:
         """The batches, as the delivery hands them out."""
@@ -160,6 +175,14 @@ class SyncSchedule(Schedule):
     """A batch is every worker's rows of a slot; late workers are preempted past
     ``preemptive_threshold``; with ``prefetch`` the workers fill the other slot meanwhile."""
 
+    @staticmethod
+    def batch_rows(workers: int, envs_per_worker: int) -> int:
+        return workers * envs_per_worker
+
+    @staticmethod
+    def slot_count(options: CollectorOptions) -> int:
+        return 2 if options.prefetch else 1
+
     def iterator(self) -> Iterator[TensorDictBase | None]:
         prefetch = self.options.prefetch
         slot = self.batches % (2 if prefetch else 1)
@@ -214,6 +237,22 @@ class AsyncSchedule(Schedule):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._redo: dict[int, int] = {}  # worker -> slot whose batch drop_ahead dropped: to fill again
+
+    @staticmethod
+    def check(options: CollectorOptions) -> None:
+        if options.preemptive_threshold is not None:
+            raise ValueError("preemptive_threshold applies to synchronous collection only")
+        if options.prefetch:
+            raise ValueError("prefetch=True applies to synchronous collection only: asynchronous "
+                             "workers never wait anyway")
+
+    @staticmethod
+    def batch_rows(workers: int, envs_per_worker: int) -> int:
+        return envs_per_worker
+
+    @staticmethod
+    def slot_count(options: CollectorOptions) -> int:
+        return 2
 
     def iterator(self) -> Iterator[TensorDictBase | None]:
         pool = self.pool

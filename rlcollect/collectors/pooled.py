@@ -69,6 +69,7 @@ class PooledCollector(BaseCollector):
 
     options: CollectorOptions
     sync: bool  # a batch is all workers' rows of a slot (sync) or one worker's rows (async)
+    _schedule_kind: type[Schedule]  # SyncSchedule or AsyncSchedule, chosen once from options.sync
     _weights: WeightChannel
     _policy_in_workers = True  # False: the policy runs in this process (a policy server)
     #: What this collector's state holds (checked by load_state_dict before anything changes).
@@ -81,12 +82,9 @@ class PooledCollector(BaseCollector):
         (``options.sync``: synchronous or asynchronous batches); where worker 0 builds the probe
         (:func:`~rlcollect.collectors.probe.worker_builds_probe`), the transport starts it first
         (and is closed if the probe fails)."""
-        self.options, self.sync = options, sync = options, options.sync
-        if not sync and options.preemptive_threshold is not None:
-            raise ValueError("preemptive_threshold applies to synchronous collection only")
-        if not sync and options.prefetch:
-            raise ValueError("prefetch=True applies to synchronous collection only: asynchronous "
-                             "workers never wait anyway")
+        self.options, self.sync = options, options.sync
+        self._schedule_kind = kind = SyncSchedule if options.sync else AsyncSchedule  # chosen once
+        kind.check(options)
         options.unpicklable(with_policy=self._policy_in_workers)
         self.requested_frames_per_batch = options.frames_per_batch
         self.total_frames, self.init_random_frames = options.total_frames, options.init_random_frames
@@ -104,7 +102,7 @@ class PooledCollector(BaseCollector):
                                                owner=owner)
         self.num_envs_per_worker = envs = per_process * options.nested_workers
         self.num_envs = envs * workers
-        rows = self.num_envs if sync else envs
+        rows = kind.batch_rows(workers, envs)
         steps = options.steps_per_batch(rows)
         self.frames_per_batch = steps * rows
         self._models = dict(probe.models)  # the modules weights are pulled from on update()
@@ -121,7 +119,7 @@ class PooledCollector(BaseCollector):
                   steps: int, awaiting: list[int]) -> None:
         """Slots, weights, the workers' setups and the pool (started at the first batch; the
         workers in ``awaiting`` run already, built by the probe, and wait for their setups)."""
-        workers, sync = self.num_workers, self.sync
+        workers, kind = self.num_workers, self._schedule_kind
         _, outers, traj_start = options.placement  # this collector inside a worker: its ids and seeds
         sink, layout = options.replay_buffer, probe.layout  # (no layout: a TorchRL env's own TensorDicts)
         workers_write = sink is not None and transport.can_write(sink) and layout is not None
@@ -129,10 +127,10 @@ class PooledCollector(BaseCollector):
         self._delivery.unbatched = probe.unbatched
         if self._hooks_in_workers:
             self._delivery.post_collect_hook = None  # each worker runs it (see _worker_spec)
-        self._delivery.workers = workers if sync else 1
+        self._delivery.workers = kind.batch_rows(workers, 1)  # the workers whose rows a batch holds
         self._delivery.whole = layout is None  # whole TensorDict batches: stacked (Slots.batch)
         written_elsewhere = self._delivery.written_elsewhere
-        self._slots = Slots.allocate(2 if (options.prefetch or not sync) else 1, layout, workers,
+        self._slots = Slots.allocate(kind.slot_count(options), layout, workers,
                                      self.num_envs_per_worker, steps, shared=transport.shared_slots,
                                      masked=options.preemptive_threshold is not None)
         check_descriptors(3 * workers + 3, f"{workers} worker processes", "num_workers")  # pipes, sentinels
@@ -154,8 +152,7 @@ class PooledCollector(BaseCollector):
                                 restart_seed_stride=self.num_envs * outers, awaiting=awaiting)
         self._finalizer: weakref.finalize[..., Any] = weakref.finalize(self, self._pool.shutdown)
         self._startup_seconds = math.nan
-        schedule = SyncSchedule if sync else AsyncSchedule  # chosen once
-        self._schedule: Schedule = schedule(
+        self._schedule: Schedule = kind(
             self._pool, self._slots, options, self._delivery, self._weights, self._unsent, self._hooks(),
             steps=steps, total_frames=self.total_frames,
             infos=layout.infos if layout else ())
