@@ -1,8 +1,8 @@
 """The API every collector shares (TorchRL's ``BaseCollector`` surface): iteration, ``next()``,
-``len()``, the context manager, stats, episodes, the profiling settings, and background collection
-through its part (:class:`~rlcollect.collectors.background.Background`). Weights sent and received
-(:mod:`~rlcollect.collectors.weight_api`), hooks, nesting and calls on the workers
-(:mod:`~rlcollect.collectors.remote`) have a module each.
+``len()``, the context manager, stats, episodes, hooks, nesting and calls on the workers, the
+profiling settings, and background collection through its part
+(:class:`~rlcollect.collectors.background.Background`). Weights sent and received have their own
+module (:mod:`~rlcollect.collectors.weight_api`).
 """
 
 from __future__ import annotations
@@ -11,11 +11,9 @@ import abc
 import contextlib
 import functools
 import threading
-import warnings
-import weakref
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from tensordict import TensorDict, TensorDictBase
@@ -23,10 +21,12 @@ from torch.utils.data import IterableDataset
 
 from rlcollect.collectors.background import Background
 from rlcollect.collectors.checks import refuse_dataloader_workers
-from rlcollect.collectors.remote import RemoteApi
+from rlcollect.collectors.hooks import Hook
 from rlcollect.collectors.stats import CollectorStats, HandedOut
-from rlcollect.collectors.stream import Batches
+from rlcollect.collectors.stream import Stream
 from rlcollect.collectors.weight_api import WeightApi
+from rlcollect.common.owner import weakly
+from rlcollect.data.attributes import call_path, resolve_path, worker_entries
 from rlcollect.policies.devices import policy_on_device
 from rlcollect.rollout.episodes import episode_table
 from rlcollect.rollout.profiling import ProfileConfig
@@ -36,7 +36,7 @@ __all__ = ["BaseCollector"]
 _OWN_DEVICE: Any = object()  # _get_policy_and_device's default: the collector's policy_device
 
 
-class BaseCollector(WeightApi, RemoteApi, IterableDataset,  # type: ignore[type-arg]
+class BaseCollector(WeightApi, IterableDataset,  # type: ignore[type-arg]
                     metaclass=abc.ABCMeta):
     """Base class of the collectors: an iterable of ``[N, T]`` TensorDict batches, and a torch
     ``IterableDataset`` that ``DataLoader(collector, batch_size=None, collate_fn=lambda b: b)`` reads
@@ -51,8 +51,6 @@ class BaseCollector(WeightApi, RemoteApi, IterableDataset,  # type: ignore[type-
     total_frames: int
     frames_per_batch: int
     requested_frames_per_batch: int
-    _iterator: Iterator[TensorDictBase | None] | None = None
-    _stream_ref: weakref.ref[Batches] | None = None
     #: The reference's flags: the policy's device trusted without a warning (policy devices are
     #: always checked by a dry step here), the policy compiled or captured in CUDA graphs, chatter.
     trust_policy: bool = False
@@ -84,50 +82,28 @@ class BaseCollector(WeightApi, RemoteApi, IterableDataset,  # type: ignore[type-
     # -- profiling (the settings; the rollouts read them where they run) ------------------
     _profile_config: ProfileConfig | None = None
 
-    def enable_profile(
-        self,
-        *,
-        workers: list[int] | None = None,
-        num_rollouts: int = 3,
-        warmup_rollouts: int = 1,
-        save_path: str | Path | None = None,
-        activities: list[str] | None = None,
-        record_shapes: bool = True,
-        profile_memory: bool = False,
-        with_stack: bool = True,
-        with_flops: bool = False,
-        on_trace_ready: Callable[[Any], None] | None = None,
-    ) -> None:
-        """Profile the first ``num_rollouts`` rollouts (of ``workers``) with ``torch.profiler``.
-
-        Traces are Chrome trace files at ``save_path`` (made absolute here, so a worker or a Ray
-        actor with another working directory writes where you said; ``{worker_idx}`` is
-        replaced), the first ``warmup_rollouts`` rollouts discarded.
-
-        Raises:
-            RuntimeError: called after iteration started.
-            ValueError: ``num_rollouts <= warmup_rollouts``.
-        """
+    def enable_profile(self, *, workers: list[int] | None = None, num_rollouts: int = 3,
+                       warmup_rollouts: int = 1, save_path: str | Path | None = None,
+                       activities: list[str] | None = None, record_shapes: bool = True,
+                       profile_memory: bool = False, with_stack: bool = True, with_flops: bool = False,
+                       on_trace_ready: Callable[[Any], None] | None = None) -> None:
+        """Profile the first ``num_rollouts`` rollouts (of ``workers``) with ``torch.profiler``, the
+        first ``warmup_rollouts`` discarded; Chrome traces at ``save_path`` (made absolute here, for
+        workers elsewhere; ``{worker_idx}`` replaced). ``RuntimeError`` after iteration started,
+        ``ValueError`` for ``num_rollouts <= warmup_rollouts``."""
         if self._iteration_started:
             raise RuntimeError("Cannot enable profiling after iteration started: enable_profile() must be "
                                "called before iterating the collector")
         self._profile_config = ProfileConfig(
-            workers=[0] if workers is None else list(workers),
-            num_rollouts=num_rollouts,
-            warmup_rollouts=warmup_rollouts,
+            workers=[0] if workers is None else list(workers), num_rollouts=num_rollouts,
+            warmup_rollouts=warmup_rollouts, record_shapes=record_shapes, profile_memory=profile_memory,
             save_path=None if save_path is None else Path(save_path).absolute(),  # workers may run elsewhere
             activities=["cpu", "cuda"] if activities is None else list(activities),
-            record_shapes=record_shapes,
-            profile_memory=profile_memory,
-            with_stack=with_stack,
-            with_flops=with_flops,
-            on_trace_ready=on_trace_ready,
-        )
+            with_stack=with_stack, with_flops=with_flops, on_trace_ready=on_trace_ready)
 
     def disable_profile(self) -> None:
-        """Forget the :meth:`enable_profile` settings and stop this process's profiler if it runs
-        (no-op when profiling was never enabled). Workers that already started keep profiling
-        until their ``num_rollouts``.
+        """Forget the :meth:`enable_profile` settings and stop this process's profiler, if it runs
+        (workers that started keep profiling until their ``num_rollouts``).
 
         Examples:
             >>> from rlcollect import Collector
@@ -148,9 +124,65 @@ class BaseCollector(WeightApi, RemoteApi, IterableDataset,  # type: ignore[type-
         """The profiling settings, ``None`` unless :meth:`enable_profile` was called."""
         return self._profile_config
 
+    # -- hooks, nesting and calls (TorchRL's attributes) -----------------------------------
+    options: Any = None
+    _delivery: Any = None
+
+    pre_collect_hook = Hook("Called before each batch, where it is collected (in each worker, with "
+                            "workers); settable (with workers, before the first batch).")
+    post_collect_hook = Hook("Called with each batch before it is yielded (or written): here, or in each "
+                             "worker on its batch in the multi-process collectors, as TorchRL's; settable "
+                             "(with workers, before the first batch).")
+
+    def _set_post_collect_hook(self, hook: Callable[[TensorDictBase], None] | None) -> None:
+        """Hand a new ``post_collect_hook`` to where it runs (by default: this process's delivery)."""
+        self._delivery.post_collect_hook = hook
+
+    def _set_pre_collect_hook(self, hook: Callable[[], None] | None) -> None:
+        """Hand a new ``pre_collect_hook`` to what collects (a subclass's rollout or workers)."""
+        raise NotImplementedError
+
+    @property
+    def worker_idx(self) -> int:
+        """This collector's index among the workers of an outer collector (``RuntimeError`` if it
+        is none's)."""
+        if self._worker_idx is None:
+            raise RuntimeError("worker_idx has not been set: this collector is not a worker of another "
+                               "collector")
+        return self._worker_idx
+
+    @worker_idx.setter
+    def worker_idx(self, value: int | None) -> None:
+        self._worker_idx = value
+
+    def cascade_execute(self, attr_path: str, *args: Any, **kwargs: Any) -> Any:
+        """Call (or read) the attribute at ``attr_path`` of this collector, such as
+        ``"_receiver_schemes['policy'].receive"`` (``AttributeError``, ``KeyError`` or
+        ``IndexError`` where it does not resolve)."""
+        return call_path(self, attr_path, args, kwargs)
+
+    def call_workers(self, path: str, args: Sequence[Sequence[Any]] | None = None,
+                     kwargs: Sequence[Mapping[str, Any]] | None = None) -> list[Any]:
+        """Read (``args`` None) or call the attribute at ``path`` in each worker, in worker order,
+        with one entry of ``args`` (and ``kwargs``) per worker, once the batches under way finish.
+        A worker answers for its ``worker_idx``, ``frames_per_batch``, ``replay_buffer``,
+        ``policy``, ``policy_version``, ``env`` (:class:`~rlcollect.workers.worker.WorkerView`); a
+        collector without workers is its own one. ``ValueError`` for entries not one per worker;
+        a path that does not resolve raises here (the worker carries on).
+
+        Examples:
+            >>> from rlcollect import Collector
+            >>> with Collector("CartPole-v1", frames_per_batch=8) as collector:
+            ...     read = collector.call_workers("frames_per_batch")
+            ...     called = collector.call_workers("stats", [()])  # one argument entry per worker
+            >>> read, called[0].frames
+            ([8], 0)
+        """
+        (entry,), (keywords,) = worker_entries(1, args, kwargs)
+        return [resolve_path(self, path) if entry is None else call_path(self, path, entry, keywords)]
+
     # -- background collection into the replay buffer (its part: Background) ---------------
     replay_buffer: Any = None
-    _iteration_started: bool = False
 
     @functools.cached_property
     def _background(self) -> Background:
@@ -166,7 +198,6 @@ class BaseCollector(WeightApi, RemoteApi, IterableDataset,  # type: ignore[type-
         if self.replay_buffer is None:
             raise RuntimeError(f"{type(self).__name__}.start() needs replay_buffer= at construction")
         self._background.start(self.iterator, self._quiesce, self._on_background_error)
-        self._iteration_started = True
 
     def pause(self, timeout: float = 60.0) -> contextlib.AbstractContextManager[None]:
         """While the context is open, nothing is written to the replay buffer; entering waits up to
@@ -188,8 +219,7 @@ class BaseCollector(WeightApi, RemoteApi, IterableDataset,  # type: ignore[type-
             self._shutdown_receivers()
 
     def _on_background_error(self) -> None:  # noqa: B027 (collectors with workers override it)
-        """Run in the background thread once collection stopped on an error: release what would
-        otherwise keep running until :meth:`shutdown` (the workers)."""
+        """Run in the background thread if collection stops on an error (releases the workers)."""
 
     # -- iteration -------------------------------------------------------------------------
     @abc.abstractmethod
@@ -197,72 +227,43 @@ class BaseCollector(WeightApi, RemoteApi, IterableDataset,  # type: ignore[type-
         """Yield batches until ``total_frames`` are collected (forever if it is -1)."""
 
     def __iter__(self) -> Iterator[TensorDictBase]:
-        """Yield batches, going on from where the last iterator stopped.
-
-        A collector given a ``replay_buffer`` yields ``None`` for each batch instead (typed as the
-        reference's, ``Iterator[TensorDictBase]``): read the buffer, not the loop's variable.
-
-        One stream of batches: while an iterator is alive (referenced, not finished),
-        ``iter(collector)`` returns it, so every step is delivered once. One dropped (``break``)
-        leaves the collector ready for the next loop; an error of collection (a Ctrl-C while it
-        waits, too) shuts it down before it propagates.
-        """
+        """Yield batches, going on from where the last iterator stopped (one stream: see
+        :class:`~rlcollect.collectors.stream.Stream`). With a ``replay_buffer``, ``None`` for each
+        batch written (typed as the reference's): read the buffer, not the loop's variable."""
         refuse_dataloader_workers(type(self).__name__)
-        live = self._stream_ref() if self._stream_ref is not None else None
-        if live is not None and not live.finished:
-            return live
-        stream = Batches(self._stream(), self._busy, lambda: self._background.running)
-        self._stream_ref = weakref.ref(stream)
-        return stream
+        return self._batches.iterator(self._source)
+
+    def next(self) -> TensorDictBase | None:
+        """The next batch, or ``None`` once ``total_frames`` are collected."""
+        refuse_dataloader_workers(type(self).__name__)
+        return cast("TensorDictBase | None", self._batches.next(self._source))
 
     @functools.cached_property
-    def _busy(self) -> threading.RLock:
-        """Held while a batch is being made: a state from another thread waits for it."""
-        return threading.RLock()
+    def _batches(self) -> Stream:
+        """The one stream of batches (:class:`~rlcollect.collectors.stream.Stream`)."""
+        background = self._background  # (the stream keeps no reference to the collector)
+        return Stream(weakly(self.shutdown), lambda: background.running)
+
+    def _source(self) -> Iterator[TensorDictBase | None]:  # counted where stats() is this class's
+        batches = self.iterator()
+        return self._handed_out.count(batches) if type(self).stats is BaseCollector.stats else batches
+
+    @property
+    def _busy(self) -> threading.RLock:  # held while a batch is made: another thread's state waits
+        return self._batches.busy
+
+    @property
+    def _iteration_started(self) -> bool:
+        return self._batches.started or self._background.running
+
+    def _closed_error(self) -> RuntimeError:
+        """The error for a use after :meth:`shutdown`, saying why it was shut down."""
+        return self._batches.closed_error()
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         raise TypeError(f"a {type(self).__name__} cannot be pickled or copied: it holds its envs, threads "
                         "and worker processes. Build a collector where it is needed (from the same "
                         "arguments), and carry its progress with state_dict() / load_state_dict()")
-
-    def _stream(self) -> Generator[TensorDictBase | None, None, None]:
-        self._iteration_started = True
-        batches = self.iterator()
-        if type(self).stats is BaseCollector.stats:  # a subclass with the reference's methods only
-            batches = self._handed_out.count(batches)
-        try:
-            yield from batches
-        except GeneratorExit:  # the loop was left, or the iterator dropped: not an error
-            raise
-        except BaseException as error:
-            self._shutdown_quietly(error)
-            raise
-
-    _shutdown_cause = "shutdown() was called"
-
-    def _closed_error(self) -> RuntimeError:
-        """The error for a use after :meth:`shutdown`, saying why it was shut down."""
-        return RuntimeError(f"the collector was shut down ({self._shutdown_cause}): build a new one to "
-                            "collect more")
-
-    def _shutdown_quietly(self, error: BaseException) -> None:
-        """Shut down while ``error`` propagates: a failure of the shutdown itself is a warning, not
-        a second exception on top of the first."""
-        self._shutdown_cause = f"collection stopped on {type(error).__name__}: {str(error)[:200]}"
-        try:
-            self.shutdown(raise_on_error=False)
-        except Exception as failure:
-            warnings.warn(f"shutting down after {type(error).__name__} failed too: {failure!r}",
-                          RuntimeWarning, stacklevel=3)
-
-    def next(self) -> TensorDictBase | None:
-        """The next batch, or ``None`` once ``total_frames`` are collected."""
-        if self._iterator is None:
-            self._iterator = iter(self)
-        try:
-            return next(self._iterator)
-        except StopIteration:
-            return None
 
     def __len__(self) -> int:
         """Number of batches; only for collectors with a finite ``total_frames``."""

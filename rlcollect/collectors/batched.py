@@ -30,9 +30,10 @@ from rlcollect.collectors.arguments import (
 from rlcollect.collectors.checks import check_int
 from rlcollect.collectors.options import CollectorOptions
 from rlcollect.collectors.pool_batches import Hooks
-from rlcollect.collectors.pooled import PooledCollector, weakly
+from rlcollect.collectors.pooled import PooledCollector
 from rlcollect.collectors.probe import worker_processes
 from rlcollect.collectors.stats import CollectorStats
+from rlcollect.common.owner import weakly
 from rlcollect.envs.factory import EnvSource
 from rlcollect.policies.module_policy import ModulePolicy
 from rlcollect.policies.tensordict_policy import TensorDictPolicy

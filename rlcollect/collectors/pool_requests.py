@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 
 from rlcollect.collectors.pool_batches import Schedule
-from rlcollect.collectors.remote import worker_entries
 from rlcollect.collectors.stats import CollectorStats
 from rlcollect.common.state import checked_state, stamped
+from rlcollect.data.attributes import worker_entries
 from rlcollect.envs.base import check_envs_data
 from rlcollect.workers.saved_reports import report_from_state, report_state
 from rlcollect.workers.wire import pack

@@ -31,7 +31,7 @@ import multiprocessing
 import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 import cloudpickle
 import numpy as np
@@ -46,6 +46,7 @@ from rlcollect.collectors.pool_setups import WorkerSetups
 from rlcollect.collectors.probe import preload_modules, probe_in_worker, probe_rollout, worker_builds_probe
 from rlcollect.collectors.stats import CollectorStats
 from rlcollect.collectors.stream import between_batches
+from rlcollect.common.owner import weakly
 from rlcollect.common.resources import check_descriptors
 from rlcollect.data.layout import BatchLayout
 from rlcollect.rollout.engine import RolloutSpec
@@ -60,8 +61,6 @@ from rlcollect.workers.worker import WorkerSetup
 
 __all__ = ["PooledCollector"]
 
-P = ParamSpec("P")
-R = TypeVar("R")
 
 
 class PooledCollector(BaseCollector):
@@ -380,16 +379,3 @@ class PooledCollector(BaseCollector):
 
     def receiver_model(self, model_id: str) -> torch.nn.Module:
         return self._models[model_id]
-
-
-def weakly(method: Callable[P, R]) -> Callable[P, R]:
-    """``method`` (a bound method) called through a weak reference to its object."""
-    ref = weakref.WeakMethod(method)
-
-    def call(*args: P.args, **kwargs: P.kwargs) -> R:
-        bound = ref()
-        if bound is None:
-            raise RuntimeError("the collector is gone: its workers are stopped")
-        return bound(*args, **kwargs)
-
-    return call

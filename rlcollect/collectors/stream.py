@@ -1,4 +1,5 @@
-"""A collector's one stream of batches, read by one thread at a time: :class:`Batches`.
+"""A collector's one stream of batches (:class:`Stream`, the part behind ``iter(collector)`` and
+``collector.next()``), read by one thread at a time (:class:`Batches`).
 
 Iterating a collector from two threads at once, or while :meth:`~rlcollect.BaseCollector.start`
 collects in the background, would interleave two readers in one rollout (or hand one of them
@@ -18,10 +19,73 @@ from __future__ import annotations
 import contextlib
 import inspect
 import threading
+import warnings
+import weakref
 from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
-__all__ = ["Batches", "between_batches"]
+__all__ = ["Batches", "Stream", "between_batches"]
+
+
+class Stream:
+    """A collector's one stream of batches, made by ``batches()`` (a collector's method: the
+    iterator keeps the collector alive) when first read. While an iterator over it is alive
+    (referenced, not finished), :meth:`iterator` returns that one, so every batch is delivered
+    once; one dropped (``break``) leaves the stream ready for the next loop. An error of
+    collection (a Ctrl-C while it waits, too) calls ``shutdown(raise_on_error=False)`` before it
+    propagates; a failure of that is a warning.
+
+    Examples:
+        >>> stream, batches = Stream(shutdown=lambda raise_on_error: None), lambda: iter([1, 2])
+        >>> stream.next(batches), list(stream.iterator(batches)), stream.next(batches)
+        (1, [2], None)
+    """
+
+    def __init__(self, shutdown: Callable[..., None], in_background: Callable[[], bool] = lambda: False
+                 ) -> None:
+        self.busy = threading.RLock()  # held while a batch is made: a state from another thread waits
+        self.started = False  # whether a batch was asked for
+        self.cause = "shutdown() was called"  # why the collector was shut down, for closed_error()
+        self._shutdown, self._in_background = shutdown, in_background
+        self._live: weakref.ref[Batches] | None = None
+        self._next: Iterator[Any] | None = None  # next()'s iterator
+
+    def iterator(self, batches: Callable[[], Iterator[Any]]) -> Batches:
+        """The live iterator, or a new one going on from where the last one stopped."""
+        live = self._live() if self._live is not None else None
+        if live is not None and not live.finished:
+            return live
+        stream = Batches(self._generate(batches), self.busy, self._in_background)
+        self._live = weakref.ref(stream)
+        return stream
+
+    def next(self, batches: Callable[[], Iterator[Any]]) -> Any:
+        """The next batch, or ``None`` once the stream ended."""
+        if self._next is None:
+            self._next = self.iterator(batches)
+        try:
+            return next(self._next)
+        except StopIteration:
+            return None
+
+    def closed_error(self) -> RuntimeError:
+        """The error for a use after the collector's shutdown, saying why it was shut down."""
+        return RuntimeError(f"the collector was shut down ({self.cause}): build a new one to collect more")
+
+    def _generate(self, batches: Callable[[], Iterator[Any]]) -> Generator[Any, None, None]:
+        self.started = True
+        try:
+            yield from batches()
+        except GeneratorExit:  # the loop was left, or the iterator dropped: not an error
+            raise
+        except BaseException as error:
+            self.cause = f"collection stopped on {type(error).__name__}: {str(error)[:200]}"
+            try:
+                self._shutdown(raise_on_error=False)
+            except Exception as failure:
+                warnings.warn(f"shutting down after {type(error).__name__} failed too: {failure!r}",
+                              RuntimeWarning, stacklevel=3)
+            raise
 
 
 class Batches:

@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["call_path", "resolve_path"]
+__all__ = ["call_path", "resolve_path", "worker_entries"]
 
 _STEP = re.compile(r"\.?([A-Za-z_]\w*)|\[([^\]]+)\]")
 
@@ -53,3 +53,22 @@ def call_path(root: Any, path: str, args: Sequence[Any] = (), kwargs: Mapping[st
         raise ValueError(f"{path} is not callable: it takes no arguments "
                          f"(got {tuple(args)}, {dict(kwargs or {})})")
     return target
+
+
+def worker_entries(workers: int, args: Sequence[Sequence[Any]] | None,
+                   kwargs: Sequence[Mapping[str, Any]] | None
+                   ) -> tuple[list[tuple[Any, ...] | None], list[dict[str, Any]]]:
+    """A collector's ``call_workers`` arguments as one entry per worker (``None``: read the
+    attribute).
+
+    Examples:
+        >>> worker_entries(2, None, [{"a": 1}, {}])
+        ([(), ()], [{'a': 1}, {}])
+    """
+    if args is None and kwargs is not None:
+        args = [()] * len(kwargs)
+    for name, entries in (("argument", args), ("keyword-argument", kwargs)):
+        if entries is not None and len(entries) != workers:
+            raise ValueError(f"Expected {workers} {name} entries (one per worker), got {len(entries)}")
+    return ([None] * workers if args is None else [tuple(a) for a in args],
+            [{}] * workers if kwargs is None else [dict(k) for k in kwargs])

@@ -16,8 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from rlcollect.collectors.remote import worker_entries
-from rlcollect.data.attributes import call_path, resolve_path
+from rlcollect.data.attributes import call_path, resolve_path, worker_entries
 from rlcollect.torchrl.pipes import worker_pipes
 from rlcollect.torchrl.stats import update_and_note, worker_state_dict, worker_stats
 
