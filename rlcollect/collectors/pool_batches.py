@@ -107,8 +107,8 @@ class Schedule(abc.ABC):
 
     @staticmethod
     @abc.abstractmethod
-    def batch_rows(workers: int, envs_per_worker: int) -> int:
-        """The env rows of one batch."""
+    def batch_workers(workers: int) -> int:
+        """The workers whose rows one batch holds."""
 
     @staticmethod
     @abc.abstractmethod
@@ -176,8 +176,8 @@ class SyncSchedule(Schedule):
     ``preemptive_threshold``; with ``prefetch`` the workers fill the other slot meanwhile."""
 
     @staticmethod
-    def batch_rows(workers: int, envs_per_worker: int) -> int:
-        return workers * envs_per_worker
+    def batch_workers(workers: int) -> int:
+        return workers
 
     @staticmethod
     def slot_count(options: CollectorOptions) -> int:
@@ -247,8 +247,8 @@ class AsyncSchedule(Schedule):
                              "workers never wait anyway")
 
     @staticmethod
-    def batch_rows(workers: int, envs_per_worker: int) -> int:
-        return envs_per_worker
+    def batch_workers(workers: int) -> int:
+        return 1
 
     @staticmethod
     def slot_count(options: CollectorOptions) -> int:

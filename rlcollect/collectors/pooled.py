@@ -62,7 +62,6 @@ from rlcollect.workers.worker import WorkerSetup
 __all__ = ["PooledCollector"]
 
 
-
 class PooledCollector(BaseCollector):
     """Base of the collectors with workers; subclasses call :meth:`_build` from ``__init__``."""
 
@@ -101,7 +100,7 @@ class PooledCollector(BaseCollector):
                                                owner=owner)
         self.num_envs_per_worker = envs = per_process * options.nested_workers
         self.num_envs = envs * workers
-        rows = kind.batch_rows(workers, envs)
+        rows = kind.batch_workers(workers) * envs
         steps = options.steps_per_batch(rows)
         self.frames_per_batch = steps * rows
         self._models = dict(probe.models)  # the modules weights are pulled from on update()
@@ -126,7 +125,7 @@ class PooledCollector(BaseCollector):
         self._delivery.unbatched = probe.unbatched
         if self._hooks_in_workers:
             self._delivery.post_collect_hook = None  # each worker runs it (see _worker_spec)
-        self._delivery.workers = kind.batch_rows(workers, 1)  # the workers whose rows a batch holds
+        self._delivery.workers = kind.batch_workers(workers)
         self._delivery.whole = layout is None  # whole TensorDict batches: stacked (Slots.batch)
         written_elsewhere = self._delivery.written_elsewhere
         self._slots = Slots.allocate(kind.slot_count(options), layout, workers,

@@ -181,7 +181,7 @@ class GymEnvs(EnvBatch):
                     check_observation(obs, buffers.obs_ext_np, True, env=i, step=t)
                 buffers.write_obs(i, slot, obs)
 
-    step = step_rows  # every row: one call a step, not two
+    step = step_rows  # every row: one call a step, not two (a subclass overriding step_rows sets it again)
 
     def finish(self, steps: int) -> None:
         if not steps:
