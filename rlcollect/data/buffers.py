@@ -123,7 +123,10 @@ class BatchBuffers:
         data = TensorDict(batch_size=[n, t])
         obs_ext = TensorDict(batch_size=[n, t + 1])
         for field in layout.observations:
-            obs_ext.set(_key(field.key), zeros(field, t + 1))
+            # [N, T + 1, ...] laid out step by step: each slot's observations one block, which the
+            # policy reads and the envs write at every step (a thousand envs' strided rows cost 3 %)
+            slots = torch.zeros((t + 1, n, *field.shape), dtype=field.dtype).transpose(0, 1)
+            obs_ext.set(_key(field.key), slots)
             data.set(("next", *field.key), zeros(field, t))
         data.set("action", zeros(layout.action, t))
         for field in layout.extras:

@@ -105,29 +105,28 @@ class EpisodeTracker:
             return
         cumulative = _row_sums(reward, torch.float64)  # [N, T]: each row's running sum
         counted = None if real is None else _row_sums(real, torch.int64)  # real frames up to t
+        total = cumulative[:, -1]
+        frames = np.full(len(total), num_steps) if counted is None else counted[:, -1]
         envs, steps = frames_where(done)  # grouped by env, time increasing
         if len(envs):
-            # an episode's sum = what its env carried in (first end of the row only)
-            # + cumulative reward at its end - cumulative reward at the previous end in the row
             at_end = cumulative[envs, steps]
             at = steps if counted is None else counted[envs, steps] - 1  # the end's place among frames
             first = np.ones(len(envs), dtype=bool)
             first[1:] = envs[1:] != envs[:-1]
-            before = np.where(first, 0.0, np.roll(at_end, 1))
-            previous = np.where(first, -1, np.roll(at, 1))
-            returns = np.where(first, self._return[envs], 0.0) + at_end - before
-            lengths = np.where(first, self._length[envs], 0) + at - previous
-            self._record(envs, steps, returns, lengths, envs)
-        ended = done.any(axis=1)
-        last_t = np.where(ended, num_steps - 1 - np.argmax(done[:, ::-1], axis=1), -1)
-        rows = np.arange(len(last_t))
-        before = np.where(ended, cumulative[rows, np.maximum(last_t, 0)], 0.0)
-        self._return = np.where(ended, 0.0, self._return) + cumulative[:, -1] - before
-        if counted is None:
-            self._length = np.where(ended, 0, self._length) + num_steps - 1 - last_t
-        else:
-            last = np.where(ended, counted[rows, np.maximum(last_t, 0)], 0)
-            self._length = np.where(ended, 0, self._length) + counted[:, -1] - last
+            # an episode: from the previous end in its row, or what its env carried in (a row's first)
+            returns, lengths = np.empty_like(at_end), np.empty_like(at)
+            returns[1:], lengths[1:] = at_end[1:] - at_end[:-1], at[1:] - at[:-1]
+            carried = envs[first]
+            returns[first] = self._return[carried] + at_end[first]
+            lengths[first] = self._length[carried] + at[first] + 1
+            self._record(envs, steps, returns, lengths, envs, np.argsort(steps, kind="stable"))
+        self._return = self._return + total  # the episodes in progress go on (or start after an end)
+        self._length = self._length + frames
+        if len(envs):
+            last = np.append(first[1:], True)  # a row's last end
+            ended = envs[last]
+            self._return[ended] = total[ended] - at_end[last]
+            self._length[ended] = frames[ended] - at[last] - 1
 
     def abandon(self) -> None:
         """Forget the episodes in progress: their envs were reset before they ended (a reset
@@ -153,14 +152,14 @@ class EpisodeTracker:
         })
 
     def _record(self, rows: np.ndarray, steps: np.ndarray, returns: np.ndarray, lengths: np.ndarray,
-                envs: np.ndarray) -> None:
+                envs: np.ndarray, order: np.ndarray | None = None) -> None:
         """Count the episodes that ended at frames ``[rows, steps]`` of the batch; :meth:`label`
-        records them in the order they ended (by step, then row)."""
+        records them in the order they ended (by step, then row: ``order``, where it is known)."""
         window = self.returns.maxlen  # what the deques keep of this batch: its last episodes
         self.returns.extend((returns if window is None else returns[-window:]).tolist())
         self.lengths.extend((lengths if window is None else lengths[-window:]).tolist())
         self.count += len(envs)
-        order = np.lexsort((rows, steps))
+        order = np.lexsort((rows, steps)) if order is None else order
         rows, steps, envs = rows[order], steps[order], envs[order]
         returns, lengths = returns[order], lengths[order]
         self._ended = (rows, steps, returns, lengths, envs)
