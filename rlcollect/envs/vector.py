@@ -201,19 +201,29 @@ class GymVectorEnv(EnvBatch):
         if self._info_arrays:  # info_keys: the step's values (a self-reset env's in final_info)
             write_vector_infos(self._info_arrays, t, info, self_reset, checking=self.check_writes)
         if ended:
-            rows = np.flatnonzero(done)
-            reset_itself = np.zeros(len(rows), dtype=bool) if self_reset is None else self_reset[rows]
-            for group, final in ((rows[reset_itself], info.get("final_obs")), (rows[~reset_itself], obs)):
-                if len(group):  # their true final observations, all at once (a simulator's: numpy views)
-                    self._keep_finals(group, t, batch_rows(_viewed(final), group))
-            to_reset = done if self_reset is None else done & ~self_reset
-            if to_reset.any():
-                obs = self._reset_some(obs, to_reset)
+            if not self._keep_all_finals(t, obs, done, self_reset, info):  # some are to reset here
+                obs = self._reset_some(obs, done if self_reset is None else done & ~self_reset)
                 if self.check_writes:
                     self._check(obs, reward, terminated, truncated, step=t)
             if limited:
                 self._steps[done] = 0
         buffers.write_obs_all(t + 1, obs)
+
+    def _keep_all_finals(self, t: int, obs: Any, done: np.ndarray, self_reset: np.ndarray | None,
+                         info: dict[str, Any]) -> bool:
+        """Keep the true final observations of the envs ``done`` marks (all at once: a
+        simulator's as numpy views); return whether every one of them reset itself."""
+        rows = np.flatnonzero(done)
+        reset_itself = None if self_reset is None else self_reset[rows]
+        if reset_itself is not None and reset_itself.all():  # a simulator's step: each reset itself
+            self._keep_finals(rows, t, batch_rows(_viewed(info.get("final_obs")), rows))
+            return True
+        if reset_itself is None:
+            reset_itself = np.zeros(len(rows), dtype=bool)
+        for group, final in ((rows[reset_itself], info.get("final_obs")), (rows[~reset_itself], obs)):
+            if len(group):
+                self._keep_finals(group, t, batch_rows(_viewed(final), group))
+        return False
 
     def _stepped(self, t: int) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         """Step every env with ``action[:, t]``; check what it returned (a torch simulator's
