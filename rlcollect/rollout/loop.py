@@ -62,9 +62,9 @@ def finish_batch(
     ``pending_init`` (``[N, 1]``, with an ``is_init`` in the buffers): whether each env's next
     observation starts an episode, set here from the episode ends (not from the collector's cut).
     """
-    for key, next_obs in buffers.next_obs.items():
-        next_obs[:, :steps] = buffers.obs_ext[key][:, 1 : steps + 1]
-        pending_obs[key].copy_(buffers.obs_ext[key][:, steps])
+    buffers.write_next_obs(steps)
+    for key, obs in buffers.obs_ext.items():
+        pending_obs[key].copy_(obs[:, steps])
     for env, t, final_obs in buffers.finals:  # true final observations, not the reset ones
         buffers.write_final_obs(env, t, final_obs)
     real = _clear_holes(buffers, steps)
