@@ -139,11 +139,11 @@ def test_the_core_names_no_torchrl_only_argument() -> None:
 #: The rlcollect classes in each public collector's MRO today. A collector holds its parts as
 #: objects rather than inheriting them (a collector with workers: its slots, schedule, setups and
 #: requests); the goal is at most 4 (the wing's at most 5): lower a count as a part becomes one held.
-MRO_CLASSES = {"rlcollect.Collector": 3, "rlcollect.MultiSyncCollector": 5,
-               "rlcollect.MultiAsyncCollector": 5, "rlcollect.AsyncBatchedCollector": 4,
-               "rlcollect.RayCollector": 4,
-               "rlcollect.torchrl.Collector": 5, "rlcollect.torchrl.MultiSyncCollector": 9,
-               "rlcollect.torchrl.MultiAsyncCollector": 9, "rlcollect.torchrl.RayCollector": 6}
+MRO_CLASSES = {"rlcollect.Collector": 2, "rlcollect.MultiSyncCollector": 4,
+               "rlcollect.MultiAsyncCollector": 4, "rlcollect.AsyncBatchedCollector": 3,
+               "rlcollect.RayCollector": 3,
+               "rlcollect.torchrl.Collector": 4, "rlcollect.torchrl.MultiSyncCollector": 8,
+               "rlcollect.torchrl.MultiAsyncCollector": 8, "rlcollect.torchrl.RayCollector": 5}
 
 
 def test_collectors_hold_their_parts_rather_than_inherit_them() -> None:

@@ -210,7 +210,7 @@ class AsyncBatchedCollector(PooledCollector):
         self._finalizer = weakref.finalize(self, _stop, self._server, self._pool)
 
     def _init_weights(self, options: CollectorOptions, transport: Transport) -> None:
-        self._weight_sync_schemes = init_senders(options.weight_sync_schemes, self._models, "local", self)
+        self._weight_part.senders = init_senders(options.weight_sync_schemes, self._models, "local", self)
         # no weights to send; the version is the server's, read through a weak reference: a
         # collector dropped without shutdown() is freed (and its workers stopped) at once
         collector = weakref.ref(self)
@@ -253,12 +253,12 @@ class AsyncBatchedCollector(PooledCollector):
         """Update the server's policy: it acts for every env worker, so ``worker_ids`` (checked
         against ``num_workers``) update them all, as in TorchRL's ``AsyncBatchedCollector``."""
         check_model_ids(forms, self._models)
-        self._update_in_process(forms, self.options.policy)
+        self._weight_part.update_in_process(forms, self.options.policy)
         self._weights_sent()
 
     def _apply_received(self, forms: dict[str, Any]) -> None:
         with self._server.lock:  # between two forward passes
-            self._apply_in_process(forms)
+            self._weight_part.apply_in_process(forms)
             self._server.version += 1
 
     # -- state ------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from rlcollect.collectors.options import CollectorOptions
 from rlcollect.collectors.stats import CollectorStats
 from rlcollect.collectors.stream import between_batches
 from rlcollect.collectors.threads import warn_if_threads_compete
-from rlcollect.common.state import checked_state, stamped
+from rlcollect.common.state import checked_state, stamped, state_kind
 from rlcollect.data.buffers import BatchBuffers
 from rlcollect.envs.base import source_env
 from rlcollect.envs.factory import EnvSource
@@ -103,7 +103,7 @@ class Collector(BaseCollector):
             raise TypeError(f"{type(self).__name__} runs one policy, in this process: give policy or "
                             "policy_factory, not both (the multi-process collectors take both: the "
                             "weights come from policy, each worker builds its copy with policy_factory)")
-        self.options = options
+        self.options, self.compiled_policy = options, bool(options.compile_policy)
         self.requested_frames_per_batch = options.frames_per_batch
         self.total_frames, self.init_random_frames = options.total_frames, options.init_random_frames
         self.replay_buffer = options.replay_buffer
@@ -126,7 +126,7 @@ class Collector(BaseCollector):
         self._closed = False
         self._rollout.set_seed(options.seed)
         schemes = options.weight_sync_schemes
-        self._weight_sync_schemes = init_senders(schemes, self._rollout.models, "local", self)
+        self._weight_part.senders = init_senders(schemes, self._rollout.models, "local", self)
         self.weight_updater = options.weight_updater
 
     @property
@@ -162,8 +162,7 @@ class Collector(BaseCollector):
         """One batch into the collector's buffer, as collected."""
         if self._closed:
             raise self._closed_error()
-        if self._receiver_schemes:
-            self._poll_receivers()
+        self._weight_part.poll()
         if self._staged is not None:
             self._take_staged()
         if self._profile_config is not None and self._profiler is None:
@@ -215,8 +214,8 @@ class Collector(BaseCollector):
             self._apply_versions(forms, count)
 
     def _apply_versions(self, forms: dict[str, Any], count: int) -> None:
-        """Apply ``forms`` (see :meth:`_apply_in_process`), the weights of ``count`` new versions."""
-        self._apply_in_process(forms)
+        """Apply ``forms`` (:meth:`Weights.apply_in_process`), the weights of ``count`` new versions."""
+        self._weight_part.apply_in_process(forms)
         self._policy_version += count
         self._policy_changes.changed()  # these versions' weights: no second bump for them
 
@@ -289,7 +288,7 @@ class Collector(BaseCollector):
         """Counters, trajectory ids, episode sums, RNG states, weights and envs (from another
         thread: once the batch under way is made)."""
         with between_batches(self._busy, self.options.timeout, "state_dict()"):
-            return stamped(self._state_kind, {"policy_version": self._policy_version,
+            return stamped(state_kind(type(self)), {"policy_version": self._policy_version,
                                               "rollout": self._rollout.state_dict()})
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
@@ -298,7 +297,7 @@ class Collector(BaseCollector):
         Raises:
             TypeError, ValueError: not this collector class's state, or one of other envs (named).
         """
-        state = checked_state(self._state_kind, state_dict, ["policy_version", "rollout"])
+        state = checked_state(state_kind(type(self)), state_dict, ["policy_version", "rollout"])
         self._rollout.load_state_dict(state["rollout"])
         self._policy_version = int(state["policy_version"])
         self._policy_changes.changed()  # the weights loaded are this version's
@@ -325,7 +324,7 @@ class Collector(BaseCollector):
 
     # -- weights ---------------------------------------------------------------------------
     def _update_weights(self, forms: dict[str, Any], worker_ids: list[int] | None) -> None:
-        self._update_in_process(forms, self._rollout.user_policy)
+        self._weight_part.update_in_process(forms, self._rollout.user_policy)
 
     def _apply_received(self, forms: dict[str, Any]) -> None:
         """Weights from upstream (``None``: already applied by a receiver scheme); bumps the version.

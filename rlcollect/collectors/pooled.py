@@ -48,6 +48,7 @@ from rlcollect.collectors.stats import CollectorStats
 from rlcollect.collectors.stream import between_batches
 from rlcollect.common.owner import weakly
 from rlcollect.common.resources import check_descriptors
+from rlcollect.common.state import state_kind
 from rlcollect.data.layout import BatchLayout
 from rlcollect.rollout.engine import RolloutSpec
 from rlcollect.rollout.summary import EngineSummary
@@ -80,7 +81,7 @@ class PooledCollector(BaseCollector):
         (``options.sync``: synchronous or asynchronous batches); where worker 0 builds the probe
         (:func:`~rlcollect.collectors.probe.worker_builds_probe`), the transport starts it first
         (and is closed if the probe fails)."""
-        self.options, self.sync = options, options.sync
+        self.options, self.sync, self.compiled_policy = options, options.sync, bool(options.compile_policy)
         self._schedule_kind = kind = SyncSchedule if options.sync else AsyncSchedule  # chosen once
         kind.check(options)
         options.unpicklable(with_policy=self._policy_in_workers)
@@ -155,7 +156,7 @@ class PooledCollector(BaseCollector):
             steps=steps, total_frames=self.total_frames,
             infos=layout.infos if layout else ())
         self._requests = WorkerRequests(self._schedule, weakly(self._ensure_started),
-                                        state_kind=self._state_kind, state_keys=self._state_keys)
+                                        state_kind=state_kind(type(self)), state_keys=self._state_keys)
 
     def _hooks(self) -> Hooks:
         """What the schedule asks of this collector (through weak references: the parts never keep
@@ -163,8 +164,7 @@ class PooledCollector(BaseCollector):
         return Hooks(weakly(self._receive), weakly(self._in_warmup), weakly(self._update_worker))
 
     def _receive(self) -> None:
-        if self._receiver_schemes:
-            self._poll_receivers()
+        self._weight_part.poll()
 
     def _update_worker(self, worker: int) -> None:
         self.update_policy_weights_(worker_ids=[worker])
@@ -172,8 +172,8 @@ class PooledCollector(BaseCollector):
     def _init_weights(self, options: CollectorOptions, transport: Transport) -> None:
         """The schemes' senders and the channel carrying the weights to the workers."""
         schemes = options.weight_sync_schemes
-        self._weight_sync_schemes = init_senders(schemes, self._models, transport.kind, self)
-        self._weights = channel_for(self._weight_sync_schemes, self._models, self.num_workers)
+        self._weight_part.senders = init_senders(schemes, self._models, transport.kind, self)
+        self._weights = channel_for(self._weight_part.senders, self._models, self.num_workers)
         self.weight_updater = options.weight_updater
 
     # -- workers ----------------------------------------------------------------------------------
@@ -359,7 +359,7 @@ class PooledCollector(BaseCollector):
 
     # -- weights ----------------------------------------------------------------------------------
     def _update_weights(self, forms: dict[str, Any], worker_ids: list[int] | None) -> None:
-        schemes = self._weight_sync_schemes or {}
+        schemes = self._weight_part.senders or {}
         check_model_ids(forms, schemes)
         ids = list(range(self.num_workers)) if worker_ids is None else worker_ids
         weights = {}

@@ -23,10 +23,17 @@ from typing import Any, cast
 
 import torch
 
-__all__ = ["STATE_FORMAT", "check_tensor", "checked_per_worker", "checked_state", "stamped"]
+__all__ = ["STATE_FORMAT", "check_tensor", "checked_per_worker", "checked_state", "stamped", "state_kind"]
 
 #: The version of every state's layout; a state of another one is refused.
 STATE_FORMAT = 1
+
+
+def state_kind(cls: type) -> str:
+    """The collector class a state of ``cls`` belongs to: the first of rlcollect's own in its bases
+    (a subclass, TorchRL's names included, loads the states of the class it extends)."""
+    return next((k.__name__ for k in cls.__mro__ if k.__module__.startswith("rlcollect.collectors")),
+                cls.__name__)
 
 
 def stamped(kind: str, state: Mapping[str, Any]) -> dict[str, Any]:

@@ -224,7 +224,11 @@ class EpisodeTracker:
 
 
 def episode_table(records: dict[str, np.ndarray]) -> TensorDict:
-    """Episode records (:meth:`EpisodeRecords.drain`) as a TensorDict ``[episodes]``.
+    """Episode records (:meth:`EpisodeRecords.drain`) as a TensorDict ``[episodes]``: ``"return"``
+    (float64), ``"length"``, ``"env"`` (its index in the collector: ``worker * envs per worker +
+    its index``), ``"traj_id"`` (its frames' ``("collector", "traj_ids")``), ``"policy_version"``
+    (that of its last action) and ``"worker"`` (0 in one process), int64; an episode a reset
+    abandoned is none.
 
     Examples:
         >>> tracker = EpisodeTracker(num_envs=2)

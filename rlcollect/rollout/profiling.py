@@ -20,8 +20,8 @@ class ProfileConfig:
         workers: worker indices to profile (ignored by single-process collectors).
         num_rollouts: rollouts the profiler runs for, warm-up included.
         warmup_rollouts: rollouts run under the profiler but discarded.
-        save_path: trace path, ``{worker_idx}`` is replaced; default
-            ``./collector_profile_{worker_idx}.json``.
+        save_path: trace path, ``{worker_idx}`` is replaced (a collector's ``enable_profile`` makes
+            it absolute, for workers elsewhere); default ``./collector_profile_{worker_idx}.json``.
         activities: ``"cpu"`` and/or ``"cuda"`` (cuda dropped when unavailable).
         record_shapes, profile_memory, with_stack, with_flops: passed to ``torch.profiler``.
         on_trace_ready: called with the profiler instead of writing a Chrome trace.
@@ -33,6 +33,17 @@ class ProfileConfig:
         Traceback (most recent call last):
         ...
         ValueError: num_rollouts (1) must be greater than warmup_rollouts (1)
+
+        A collector holds its settings from ``enable_profile`` (``workers``, ``num_rollouts`` ...
+        are these fields) until ``disable_profile``:
+
+        >>> from rlcollect import Collector
+        >>> with Collector("CartPole-v1", frames_per_batch=4) as collector:
+        ...     collector.enable_profile(num_rollouts=2, warmup_rollouts=1)
+        ...     settings = collector.profile_config
+        ...     collector.disable_profile()
+        ...     print(settings.num_rollouts, collector.profile_config)
+        2 None
     """
 
     workers: list[int] = field(default_factory=lambda: [0])

@@ -148,6 +148,16 @@ class TorchRLAccessors:
         per batch slot the workers read at each step)."""
         return None
 
+    @property
+    def _weight_sync_schemes(self) -> dict[str, Any]:
+        """The senders' schemes by model id (TorchRL's private name, which its trainers read)."""
+        return self.weight_sync_schemes  # type: ignore[attr-defined,no-any-return]
+
+    @property
+    def _legacy_weight_updater(self) -> bool:
+        """Whether updates go through a legacy ``weight_updater`` (TorchRL's private flag)."""
+        return getattr(self, "weight_updater", None) is not None
+
     def update_policy_weights_(self, *args: Any, **kwargs: Any) -> None:
         """rlcollect's, where keywords of none of its forms go to a legacy ``weight_updater`` and
         are ignored without one, as in TorchRL."""
