@@ -30,6 +30,7 @@ from rlcollect.collectors.arguments import (
 from rlcollect.collectors.checks import check_int
 from rlcollect.collectors.options import CollectorOptions
 from rlcollect.collectors.pool_batches import Hooks
+from rlcollect.collectors.pool_slots import BufferSlots
 from rlcollect.collectors.pooled import PooledCollector
 from rlcollect.collectors.probe import worker_processes
 from rlcollect.collectors.stats import CollectorStats
@@ -201,6 +202,7 @@ class AsyncBatchedCollector(PooledCollector):
                 ) from error
             self._models["policy"] = policy.module
         super()._allocate(options, transport, probe, steps, awaiting)
+        assert isinstance(self._slots, BufferSlots)  # a Rollout's batches have a layout
         self._server = PolicyServer(
             policy, self._slots.buffers, self.num_envs_per_worker // self._env_groups,
             timeout=options.timeout, exploration_type=options.exploration_type, **self._server_settings,

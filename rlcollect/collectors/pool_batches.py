@@ -4,9 +4,9 @@ the batches. The schedule is chosen once, when the collector is built: :class:`S
 yields a batch when every worker filled its rows of a slot, :class:`AsyncSchedule` as soon as one
 worker did.
 
-Worker ``w`` fills rows ``[w * M, (w + 1) * M)`` of a slot; a synchronous collector uses one slot
-(two with ``prefetch``: the workers fill the next while the learner reads this one), an
-asynchronous one two per worker (it fills one while its last batch is read).
+A synchronous collector uses one slot (two with ``prefetch``: the workers fill the next while the
+learner reads this one), an asynchronous one two per worker (it fills one while its last batch is
+read); where the batches land is the slots' (:mod:`~rlcollect.collectors.pool_slots`).
 """
 
 from __future__ import annotations
@@ -14,62 +14,22 @@ from __future__ import annotations
 import abc
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
-from tensordict import LazyStackedTensorDict, TensorDictBase
+from tensordict import TensorDictBase
 
 from rlcollect.collectors.delivery import Delivery
 from rlcollect.collectors.options import CollectorOptions
-from rlcollect.data.buffers import BatchBuffers
-from rlcollect.data.layout import BatchLayout
+from rlcollect.collectors.pool_slots import Slots
 from rlcollect.rollout.episodes import EpisodeRecords
 from rlcollect.weights.schemes import WeightChannel
 from rlcollect.weights.watch import UnsentEdits
 from rlcollect.workers.pool import PoolClosed, WorkerPool
-from rlcollect.workers.wire import unpack_into
 from rlcollect.workers.worker import BatchReport
 
-__all__ = ["AsyncSchedule", "Hooks", "Schedule", "Slots", "SyncSchedule"]
-
-
-@dataclass
-class Slots:
-    """Where the workers' batches land: shared (or local) ``[N, T]`` buffers, one per slot, or,
-    for a TorchRL env whose data the buffers cannot hold (``buffers`` empty), each worker's whole
-    TensorDict by (slot, worker); and the flags that preempt the workers filling a slot."""
-
-    buffers: list[BatchBuffers]
-    envs_per_worker: int
-    stop_flags: torch.Tensor | None = None  # [slots] uint8
-    whole: dict[tuple[int, int], TensorDictBase] = field(default_factory=dict)
-
-    @classmethod
-    def allocate(cls, count: int, layout: BatchLayout | None, workers: int, envs_per_worker: int,
-                 steps: int, *, shared: bool, masked: bool) -> Slots:
-        """``count`` slots of ``workers * envs_per_worker`` envs and ``steps`` steps (no buffers
-        without a ``layout``: whole batches), in shared memory if ``shared``; stop flags if ``masked``."""
-        buffers = [] if layout is None else BatchBuffers.allocate_slots(
-            count, layout, workers * envs_per_worker, steps, shared=shared, masked=masked)
-        flags = torch.zeros(count, dtype=torch.uint8).share_memory_() if masked else None  # type: ignore[no-untyped-call]
-        return cls(buffers, envs_per_worker, stop_flags=flags)
-
-    def rows(self, slot: int, worker: int) -> TensorDictBase:
-        """Worker ``worker``'s rows of ``slot``."""
-        if not self.buffers:
-            return self.whole[slot, worker]
-        envs = self.envs_per_worker
-        return self.buffers[slot].batch[worker * envs : (worker + 1) * envs]
-
-    def batch(self, slot: int, workers: int) -> TensorDictBase:
-        """Every worker's rows of ``slot``; whole TensorDicts are stacked, ``[workers, *batch, T]``."""
-        if self.buffers:
-            return self.buffers[slot].batch
-        out = LazyStackedTensorDict.maybe_dense_stack([self.whole[slot, w] for w in range(workers)], 0)
-        out.names = [None] * (out.batch_dims - 1) + ["time"]
-        return out
+__all__ = ["AsyncSchedule", "Hooks", "Schedule", "SyncSchedule"]
 
 
 @dataclass(frozen=True)
@@ -147,10 +107,7 @@ class Schedule(abc.ABC):
 
     def account(self, worker: int, report: BatchReport) -> int:
         """Take in a worker's report (its rows, if they came with it); return the batch's frames."""
-        if report.data is not None:
-            unpack_into(report.data, self.slots.rows(report.slot, worker))
-        if report.batch is not None:
-            self.slots.whole[report.slot, worker] = report.batch
+        self.slots.take(report, worker)
         self.weights.release(worker)
         self.reports[worker] = report
         records = report.episode_records

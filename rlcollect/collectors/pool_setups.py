@@ -13,7 +13,7 @@ import cloudpickle
 
 from rlcollect.collectors.delivery import Delivery, WorkerHook
 from rlcollect.collectors.options import CollectorOptions
-from rlcollect.collectors.pool_batches import Slots
+from rlcollect.collectors.pool_slots import Slots
 from rlcollect.rollout.engine import RolloutSpec
 from rlcollect.weights.schemes import WeightChannel
 from rlcollect.workers.worker import WorkerSetup
@@ -46,7 +46,7 @@ class WorkerSetups:
         return WorkerSetup(
             worker_idx=index, spec=self.spec(worker), env_offset=index * envs,
             weights=self.weights.receiver(worker),
-            slots=tuple(s.storage[rows] for s in self.slots.buffers) if self.shared else None,
+            slots=self.slots.storages(rows) if self.shared else None,
             own_weights=isinstance(options.policy_factory, tuple), **self.arguments,
         )
 
@@ -70,9 +70,8 @@ class WorkerSetups:
         """What worker ``worker`` builds its rollout from, by ``options`` (the collector's now: a
         hook set since it was built included); its policy from ``policy_factory`` if given, even
         with ``policy``: that one stays here as the source of the weights."""
-        layout = self.slots.buffers[0].layout if self.slots.buffers else None
         spec = dataclasses.replace(options.rollout_spec(worker),  # info_keys: laid out as the slots
-                                   info_fields=layout.infos if layout else None)
+                                   info_fields=self.slots.infos)
         hook = options.post_collect_hook
         if self.hooks is not None and hook is not None:  # one worker's rows, in the collector's layout
             rows = dataclasses.replace(self.hooks, workers=1, replay_buffer=None, postproc=None,

@@ -40,9 +40,10 @@ from tensordict import TensorDictBase
 
 from rlcollect.collectors.base import BaseCollector
 from rlcollect.collectors.options import CollectorOptions
-from rlcollect.collectors.pool_batches import AsyncSchedule, Hooks, Schedule, Slots, SyncSchedule
+from rlcollect.collectors.pool_batches import AsyncSchedule, Hooks, Schedule, SyncSchedule
 from rlcollect.collectors.pool_requests import WorkerRequests
 from rlcollect.collectors.pool_setups import WorkerSetups
+from rlcollect.collectors.pool_slots import Slots, allocate_slots
 from rlcollect.collectors.probe import preload_modules, probe_in_worker, probe_rollout, worker_builds_probe
 from rlcollect.collectors.stats import CollectorStats
 from rlcollect.collectors.stream import between_batches
@@ -120,21 +121,21 @@ class PooledCollector(BaseCollector):
         workers in ``awaiting`` run already, built by the probe, and wait for their setups)."""
         workers, kind = self.num_workers, self._schedule_kind
         _, outers, traj_start = options.placement  # this collector inside a worker: its ids and seeds
-        sink, layout = options.replay_buffer, probe.layout  # (no layout: a TorchRL env's own TensorDicts)
-        workers_write = sink is not None and transport.can_write(sink) and layout is not None
+        self._slots: Slots = allocate_slots(kind.slot_count(options), probe.layout, workers,
+                                            self.num_envs_per_worker, steps, shared=transport.shared_slots,
+                                            masked=options.preemptive_threshold is not None)
+        sink = options.replay_buffer
+        workers_write = sink is not None and transport.can_write(sink) and self._slots.writable
         self._delivery = options.delivery(workers_write=workers_write)
         self._delivery.unbatched = probe.unbatched
         if self._hooks_in_workers:
             self._delivery.post_collect_hook = None  # each worker runs it (see _worker_spec)
         self._delivery.workers = kind.batch_workers(workers)
-        self._delivery.whole = layout is None  # whole TensorDict batches: stacked (Slots.batch)
+        self._delivery.whole = self._slots.stacked  # whole TensorDict batches: stacked (WholeSlots.batch)
         written_elsewhere = self._delivery.written_elsewhere
-        self._slots = Slots.allocate(kind.slot_count(options), layout, workers,
-                                     self.num_envs_per_worker, steps, shared=transport.shared_slots,
-                                     masked=options.preemptive_threshold is not None)
         check_descriptors(3 * workers + 3, f"{workers} worker processes", "num_workers")  # pipes, sentinels
         if written_elsewhere and hasattr(options.replay_buffer, "init"):
-            options.replay_buffer.init(self._slots.buffers[0].batch[:1])  # laid out before the workers get it
+            options.replay_buffer.init(self._slots.batch(0, workers)[:1])  # laid out before the workers write
         self._init_weights(options, transport)
         self._unsent = UnsentEdits(options.policy)  # the policy you hold, which the copies do not follow
         self._setups = WorkerSetups(options, self._slots, self._weights, {
@@ -142,7 +143,7 @@ class PooledCollector(BaseCollector):
             "seed": options.seed, "stop_flags": self._slots.stop_flags,
             "replay_buffer": options.replay_buffer if written_elsewhere else None,
             "init_fn": None if options.worker_init_fn is None else cloudpickle.dumps(options.worker_init_fn)},
-            num_workers=workers, shared=transport.shared_slots and layout is not None,
+            num_workers=workers, shared=transport.shared_slots,
             hooks=self._delivery if self._hooks_in_workers else None, finish=weakly(self._worker_spec))
         # the pool (which the finalizer keeps) must not keep this collector alive: a weak setup
         self._pool = WorkerPool(transport, weakly(self._worker_setup), workers, timeout=options.timeout,
@@ -154,7 +155,7 @@ class PooledCollector(BaseCollector):
         self._schedule: Schedule = kind(
             self._pool, self._slots, options, self._delivery, self._weights, self._unsent, self._hooks(),
             steps=steps, total_frames=self.total_frames,
-            infos=layout.infos if layout else ())
+            infos=self._slots.infos or ())
         self._requests = WorkerRequests(self._schedule, weakly(self._ensure_started),
                                         state_kind=state_kind(type(self)), state_keys=self._state_keys)
 
@@ -345,7 +346,7 @@ class PooledCollector(BaseCollector):
     def batch_layout(self) -> BatchLayout | None:
         """The layout of the slots the workers fill (``None``: a TorchRL env's data, which each
         worker sends back whole)."""
-        return self._slots.buffers[0].layout if self._slots.buffers else None
+        return self._slots.layout
 
     @property
     def weight_sources(self) -> dict[str, torch.nn.Module]:

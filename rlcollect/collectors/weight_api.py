@@ -15,7 +15,6 @@ import weakref
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-import numpy as np
 import torch
 
 from rlcollect.common.callers import outside_stacklevel
@@ -25,6 +24,7 @@ from rlcollect.weights.forms import (
     check_model_ids,
     per_worker_weights,
     weight_update_forms,
+    worker_indices,
 )
 from rlcollect.weights.schemes import NoWeightSyncScheme, WeightSyncScheme
 from rlcollect.weights.updater import WeightUpdaterBase
@@ -178,35 +178,10 @@ class Weights:
             self.collector.update_policy_weights_(weights, worker_ids=[worker], **kwargs)
 
     def worker_ids(self, worker_ids: Any) -> list[int] | None:
-        """``worker_ids`` as a sorted list of ints (devices: the workers whose policy runs there)."""
-        if worker_ids is None:
-            return None
-        if isinstance(worker_ids, np.ndarray) and worker_ids.ndim <= 1 and worker_ids.dtype.kind in "iu":
-            worker_ids = worker_ids.tolist()
-        items = list(worker_ids) if isinstance(worker_ids, (list, tuple, range)) else [worker_ids]
+        """``worker_ids`` as a sorted list of this collector's worker indices (:func:`worker_indices`)."""
         options = getattr(self.collector, "options", None)
-        policy_device = options.policy_device if options is not None else None
-        num_workers = self.collector.num_workers
-        ids: set[int] = set()
-        for item in items:
-            if isinstance(item, (torch.device, str)):
-                try:
-                    device = torch.device(item)
-                except (RuntimeError, ValueError):
-                    raise ValueError(f"worker_ids={worker_ids!r}: {item!r} is neither a worker index nor a "
-                                     "device") from None
-                if device != torch.device(policy_device or "cpu"):
-                    raise ValueError(f"worker_ids={item!r}: the workers' policy runs on "
-                                     f"{policy_device or 'cpu'}, not {device}")
-                ids.update(range(num_workers))
-            elif isinstance(item, (int, np.integer)) and not isinstance(item, bool):
-                if not 0 <= item < num_workers:
-                    raise ValueError(f"worker_ids={worker_ids!r}: worker {int(item)} is out of range for "
-                                     f"num_workers={num_workers}")
-                ids.add(int(item))
-            else:
-                raise TypeError(f"worker_ids must be ints or devices, got {item!r} ({type(item).__name__})")
-        return sorted(ids)
+        return worker_indices(worker_ids, self.collector.num_workers,
+                              options.policy_device if options is not None else None)
 
     def update_in_process(self, forms: dict[str, Any], user_policy: Any) -> None:
         """The update of a collector whose models run in this process: every scheme applies in

@@ -19,7 +19,7 @@ from tensordict import TensorDict, TensorDictBase
 from rlcollect.data.checks import short_repr
 
 __all__ = ["UnknownKeyError", "apply_weights", "as_weights", "check_model_ids", "check_source",
-           "check_update", "check_weights", "per_worker_weights", "weight_update_forms"]
+           "check_update", "check_weights", "per_worker_weights", "weight_update_forms", "worker_indices"]
 
 
 class UnknownKeyError(KeyError, ValueError):
@@ -207,3 +207,43 @@ def check_model_ids(model_ids: Iterable[str], known: Iterable[str]) -> None:
     unknown = sorted(set(model_ids) - set(known), key=repr)
     if unknown:
         raise UnknownKeyError(f"unknown model id(s) {unknown}; known: {list(known)}")
+
+
+def worker_indices(worker_ids: Any, num_workers: int, policy_device: Any = None) -> list[int] | None:
+    """``update_policy_weights_(worker_ids=...)`` as a sorted list of worker indices (``None``:
+    every worker): ints in ``range(num_workers)``, or devices, which name the workers whose policy
+    runs there (all of them, on ``policy_device``; ``None``: the CPU).
+
+    Examples:
+        >>> worker_indices([2, 0], 3), worker_indices(np.arange(2), 3), worker_indices("cpu", 2)
+        ([0, 2], [0, 1], [0, 1])
+        >>> worker_indices(3, 3)
+        Traceback (most recent call last):
+        ...
+        ValueError: worker_ids=3: worker 3 is out of range for num_workers=3
+    """
+    if worker_ids is None:
+        return None
+    if isinstance(worker_ids, np.ndarray) and worker_ids.ndim <= 1 and worker_ids.dtype.kind in "iu":
+        worker_ids = worker_ids.tolist()
+    items = list(worker_ids) if isinstance(worker_ids, (list, tuple, range)) else [worker_ids]
+    ids: set[int] = set()
+    for item in items:
+        if isinstance(item, (torch.device, str)):
+            try:
+                device = torch.device(item)
+            except (RuntimeError, ValueError):
+                raise ValueError(f"worker_ids={worker_ids!r}: {item!r} is neither a worker index nor a "
+                                 "device") from None
+            if device != torch.device(policy_device or "cpu"):
+                raise ValueError(f"worker_ids={item!r}: the workers' policy runs on "
+                                 f"{policy_device or 'cpu'}, not {device}")
+            ids.update(range(num_workers))
+        elif isinstance(item, (int, np.integer)) and not isinstance(item, bool):
+            if not 0 <= item < num_workers:
+                raise ValueError(f"worker_ids={worker_ids!r}: worker {int(item)} is out of range for "
+                                 f"num_workers={num_workers}")
+            ids.add(int(item))
+        else:
+            raise TypeError(f"worker_ids must be ints or devices, got {item!r} ({type(item).__name__})")
+    return sorted(ids)
