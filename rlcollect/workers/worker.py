@@ -56,7 +56,6 @@ from tensordict import TensorDict, TensorDictBase
 
 from rlcollect.common.generators import derive_held_generators
 from rlcollect.data.attributes import call_path, resolve_path
-from rlcollect.data.buffers import BatchBuffers
 from rlcollect.envs import envpool_env
 from rlcollect.envs.base import source_env
 from rlcollect.envs.factory import copies_one_env
@@ -66,7 +65,8 @@ from rlcollect.rollout.build import Engine, make_rollout
 from rlcollect.rollout.engine import RolloutSpec
 from rlcollect.rollout.profiling import ProfileConfig, RolloutProfiler
 from rlcollect.rollout.summary import EngineSummary
-from rlcollect.workers.wire import Packed, pack
+from rlcollect.workers.targets import batch_target
+from rlcollect.workers.wire import Packed
 
 __all__ = ["BatchReport", "Worker", "WorkerFailure", "WorkerInfo", "WorkerSetup", "build_rollout",
            "probe_worker", "start_worker"]
@@ -230,23 +230,8 @@ class Worker:
             rollout.close()  # engine (processes of its own) is built now
             rollout = None
         self.rollout = rollout = build_rollout(spec, setup) if rollout is None else rollout
-        self.slots: list[BatchBuffers] = []
-        layout = rollout.layout
-        if layout is None:  # no buffers: each batch goes back whole
-            self.returns_data = True
-        else:
-            storages = setup.slots or (BatchBuffers.allocate_storage(layout, rollout.num_envs,
-                                                                     setup.num_steps),)
-            rows = int(storages[0].batch_size[0])
-            if rows != rollout.num_envs:
-                raise ValueError(f"worker {setup.worker_idx} built {rollout.num_envs} envs, the first "
-                                 f"worker {rows}: every worker must have the same number of envs")
-            if misfit := BatchBuffers.misfit(storages[0], layout):
-                raise ValueError(f"worker {setup.worker_idx}'s envs do not fit the first worker's batches "
-                                 f"({misfit}): every worker's envs must have the same observation and "
-                                 "action spaces (one batch holds them all)")
-            self.slots = [BatchBuffers(storage, layout, setup.num_steps) for storage in storages]
-            self.returns_data = setup.slots is None
+        self.target = batch_target(rollout, setup.slots, num_steps=setup.num_steps,
+                                   worker_idx=setup.worker_idx)
         flags = setup.stop_flags
         self.stop_flags: np.ndarray | None = flags.numpy() if flags is not None else None
         seed = setup.seed
@@ -305,12 +290,10 @@ class Worker:
         self.version = self.setup.weights.pull(rollout.models, self.version, weights_payload)
         if self.profiler is not None:
             self.profiler.before_rollout()
-        buffers = (self.slots[0 if self.returns_data else slot]) if self.slots else None
         stop = self.stop_flags[slot : slot + 1] if self.stop_flags is not None else None
         before = rollout.frames
-        batch, steps = rollout.collect_batch(buffers, self.setup.num_steps, random=random,
+        batch, steps = rollout.collect_batch(self.target.buffers(slot), self.setup.num_steps, random=random,
                                              policy_version=self.version, stop=stop)
-        whole = batch if buffers is None else None  # the env's own TensorDicts, sent back as they are
         if self.profiler is not None:
             self.profiler.after_rollout()
         if self.post_collect_hook is not None:
@@ -324,14 +307,13 @@ class Worker:
                 ray.get(remote(flatten_batch(batch)))
             else:
                 sink.extend(flatten_batch(batch))
-        sent = self.returns_data and sink is None
+        data, whole = self.target.sent(batch, writes_replay=sink is not None)
         return BatchReport(
             slot=slot, steps=steps, policy_version=self.version,
             next_traj_id=rollout.traj_ids.next_local_id, frames=rollout.frames,
             collect_seconds=rollout.collect_seconds, episodes=rollout.episodes.count,
             episode_records=rollout.episodes.records.drain(),
-            data=pack(batch) if sent and whole is None else None,
-            batch=whole if sent else None, batch_frames=rollout.frames - before,
+            data=data, batch=whole, batch_frames=rollout.frames - before,
         )
 
     def close(self) -> None:
