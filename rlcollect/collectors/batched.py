@@ -30,9 +30,9 @@ from rlcollect.collectors.arguments import (
 from rlcollect.collectors.checks import check_int
 from rlcollect.collectors.options import CollectorOptions
 from rlcollect.collectors.pool_batches import Hooks
-from rlcollect.collectors.pool_slots import BufferSlots
 from rlcollect.collectors.pooled import PooledCollector
 from rlcollect.collectors.probe import worker_processes
+from rlcollect.collectors.slots import BufferSlots
 from rlcollect.collectors.stats import CollectorStats
 from rlcollect.common.owner import weakly
 from rlcollect.envs.factory import EnvSource
@@ -235,7 +235,7 @@ class AsyncBatchedCollector(PooledCollector):
         super()._ensure_started()
         self._server.start()  # after the workers: this process has no thread of its own while they fork
         if not started:
-            self._warm_forkserver()  # restarts, from now on, go through it
+            self._pool.transport.prepare_threaded_starts()  # restarts, from now on, go through it
 
     def _hooks(self) -> Hooks:
         return dataclasses.replace(super()._hooks(), assign=weakly(self._assign))

@@ -18,11 +18,11 @@ from rlcollect.collectors.arguments import CollectorArguments, argument_names, c
 from rlcollect.collectors.base import BaseCollector
 from rlcollect.collectors.checks import check_seed
 from rlcollect.collectors.options import CollectorOptions
+from rlcollect.collectors.slots import allocate_slots
 from rlcollect.collectors.stats import CollectorStats
 from rlcollect.collectors.stream import between_batches
 from rlcollect.collectors.threads import warn_if_threads_compete
 from rlcollect.common.state import checked_state, stamped, state_kind
-from rlcollect.data.buffers import BatchBuffers
 from rlcollect.envs.base import source_env
 from rlcollect.envs.factory import EnvSource
 from rlcollect.rollout.build import make_rollout
@@ -113,10 +113,8 @@ class Collector(BaseCollector):
         self.num_envs = self._rollout.num_envs
         self._num_steps = num_steps = options.steps_per_batch(self.num_envs)
         self.frames_per_batch = num_steps * self.num_envs
-        self._buffers: BatchBuffers | None = None
-        layout = self._rollout.layout
-        if layout is not None:  # else the env's own TensorDicts, whole
-            self._buffers = BatchBuffers.allocate(layout, self.num_envs, num_steps)
+        self._slots = allocate_slots(1, self._rollout.layout, 1, self.num_envs, num_steps, shared=False,
+                                     masked=False)  # or the env's own TensorDicts, whole
         self._policy_version = 0
         acting = self._rollout.models.get("policy")
         self._policy_changes = ParameterWatch(acting)  # edits in place of the module that acts
@@ -173,7 +171,7 @@ class Collector(BaseCollector):
             self._policy_version += 1
         self._unsent.requested()
         random = self._in_warmup(self._rollout.frames)
-        batch, _ = self._rollout.collect_batch(self._buffers, self._num_steps, random=random,
+        batch, _ = self._rollout.collect_batch(self._slots.target(0), self._num_steps, random=random,
                                                policy_version=self._policy_version)
         if self._profiler is not None:
             self._profiler.after_rollout()
@@ -239,11 +237,7 @@ class Collector(BaseCollector):
             >>> bool(fake["observation"].any())
             False
         """
-        if self._buffers is None:
-            raise NotImplementedError(
-                f"fake_tensordict is not available for this TorchRL env ({self._rollout.envs.reason}): its "
-                "batches are the env's own tensordicts, known once collected")
-        return self._delivery.formatted(self._buffers.batch.clone().zero_())
+        return self._delivery.formatted(self._slots.template())
 
     def reset(self) -> None:
         """Reset every env now (unseeded); the next batch starts new trajectories, and

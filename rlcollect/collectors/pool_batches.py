@@ -6,7 +6,7 @@ worker did.
 
 A synchronous collector uses one slot (two with ``prefetch``: the workers fill the next while the
 learner reads this one), an asynchronous one two per worker (it fills one while its last batch is
-read); where the batches land is the slots' (:mod:`~rlcollect.collectors.pool_slots`).
+read); where the batches land is the slots' (:mod:`~rlcollect.collectors.slots`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from tensordict import TensorDictBase
 
 from rlcollect.collectors.delivery import Delivery
 from rlcollect.collectors.options import CollectorOptions
-from rlcollect.collectors.pool_slots import Slots
+from rlcollect.collectors.slots import Slots
 from rlcollect.rollout.episodes import EpisodeRecords
 from rlcollect.weights.schemes import WeightChannel
 from rlcollect.weights.watch import UnsentEdits

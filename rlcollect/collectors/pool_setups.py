@@ -13,7 +13,7 @@ import cloudpickle
 
 from rlcollect.collectors.delivery import Delivery, WorkerHook
 from rlcollect.collectors.options import CollectorOptions
-from rlcollect.collectors.pool_slots import Slots
+from rlcollect.collectors.slots import Slots
 from rlcollect.rollout.engine import RolloutSpec
 from rlcollect.weights.schemes import WeightChannel
 from rlcollect.workers.worker import WorkerSetup

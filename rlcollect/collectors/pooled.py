@@ -27,7 +27,6 @@ Examples:
 from __future__ import annotations
 
 import math
-import multiprocessing
 import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -43,8 +42,8 @@ from rlcollect.collectors.options import CollectorOptions
 from rlcollect.collectors.pool_batches import AsyncSchedule, Hooks, Schedule, SyncSchedule
 from rlcollect.collectors.pool_requests import WorkerRequests
 from rlcollect.collectors.pool_setups import WorkerSetups
-from rlcollect.collectors.pool_slots import Slots, allocate_slots
-from rlcollect.collectors.probe import preload_modules, probe_in_worker, probe_rollout, worker_builds_probe
+from rlcollect.collectors.probe import probe_in_worker, probe_rollout, worker_builds_probe
+from rlcollect.collectors.slots import Slots, allocate_slots
 from rlcollect.collectors.stats import CollectorStats
 from rlcollect.collectors.stream import between_batches
 from rlcollect.common.owner import weakly
@@ -58,7 +57,7 @@ from rlcollect.weights.schemes import NoWeightSyncScheme, WeightChannel
 from rlcollect.weights.senders import channel_for, init_senders
 from rlcollect.weights.watch import UnsentEdits
 from rlcollect.workers.pool import WorkerPool
-from rlcollect.workers.transport import ProcessTransport, Transport, start_forkserver
+from rlcollect.workers.transport import Transport
 from rlcollect.workers.worker import WorkerSetup
 
 __all__ = ["PooledCollector"]
@@ -189,16 +188,8 @@ class PooledCollector(BaseCollector):
     def start(self) -> None:
         """As :meth:`BaseCollector.start`; with ``start_method="auto"``, the workers then start (and
         restart) through a forkserver (this process runs a thread), which is started first."""
-        self._warm_forkserver()
+        self._pool.transport.prepare_threaded_starts()
         super().start()
-
-    def _warm_forkserver(self) -> None:
-        """Start the forkserver now, in the background, where workers will start or restart while
-        this process runs threads: a restart then does not wait for its imports (seconds)."""
-        options = self.options
-        if (options.start_method == "auto" and isinstance(self._pool.transport, ProcessTransport)
-                and "forkserver" in multiprocessing.get_all_start_methods()):
-            start_forkserver(preload_modules(options))
 
     def _set_pre_collect_hook(self, hook: Callable[[], None] | None) -> None:
         self._hook_for_workers("pre_collect_hook", hook)

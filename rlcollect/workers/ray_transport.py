@@ -340,6 +340,9 @@ class RayTransport:
     def can_write(self, replay_buffer: Any) -> bool:
         return is_ray_writer(replay_buffer)
 
+    def prepare_threaded_starts(self) -> None:
+        return  # actors start in their own processes, whatever this one runs
+
     def close(self) -> None:
         for actor, _ in self._spares:
             with contextlib.suppress(Exception):

@@ -64,6 +64,9 @@ class Transport(Protocol):
     def can_write(self, replay_buffer: Any) -> bool:
         """Whether the workers can extend ``replay_buffer`` themselves."""
 
+    def prepare_threaded_starts(self) -> None:
+        """Get ready to start (or restart) workers while this process runs threads."""
+
     def close(self) -> None:
         """Release what the transport holds (every worker is stopped already)."""
 
@@ -337,6 +340,13 @@ class ProcessTransport:
             if process is not None and process.is_alive():
                 with contextlib.suppress(OSError):
                     process.kill() if force else process.terminate()
+
+    def prepare_threaded_starts(self) -> None:
+        """With ``start_method="auto"``, start the forkserver now, in the background (a start
+        while this process runs threads goes through it): a restart then does not wait for its
+        imports (seconds)."""
+        if self._start_method == "auto" and "forkserver" in multiprocessing.get_all_start_methods():
+            start_forkserver(self._preload)
 
     def can_write(self, replay_buffer: Any) -> bool:
         return bool(getattr(replay_buffer, "shared", False))  # shared or memmap storage

@@ -296,6 +296,11 @@ def test_what_is_refused_names_the_reason() -> None:
     env, _ = nested_env()
     with pytest.raises(TypeError, match="returned Tensor at step 0; with this TorchRL env"):
         Collector(env, lambda root: torch.zeros(2), frames_per_batch=4).next()
+    env, policy = nested_env()
+    with Collector(env, policy, frames_per_batch=4) as collector, \
+            pytest.raises(NotImplementedError, match="fake_tensordict is not available: the batches are "
+                                                     "the TorchRL env's own tensordicts"):
+        collector.fake_tensordict()  # known once collected: no batch layout holds them
 
 
 @pytest.mark.timeout(300)

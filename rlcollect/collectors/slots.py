@@ -1,7 +1,7 @@
-"""Where the batches of a collector's workers land, chosen once from what the probe found: the
+"""Where a collector's batches land, chosen once from what its rollout (or probe) found: the
 ``[N, T]`` buffers of a batch layout (:class:`BufferSlots`), or, for a TorchRL env whose data no
-layout holds, each worker's whole TensorDict (:class:`WholeSlots`). The schedule, the workers'
-setups and the delivery ask the slots, never which kind they are.
+layout holds, each worker's whole TensorDict (:class:`WholeSlots`). The collector, the schedule,
+the workers' setups and the delivery ask the slots, never which kind they are.
 
 Worker ``w`` fills rows ``[w * M, (w + 1) * M)`` of a slot; a synchronous collector uses one slot
 (two with ``prefetch``), an asynchronous one two per worker.
@@ -64,6 +64,15 @@ class Slots(abc.ABC):
     def take(self, report: BatchReport, worker: int) -> None:
         """Take in the rows a worker's report carries (none where it wrote them in place)."""
 
+    @abc.abstractmethod
+    def target(self, slot: int) -> BatchBuffers | None:
+        """The buffers a rollout in this process fills for ``slot`` (``None``: it makes its own batch)."""
+
+    @abc.abstractmethod
+    def template(self) -> TensorDictBase:
+        """A zero-filled batch shaped as a slot's (``NotImplementedError`` before any is collected,
+        where batches are a TorchRL env's own TensorDicts)."""
+
     def storages(self, rows: slice) -> tuple[torch.Tensor, ...] | None:
         """What a worker writes its ``rows`` into in place (``None``: it sends them)."""
         return None
@@ -93,6 +102,12 @@ class BufferSlots(Slots):
     def storages(self, rows: slice) -> tuple[torch.Tensor, ...]:
         return tuple(buffers.storage[rows] for buffers in self.buffers)
 
+    def target(self, slot: int) -> BatchBuffers:
+        return self.buffers[slot]
+
+    def template(self) -> TensorDictBase:
+        return self.buffers[0].batch.clone().zero_()
+
 
 class WholeSlots(Slots):
     """Each worker's whole TensorDict by (slot, worker): a TorchRL env's data, which no layout holds."""
@@ -114,6 +129,13 @@ class WholeSlots(Slots):
     def take(self, report: BatchReport, worker: int) -> None:
         assert report.batch is not None
         self.whole[report.slot, worker] = report.batch
+
+    def target(self, slot: int) -> None:
+        return None
+
+    def template(self) -> TensorDictBase:
+        raise NotImplementedError("fake_tensordict is not available: the batches are the TorchRL env's own "
+                                  "tensordicts (no batch layout holds them), known once collected")
 
 
 def allocate_slots(count: int, layout: BatchLayout | None, workers: int, envs_per_worker: int, steps: int,
