@@ -47,10 +47,8 @@ class Slots(abc.ABC):
     def __init__(self, envs_per_worker: int, stop_flags: torch.Tensor | None) -> None:
         self.envs_per_worker, self.stop_flags = envs_per_worker, stop_flags  # [slots] uint8
 
-    @property
-    def infos(self) -> tuple[Field, ...] | None:
-        """The info fields laid out in the buffers (``None``: the env's own, whole)."""
-        return None if self.layout is None else self.layout.infos
+    #: The info fields laid out in the buffers (``None``: the env's own, whole).
+    infos: tuple[Field, ...] | None = None
 
     @abc.abstractmethod
     def rows(self, slot: int, worker: int) -> TensorDictBase:
@@ -87,6 +85,7 @@ class BufferSlots(Slots):
                  ) -> None:
         super().__init__(envs_per_worker, stop_flags)
         self.buffers, self.layout = buffers, buffers[0].layout
+        self.infos = self.layout.infos
 
     def rows(self, slot: int, worker: int) -> TensorDictBase:
         envs = self.envs_per_worker
